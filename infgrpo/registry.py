@@ -1,0 +1,50 @@
+"""A tiny name -> callable registry, so algorithms are chosen by name from YAML.
+
+    LOSSES = Registry("loss_type")
+
+    @LOSSES.register("grpo")
+    def grpo_loss(...): ...
+
+    LOSSES.get("grpo")      # unknown names raise a ValueError naming the field and valid names
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+
+class Registry:
+    """Maps names to callables; ``field`` is the config field the name comes from (for errors)."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+        self._items: dict[str, Callable[..., Any]] = {}
+
+    def register(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if name in self._items:
+                raise ValueError(f"{self.field}: {name!r} is already registered")
+            self._items[name] = fn
+            return fn
+
+        return deco
+
+    def get(self, name: str) -> Callable[..., Any]:
+        if name not in self._items:
+            raise ValueError(f"{self.field}={name!r} is not known; valid: {', '.join(self.names())}")
+        return self._items[name]
+
+    def check(self, name: str) -> str:
+        """Validates ``name`` early (config time) and returns it."""
+        self.get(name)
+        return name
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
