@@ -1,0 +1,102 @@
+"""The GRPO policy loss: a clipped surrogate per token, aggregated by a named normalization.
+
+Per token (shapes (N, T): N sequences, T completion positions; ``mask`` 1 on real tokens)::
+
+    ratio = exp(logp - old_logp)
+    loss  = -min(ratio * A, clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) * A)
+          + beta * kl(logp, ref_logp) * ratio        # k3 by default, times the ratio as in TRL
+
+Aggregation (``loss_type``), with batch-wide counts in :class:`LossNorm` so that the sum of the
+losses of any split of the batch into micro-batches equals the loss of the whole batch:
+
+- ``grpo``:    mean over sequences of each sequence's token mean (TRL ``grpo``);
+- ``bnpo``:    sum over tokens / active tokens of the optimization batch;
+- ``dapo``:    sum over tokens / active tokens of the whole generation batch (TRL ``dapo``);
+- ``dr_grpo``: sum over tokens / (sequences x max_completion_length) (TRL ``dr_grpo``).
+
+TRL divides ``bnpo`` by the tokens of each *local* micro-batch; here one optimization step covers
+the whole rollout, so ``bnpo`` and ``dapo`` coincide and micro-batching changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from infgrpo.algo.kl import KL_ESTIMATORS
+from infgrpo.registry import Registry
+
+LOSS_TYPES = Registry("loss_type")
+
+
+@dataclass(frozen=True)
+class LossNorm:
+    """Counts over the *whole* optimization batch, used to normalize each micro-batch's loss."""
+
+    num_sequences: int
+    num_tokens: int
+    max_completion_length: int
+
+
+@dataclass
+class SurrogateTerms:
+    """Per-token pieces of the loss, each (N, T); ``kl`` is None when ``beta == 0``."""
+
+    loss: torch.Tensor
+    kl: torch.Tensor | None
+    low_clipped: torch.Tensor
+    high_clipped: torch.Tensor
+
+
+def clipped_surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    epsilon_low: float,
+    epsilon_high: float,
+    beta: float = 0.0,
+    ref_logp: torch.Tensor | None = None,
+    kl_estimator: str = "k3",
+    kl_times_ratio: bool = True,
+) -> SurrogateTerms:
+    """Per-token clipped surrogate loss. ``logp``/``old_logp``/``ref_logp`` (N, T), ``advantages`` (N,)."""
+    ratio = torch.exp(logp - old_logp)  # (N, T)
+    clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
+    adv = advantages.unsqueeze(1)  # (N, 1)
+    loss = -torch.min(ratio * adv, clipped * adv)
+    kl = None
+    if beta != 0.0:
+        if ref_logp is None:
+            raise ValueError("beta != 0 needs reference log-probs (ref_logp)")
+        kl = KL_ESTIMATORS.get(kl_estimator)(logp, ref_logp)
+        if kl_times_ratio:
+            kl = kl * ratio
+        loss = loss + beta * kl
+    low = (ratio < 1.0 - epsilon_low) & (adv < 0)
+    high = (ratio > 1.0 + epsilon_high) & (adv > 0)
+    return SurrogateTerms(loss, kl, low, high)
+
+
+@LOSS_TYPES.register("grpo")
+def aggregate_grpo(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) -> torch.Tensor:
+    seq_mean = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (N,)
+    return seq_mean.sum() / norm.num_sequences
+
+
+@LOSS_TYPES.register("bnpo")
+@LOSS_TYPES.register("dapo")
+def aggregate_tokens(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) -> torch.Tensor:
+    return (per_token * mask).sum() / max(norm.num_tokens, 1)
+
+
+@LOSS_TYPES.register("dr_grpo")
+def aggregate_dr_grpo(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) -> torch.Tensor:
+    return (per_token * mask).sum() / (norm.num_sequences * norm.max_completion_length)
+
+
+def policy_loss(
+    loss_type: str, per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm
+) -> torch.Tensor:
+    """Scalar loss of one (micro-)batch: ``per_token`` and ``mask`` (N, T), float mask."""
+    return LOSS_TYPES.get(loss_type)(per_token, mask.to(per_token.dtype), norm)

@@ -1,0 +1,80 @@
+import math
+
+import pytest
+import torch
+
+from infgrpo.algo import LOSS_TYPES, LossNorm, clipped_surrogate, policy_loss
+from infgrpo.algo.kl import KL_ESTIMATORS
+
+
+def test_clipped_surrogate_hand_computed():
+    # ratios 1.5, 0.5, 0.5, 1.5 with advantages +1, +1, -1, -1 and epsilon 0.2
+    ratio = torch.tensor([[1.5], [0.5], [0.5], [1.5]])
+    logp, old = ratio.log(), torch.zeros(4, 1)
+    t = clipped_surrogate(logp, old, torch.tensor([1.0, 1.0, -1.0, -1.0]), 0.2, 0.2)
+    assert torch.allclose(t.loss.flatten(), torch.tensor([-1.2, -0.5, 0.8, 1.5]))
+    assert t.high_clipped.flatten().tolist() == [True, False, False, False]
+    assert t.low_clipped.flatten().tolist() == [False, False, True, False]
+
+
+def test_two_sided_clipping_uses_each_epsilon():
+    logp = torch.tensor([[math.log(1.5)], [math.log(0.5)]])
+    t = clipped_surrogate(logp, torch.zeros(2, 1), torch.tensor([1.0, -1.0]), epsilon_low=0.1, epsilon_high=0.28)
+    assert torch.allclose(t.loss.flatten(), torch.tensor([-1.28, 0.9]))
+
+
+def test_k3_kl_times_ratio():
+    logp, ref = torch.tensor([[-1.0]]), torch.tensor([[-1.5]])
+    t = clipped_surrogate(logp, logp.detach() - 0.1, torch.tensor([0.0]), 0.2, 0.2, beta=0.5, ref_logp=ref)
+    d = -0.5
+    k3 = math.exp(d) - d - 1
+    assert t.kl.item() == pytest.approx(k3 * math.exp(0.1))
+    assert t.loss.item() == pytest.approx(0.5 * k3 * math.exp(0.1))
+    assert KL_ESTIMATORS.get("k1")(logp, ref).item() == pytest.approx(0.5)
+    assert KL_ESTIMATORS.get("k2")(logp, ref).item() == pytest.approx(0.125)
+
+
+def reference_loss(loss_type, per_token, mask, max_len):
+    """Loop-based float64 recomputation of each normalization, written from TRL's definitions."""
+    n, t = per_token.shape
+    rows = [[per_token[i, j].item() for j in range(t) if mask[i, j] > 0] for i in range(n)]
+    if loss_type == "grpo":
+        return sum(sum(r) / max(len(r), 1) for r in rows) / n
+    if loss_type in ("bnpo", "dapo"):
+        return sum(sum(r) for r in rows) / sum(len(r) for r in rows)
+    return sum(sum(r) for r in rows) / (n * max_len)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dapo", "dr_grpo"])
+def test_aggregation_matches_float64_recomputation_and_is_additive(loss_type):
+    g = torch.Generator().manual_seed(1)
+    per_token = torch.randn(6, 9, generator=g, dtype=torch.float64)
+    lengths = [9, 1, 4, 7, 2, 5]
+    mask = torch.tensor([[1.0] * n + [0.0] * (9 - n) for n in lengths], dtype=torch.float64)
+    norm = LossNorm(num_sequences=6, num_tokens=sum(lengths), max_completion_length=12)
+    whole = policy_loss(loss_type, per_token, mask, norm)
+    assert whole.item() == pytest.approx(reference_loss(loss_type, per_token, mask, 12), abs=1e-12)
+    split = sum(policy_loss(loss_type, per_token[s], mask[s], norm) for s in (slice(0, 2), slice(2, 3), slice(3, 6)))
+    assert split.item() == pytest.approx(whole.item(), abs=1e-12)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
+def test_gradcheck_of_full_loss(loss_type):
+    g = torch.Generator().manual_seed(2)
+    logp = (-torch.rand(3, 5, generator=g, dtype=torch.float64)).requires_grad_()
+    old = logp.detach() + 0.3 * torch.randn(3, 5, generator=g, dtype=torch.float64)
+    ref = logp.detach() + 0.1 * torch.randn(3, 5, generator=g, dtype=torch.float64)
+    adv = torch.tensor([1.0, -0.5, 0.25], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], dtype=torch.float64)
+    norm = LossNorm(3, 9, 5)
+
+    def f(lp):
+        t = clipped_surrogate(lp, old, adv, 0.2, 0.28, beta=0.04, ref_logp=ref)
+        return policy_loss(loss_type, t.loss, mask, norm)
+
+    assert torch.autograd.gradcheck(f, (logp,))
+
+
+def test_unknown_loss_type_names_valid_ones():
+    with pytest.raises(ValueError, match="loss_type='ppo' is not known; valid: bnpo, dapo, dr_grpo, grpo"):
+        LOSS_TYPES.get("ppo")
