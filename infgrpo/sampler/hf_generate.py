@@ -1,0 +1,158 @@
+"""Decoders built on Hugging Face ``generate``: the micro-group decoder and its two baselines.
+
+- :func:`decode_group` with ``prefill_once=True``: the prompt is prefilled **once**; its KV cache is
+  copied into each micro-group of ``num_slots`` samples, decoded round by round (the paper's micro
+  sampling groups, without continuous refill).
+- ``prefill_once=False`` (decoder ``hf_micro``): naive micro-groups, the prompt prefilled each round.
+- ``num_slots >= group_size`` (decoder ``hf_full``): the whole group in one ``generate`` call.
+
+Each round draws from its own seeded generator state, derived from (seed, prompt, round).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+@dataclass
+class GroupOutput:
+    """Completions of one prompt: token lists (with stop token), per-token log-probs, reasons."""
+
+    completion_ids: list[list[int]]
+    logprobs: list[torch.Tensor]
+    finish_reasons: list[str]
+    decode_steps: int
+    prefill_tokens: int
+    slot_steps: int = 0
+    """Sum over rounds of (sequences in the round x decode steps of the round)."""
+    peak_tokens_held: int = 0
+    """Most KV positions held at once (sequences x (prompt + generated) of the largest round)."""
+
+
+def derive_seed(*parts: int) -> int:
+    """A 63-bit seed from integers, stable across processes and platforms."""
+    digest = hashlib.blake2b(",".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def generation_kwargs(
+    max_new_tokens: int, temperature: float, top_k: int, top_p: float, stop_ids: list[int], pad_id: int
+) -> dict:
+    """Keyword arguments of ``generate`` for these sampling settings (temperature 0 = greedy)."""
+    kw = dict(
+        max_new_tokens=max_new_tokens,
+        eos_token_id=stop_ids,
+        pad_token_id=pad_id,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
+    if temperature == 0.0:
+        kw.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+    else:
+        kw.update(do_sample=True, temperature=temperature, top_k=top_k or None, top_p=top_p)
+    return kw
+
+
+def split_completions(
+    new_tokens: torch.Tensor, logits: tuple[torch.Tensor, ...], stop_ids: list[int], temperature: float
+) -> tuple[list[list[int]], list[torch.Tensor], list[str], int]:
+    """Cuts generated ids (n, T) at the first stop token; log-probs from the raw step logits.
+
+    Returns per-sequence ids (stop token included), log-probs (len,), finish reasons, and the number
+    of decode steps (T).
+    """
+    steps = new_tokens.shape[1]
+    scale = temperature if temperature > 0 else 1.0
+    logits_all = torch.stack(logits, dim=1).float() / scale  # (n, T, V)
+    logp_all = torch.log_softmax(logits_all, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+    is_stop = torch.isin(new_tokens, torch.tensor(stop_ids, device=new_tokens.device))
+    ids, lps, reasons = [], [], []
+    for row in range(new_tokens.shape[0]):
+        hits = is_stop[row].nonzero()
+        end = int(hits[0]) + 1 if len(hits) else steps
+        ids.append(new_tokens[row, :end].tolist())
+        lps.append(logp_all[row, :end].cpu())
+        reasons.append("stop" if len(hits) else "length")
+    return ids, lps, reasons, steps
+
+
+@torch.no_grad()
+def prefill(model: PreTrainedModel, prompt: list[int]) -> DynamicCache | None:
+    """KV cache of ``prompt[:-1]`` (batch 1); None for a one-token prompt."""
+    if len(prompt) < 2:
+        return None
+    device = model.device
+    out = model(input_ids=torch.tensor([prompt[:-1]], device=device), use_cache=True, logits_to_keep=1)
+    return out.cache
+
+
+@torch.no_grad()
+def decode_group(
+    model: PreTrainedModel,
+    prompt: list[int],
+    group_size: int,
+    num_slots: int,
+    seed: int,
+    prompt_index: int,
+    gen_kwargs: dict,
+    prefill_once: bool = True,
+) -> GroupOutput:
+    """Decodes ``group_size`` completions of one prompt in rounds of at most ``num_slots``."""
+    device = model.device
+    stop_ids = gen_kwargs["eos_token_id"]
+    temperature = gen_kwargs.get("temperature") or 0.0
+    # 1) prefill the prompt once (all tokens but the last, which each round feeds to generate)
+    shared = prefill(model, prompt) if prefill_once else None
+    prefill_tokens = len(prompt) - 1 if shared is not None else 0
+    out = GroupOutput([], [], [], 0, prefill_tokens)
+    done = 0
+    while done < group_size:
+        n = min(num_slots, group_size - done)
+        kw = dict(gen_kwargs)
+        # 2) copy the prompt's KV into every slot of this micro-group
+        if shared is not None:
+            cache = copy.deepcopy(shared)
+            cache.batch_repeat_interleave(n)
+            kw["cache"] = cache
+        else:
+            out.prefill_tokens += len(prompt)
+        # 3) decode the micro-group with its own random stream
+        gen = torch.Generator(device="cpu").manual_seed(derive_seed(seed, prompt_index, done))
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+            res = model.generate(torch.tensor([prompt] * n, device=device), **kw)
+        ids, lps, reasons, steps = split_completions(
+            res.sequences[:, len(prompt) :], res.logits, stop_ids, temperature
+        )
+        out.completion_ids += ids
+        out.logprobs += lps
+        out.finish_reasons += reasons
+        out.decode_steps += steps
+        out.slot_steps += n * steps
+        out.peak_tokens_held = max(out.peak_tokens_held, n * (len(prompt) + steps))
+        done += n
+    return out
+
+
+@torch.no_grad()
+def generate_batch(
+    model: PreTrainedModel, prompts: list[list[int]], gen_kwargs: dict, pad_id: int
+) -> GroupOutput:
+    """One completion per prompt for many prompts at once (left-padded), e.g. greedy evaluation."""
+    device = model.device
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, device=device)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p, device=device)
+        mask[i, width - len(p) :] = 1
+    res = model.generate(ids, attention_mask=mask, **gen_kwargs)
+    temperature = gen_kwargs.get("temperature") or 0.0
+    c, lp, r, steps = split_completions(res.sequences[:, width:], res.logits, gen_kwargs["eos_token_id"], temperature)
+    n = len(prompts)
+    return GroupOutput(c, lp, r, steps, int(mask.sum()), n * steps, n * (width + steps))

@@ -1,0 +1,36 @@
+"""Rollouts: what one call of the sampler returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Rollouts:
+    """Completions of ``num_prompts`` prompts x ``group_size`` samples, prompt-major.
+
+    Entry ``i`` belongs to prompt ``i // group_size``. ``completion_ids[i]`` includes the stop token
+    when ``finish_reasons[i] == "stop"``; ``logprobs[i]`` (len(completion_ids[i]),) holds the
+    behaviour policy's log-prob of each generated token (at the sampling temperature).
+    """
+
+    prompt_ids: list[list[int]]
+    group_size: int
+    completion_ids: list[list[int]]
+    logprobs: list[torch.Tensor]
+    finish_reasons: list[str]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(c) for c in self.completion_ids]
+
+    @property
+    def prompt_index(self) -> list[int]:
+        return [i // self.group_size for i in range(len(self.completion_ids))]
+
+    def __len__(self) -> int:
+        return len(self.completion_ids)

@@ -1,0 +1,108 @@
+import pytest
+import torch
+
+from infgrpo import MicroGroupSampler, SamplerConfig
+from infgrpo.sampler.sampler import kv_bytes_per_token
+from infgrpo.update import collate, completion_logprobs
+from tests.conftest import random_model
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+@pytest.mark.parametrize("decoder", ["micro_groups", "hf_micro"])
+def test_greedy_matches_hf_generate(arch, decoder):
+    model = random_model(arch, torch.float64)
+    prompts = [[5, 9, 11, 40], [7], [3, 30, 31, 32, 33, 34, 35]]
+    s = MicroGroupSampler(model, 2, SamplerConfig(num_slots=3, max_new_tokens=12, temperature=0.0, decoder=decoder))
+    out = s.sample(prompts, group_size=4, seed=0)
+    for i, p in enumerate(prompts):
+        ref = model.generate(torch.tensor([p]), do_sample=False, max_new_tokens=12, eos_token_id=2, pad_token_id=0)
+        want = ref[0, len(p) :].tolist()
+        want = want[: want.index(2) + 1] if 2 in want else want
+        for j in range(4):
+            assert out.completion_ids[i * 4 + j] == want
+
+
+def test_prefill_once_gives_the_same_samples_as_prefill_every_round():
+    model = random_model("qwen3", torch.float64)
+    prompts = [[5, 9, 11, 40], [7, 8]]
+    cfg = dict(num_slots=3, max_new_tokens=10, temperature=1.0)
+    a = MicroGroupSampler(model, 2, SamplerConfig(decoder="micro_groups", **cfg)).sample(prompts, 7, seed=3)
+    b = MicroGroupSampler(model, 2, SamplerConfig(decoder="hf_micro", **cfg)).sample(prompts, 7, seed=3)
+    assert a.completion_ids == b.completion_ids
+    assert a.stats["prefill_tokens"] == 3 + 1  # prompt[:-1] once per prompt
+    assert b.stats["prefill_tokens"] == 3 * 4 + 3 * 2  # whole prompt, every one of the 3 rounds
+
+
+def test_behaviour_logprobs_match_a_training_forward(tiny_model, tokenizer, prompts):
+    s = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(num_slots=4, max_new_tokens=40))
+    out = s.sample(prompts, group_size=5, seed=1)
+    rows = list(range(len(out)))
+    mb = collate(rows, [out.prompt_ids[i] for i in out.prompt_index], out.completion_ids, tokenizer.pad_token_id)
+    with torch.no_grad():
+        lp = completion_logprobs(tiny_model, mb)
+    for i in rows:
+        n = len(out.completion_ids[i])
+        assert torch.allclose(lp[i, :n], out.logprobs[i], atol=1e-4)
+
+
+def test_seed_reproducibility_and_prompt_major_order(tiny_model, tokenizer, prompts):
+    s = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(num_slots=3, max_new_tokens=40))
+    a, b = s.sample(prompts, 4, seed=7), s.sample(prompts, 4, seed=7)
+    c = s.sample(prompts, 4, seed=8)
+    assert a.completion_ids == b.completion_ids
+    assert a.completion_ids != c.completion_ids
+    assert a.prompt_index == [0] * 4 + [1] * 4 + [2] * 4
+    texts = tokenizer.batch_decode(a.completion_ids[4:8], skip_special_tokens=True)
+    assert all(t[:1].isdigit() for t in texts)  # the count prompt's samples hold numbers
+
+
+def test_max_new_tokens_respected_and_finish_reasons(tiny_model, tokenizer, prompts):
+    s = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(num_slots=8, max_new_tokens=3))
+    out = s.sample(prompts, 4, seed=0)
+    for ids, reason in zip(out.completion_ids, out.finish_reasons, strict=True):
+        assert len(ids) <= 3
+        assert reason == ("stop" if ids[-1] == tokenizer.eos_token_id else "length")
+    assert "length" in out.finish_reasons  # count 3 9 needs 13 tokens
+
+
+def test_extra_stop_token_ends_completions(tiny_model, tokenizer, prompts):
+    space = tokenizer.convert_tokens_to_ids(" ")
+    s = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(max_new_tokens=40, stop_token_ids=[space]))
+    out = s.sample(prompts[1:2], 4, seed=0)  # counting emits spaces
+    assert all(ids[-1] == space and ids.count(space) == 1 for ids in out.completion_ids)
+    assert set(out.finish_reasons) == {"stop"}
+
+
+def test_group_larger_than_pool_and_pool_larger_than_group(tiny_model, tokenizer, prompts):
+    small = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(num_slots=2, max_new_tokens=20))
+    big = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(num_slots=64, max_new_tokens=20))
+    a, b = small.sample(prompts, 5, seed=0), big.sample(prompts, 5, seed=0)
+    assert len(a) == len(b) == 15
+    # the pool bounds the KV held: 2 slots hold at most 2 sequences of prompt + max_new_tokens
+    per_slot = (max(map(len, prompts)) + 20) * kv_bytes_per_token(tiny_model)
+    assert a.stats["kv_bytes_peak"] <= 2 * per_slot < b.stats["kv_bytes_peak"]
+    assert 0 < a.stats["slot_utilization"] <= 1
+
+
+def test_prompt_longer_than_context_is_a_clear_error(tiny_model, tokenizer):
+    s = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(max_new_tokens=100))
+    with pytest.raises(ValueError, match=r"prompt_ids\[1\] has 200 tokens.*max_position_embeddings\) is 256"):
+        s.sample([[5, 6], [5] * 200], group_size=2)
+    with pytest.raises(ValueError, match=r"prompt_ids\[0\] is empty"):
+        s.sample([[]], group_size=2)
+
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("num_slots", 0, "num_slots=0 must be an integer >= 1"),
+        ("max_new_tokens", 0, "max_new_tokens=0 must be an integer > 0"),
+        ("top_p", 0.0, r"top_p=0.0 must be in \(0, 1\]"),
+        ("temperature", -1.0, "temperature=-1.0 must be >= 0"),
+        ("decoder", "vllm", "decoder='vllm' is not known; valid: micro_groups, hf_micro, hf_full"),
+        ("refill", "sjf", "refill='sjf' is not known; valid: fifo"),
+    ],
+)
+def test_config_validation(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        SamplerConfig(**{field: value})
