@@ -1,0 +1,16 @@
+"""The policy update: token-budget micro-batches, log-probs and gradient accumulation."""
+
+from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget
+from infgrpo.update.logprobs import completion_logprobs
+from infgrpo.update.step import LossConfig, accumulate_policy_gradients, frozen_logprobs, prepare_microbatches
+
+__all__ = [
+    "LossConfig",
+    "MicroBatch",
+    "accumulate_policy_gradients",
+    "collate",
+    "completion_logprobs",
+    "frozen_logprobs",
+    "pack_by_token_budget",
+    "prepare_microbatches",
+]

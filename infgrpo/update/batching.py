@@ -1,0 +1,79 @@
+"""Micro-batches of rollouts bounded by a token budget, so update memory does not grow with G.
+
+A micro-batch is laid out as ``[left-padded prompt | right-padded completion]``::
+
+    input_ids        (n, P + C)   pad | prompt | completion | pad
+    attention_mask   (n, P + C)   1 on real tokens
+    position_ids     (n, P + C)   0.. along real tokens (padding does not shift positions)
+    completion_ids   (n, C)
+    completion_mask  (n, C)       1 on generated tokens
+
+so the completion occupies the last C columns and its log-probs come from the last C + 1 logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class MicroBatch:
+    """Padded tensors of some rollouts (see module docstring) and their row indices in the batch."""
+
+    rows: list[int]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+
+    def to(self, device: torch.device | str) -> MicroBatch:
+        return MicroBatch(
+            self.rows,
+            *(t.to(device) for t in (self.input_ids, self.attention_mask, self.position_ids)),
+            self.completion_ids.to(device),
+            self.completion_mask.to(device),
+        )
+
+
+def pack_by_token_budget(lengths: list[int], token_budget: int) -> list[list[int]]:
+    """Groups row indices so each group's padded size (rows x longest row) stays within the budget.
+
+    Rows are taken longest first, which keeps padding low; a row longer than the budget on its own
+    forms a micro-batch alone. Returns lists of row indices covering every row exactly once.
+    """
+    if token_budget < 1:
+        raise ValueError(f"token_budget={token_budget} must be >= 1")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = lengths[current[0]] if current else lengths[i]
+        if current and (len(current) + 1) * longest > token_budget:
+            groups.append(current)
+            current = []
+        current.append(i)
+    if current:
+        groups.append(current)
+    return groups
+
+
+def collate(rows: list[int], prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> MicroBatch:
+    """Builds the padded tensors of one micro-batch from prompt and completion token lists."""
+    ps = [prompts[i] for i in rows]
+    cs = [completions[i] for i in rows]
+    p_len, c_len, n = max(map(len, ps)), max(map(len, cs)), len(rows)
+    input_ids = torch.full((n, p_len + c_len), pad_id, dtype=torch.long)
+    attention = torch.zeros((n, p_len + c_len), dtype=torch.long)
+    comp_ids = torch.full((n, c_len), pad_id, dtype=torch.long)
+    comp_mask = torch.zeros((n, c_len), dtype=torch.float32)
+    for r, (p, c) in enumerate(zip(ps, cs, strict=True)):
+        input_ids[r, p_len - len(p) : p_len] = torch.tensor(p)
+        input_ids[r, p_len : p_len + len(c)] = torch.tensor(c, dtype=torch.long)
+        attention[r, p_len - len(p) : p_len + len(c)] = 1
+        comp_ids[r, : len(c)] = torch.tensor(c, dtype=torch.long)
+        comp_mask[r, : len(c)] = 1.0
+    position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)
+    return MicroBatch(rows, input_ids, attention, position_ids, comp_ids, comp_mask)

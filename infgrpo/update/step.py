@@ -1,0 +1,110 @@
+"""One GRPO policy update over a rollout, as gradient accumulation over token-budget micro-batches.
+
+:func:`prepare_microbatches` packs the B*G rollouts; :func:`accumulate_policy_gradients` runs
+forward + backward per micro-batch with the loss normalized by whole-batch counts
+(:class:`~infgrpo.algo.LossNorm`), so the accumulated gradient equals that of one big batch while
+peak memory is set by ``token_budget`` alone. No Lightning here: the caller passes ``backward``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from infgrpo.algo import LossNorm, clipped_surrogate, policy_loss
+from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget
+from infgrpo.update.logprobs import completion_logprobs
+
+
+@dataclass
+class LossConfig:
+    """The objective's settings (see :mod:`infgrpo.algo.losses`)."""
+
+    loss_type: str = "grpo"
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    beta: float = 0.0
+    kl_estimator: str = "k3"
+    temperature: float = 1.0
+    max_completion_length: int = 128
+
+
+def prepare_microbatches(
+    prompts: list[list[int]], completions: list[list[int]], token_budget: int, pad_id: int
+) -> list[MicroBatch]:
+    """Packs rollouts (prompt i, completion i) into micro-batches within ``token_budget``."""
+    lengths = [len(p) + len(c) for p, c in zip(prompts, completions, strict=True)]
+    return [collate(rows, prompts, completions, pad_id) for rows in pack_by_token_budget(lengths, token_budget)]
+
+
+def reference_context(model: PreTrainedModel, ref_model: PreTrainedModel | None) -> contextlib.AbstractContextManager:
+    """Adapters disabled on a peft model (the reference is the base model); otherwise a no-op."""
+    if ref_model is None and hasattr(model, "disable_adapter"):
+        return model.disable_adapter()
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def frozen_logprobs(
+    model: PreTrainedModel, mbs: list[MicroBatch], temperature: float, ref_model: PreTrainedModel | None = None,
+    reference: bool = False,
+) -> list[torch.Tensor]:
+    """Log-probs per micro-batch without gradients: the policy's (old) or the reference's."""
+    if reference:
+        with reference_context(model, ref_model):
+            target = ref_model if ref_model is not None else model
+            return [completion_logprobs(target, mb, temperature) for mb in mbs]
+    return [completion_logprobs(model, mb, temperature) for mb in mbs]
+
+
+def accumulate_policy_gradients(
+    model: PreTrainedModel,
+    mbs: list[MicroBatch],
+    advantages: torch.Tensor,
+    cfg: LossConfig,
+    backward: Callable[[torch.Tensor], None],
+    old_logps: list[torch.Tensor] | None = None,
+    ref_logps: list[torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """Forward + ``backward(loss)`` per micro-batch; gradients accumulate in ``model``.
+
+    ``advantages`` (N,) indexes rows of the whole batch; ``old_logps`` / ``ref_logps`` are per
+    micro-batch (n_mb, C_mb) or None (old = current, detached, as with one iteration).
+    Returns the batch loss and token-level KL / clip statistics.
+    """
+    norm = LossNorm(
+        num_sequences=sum(len(mb.rows) for mb in mbs),
+        num_tokens=int(sum(mb.completion_mask.sum().item() for mb in mbs)),
+        max_completion_length=cfg.max_completion_length,
+    )
+    device = next(model.parameters()).device
+    total_loss, kl_sum, low_sum, high_sum = 0.0, 0.0, 0.0, 0.0
+    for k, mb in enumerate(mbs):
+        logp = completion_logprobs(model, mb, cfg.temperature)  # (n, C)
+        old = old_logps[k] if old_logps is not None else logp.detach()
+        ref = ref_logps[k] if ref_logps is not None else None
+        terms = clipped_surrogate(
+            logp, old, advantages[mb.rows].to(device=device, dtype=logp.dtype),
+            cfg.epsilon_low, cfg.epsilon_high, cfg.beta, ref, cfg.kl_estimator,
+        )
+        mask = mb.completion_mask.to(device=device, dtype=logp.dtype)
+        loss = policy_loss(cfg.loss_type, terms.loss, mask, norm)
+        backward(loss)
+        total_loss += loss.item()
+        if terms.kl is not None:
+            kl_sum += (terms.kl.detach() * mask).sum().item()
+        low_sum += (terms.low_clipped * mask).sum().item()
+        high_sum += (terms.high_clipped * mask).sum().item()
+    tokens = max(norm.num_tokens, 1)
+    return {
+        "loss": total_loss,
+        "kl": kl_sum / tokens,
+        "clip_ratio/low": low_sum / tokens,
+        "clip_ratio/high": high_sum / tokens,
+        "clip_ratio": (low_sum + high_sum) / tokens,
+        "micro_batches": float(len(mbs)),
+    }
