@@ -1,0 +1,61 @@
+import json
+
+import pytest
+
+from infgrpo.data import PromptDataModule
+from infgrpo.data.resumable import ResumableBatchSampler
+
+
+def test_resumable_sampler_continues_mid_epoch_exactly():
+    full = ResumableBatchSampler(20, 3, seed=5)
+    straight = [b for _ in range(2) for b in full]  # two epochs
+    first = ResumableBatchSampler(20, 3, seed=5)
+    seen = []
+    for b in first:
+        seen.append(b)
+        first.mark_consumed()
+        if len(seen) == 4:
+            break
+    resumed = ResumableBatchSampler(20, 3, seed=5)
+    resumed.load_state_dict(first.state_dict())
+    rest = []
+    for _ in range(2):
+        for b in resumed:
+            rest.append(b)
+            resumed.mark_consumed()
+    assert seen + rest[: len(straight) - 4] == straight
+    assert straight[:6] != straight[6:12]  # epochs are reshuffled
+
+
+def write_split(folder, name, rows):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_local_jsonl_folder_with_chat_template(tmp_path):
+    write_split(tmp_path, "train", [{"question": f"rev ab{i}", "answer": "x"} for i in range(6)])
+    dm = PromptDataModule(path=str(tmp_path), prompt_column="question", eval_split=None, batch_size=2)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert len(batch) == 2 and batch[0]["meta"]["answer"] == "x"
+    assert batch[0]["prompt_ids"][0] == 1  # <|im_start|>
+
+
+def test_long_prompts_are_reported_never_truncated(tmp_path):
+    rows = [{"prompt": "rev " + "a" * n} for n in (2, 50, 3, 60)]
+    write_split(tmp_path, "train", rows)
+    dm = PromptDataModule(path=str(tmp_path), eval_split=None, batch_size=1, max_prompt_length=40)
+    with pytest.raises(ValueError, match=r"2 of 4 prompts .* longer than data.max_prompt_length=40 .*row 1"):
+        dm.setup("fit")
+    dm = PromptDataModule(path=str(tmp_path), eval_split=None, batch_size=1, max_prompt_length=40,
+                          long_prompts="skip")
+    dm.setup("fit")
+    assert len(dm.train_items) == 2
+
+
+def test_bad_columns_and_files_are_clear_errors(tmp_path):
+    write_split(tmp_path, "train", [{"q": "x"}])
+    with pytest.raises(ValueError, match="data.prompt_column='prompt' is not a column .* columns: q"):
+        PromptDataModule(path=str(tmp_path), eval_split=None, batch_size=1).setup("fit")
+    with pytest.raises(ValueError, match="has no file for split 'eval'"):
+        PromptDataModule(path=str(tmp_path), batch_size=1, prompt_column="q").setup("fit")
