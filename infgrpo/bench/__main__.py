@@ -1,0 +1,24 @@
+"""Run a benchmark by name: ``python -m infgrpo.bench <name> [options]``.
+
+    python -m infgrpo.bench train-tiny --json benchmarks/train_tiny.json
+"""
+
+from __future__ import annotations
+
+import sys
+
+BENCHMARKS = {"train-tiny": "infgrpo.bench.train_tiny"}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in BENCHMARKS:
+        names = ", ".join(BENCHMARKS)
+        raise SystemExit(f"usage: python -m infgrpo.bench <name> [options]; names: {names}")
+    import importlib
+
+    importlib.import_module(BENCHMARKS[argv[0]]).main(argv[1:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""GRPOModule: the LightningModule that wires sampler, rewards and the GRPO objective together.
+
+Each training batch is a list of prompts. Before the optimization step (``on_train_batch_start``)
+the :class:`~infgrpo.MicroGroupSampler` draws ``group_size`` completions per prompt without
+gradients; ``training_step`` scores them, computes group advantages and runs ``num_iterations``
+optimizer steps, each accumulating gradients over micro-batches bounded by ``token_budget`` tokens.
+
+    from infgrpo import GRPOModule, SamplerConfig
+    from infgrpo.data import PromptDataModule
+    import lightning as L
+
+    module = GRPOModule(model="tiny", group_size=8, sampler=SamplerConfig(num_slots=8))
+    L.Trainer(max_steps=20).fit(module, PromptDataModule(path="tiny", batch_size=4))
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning as L
+import torch
+from torchmetrics import MeanMetric
+
+from infgrpo.algo import ADVANTAGES, KL_ESTIMATORS, LOSS_TYPES, zero_std_fraction
+from infgrpo.algo.advantages import check_scale_rewards
+from infgrpo.models import check_dtype, frozen_reference, load_policy, load_tokenizer
+from infgrpo.rewards import check_rewards, compute_rewards
+from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
+from infgrpo.sampler.hf_generate import derive_seed
+from infgrpo.update import LossConfig, accumulate_policy_gradients, frozen_logprobs, prepare_microbatches
+
+
+class GRPOModule(L.LightningModule):
+    """GRPO with micro-group rollouts and memory that does not grow with the group size.
+
+    Args:
+        model: Hugging Face model id or local folder; ``"tiny"`` is the shipped tiny Qwen3.
+        dtype: weights dtype: float32, bfloat16, float16 or float64.
+        lora_r: LoRA rank (0 = full fine-tuning). With LoRA the KL reference is the same model with
+            adapters disabled; without it, a frozen copy (only loaded when ``beta != 0``).
+        lora_alpha: LoRA scaling numerator.
+        lora_dropout: dropout on the LoRA path.
+        lora_target_modules: modules that get adapters; ``"all-linear"`` for every linear layer.
+        group_size: completions sampled per prompt (G >= 2). Rollout memory does not depend on it.
+        sampler: decoding settings (slot count, max_new_tokens, temperature, top-k/p, decoder).
+        rewards: reward functions and their weights, e.g. ``{"synthetic": 1.0}``; names of the
+            registry or ``"module.path:function"``.
+        accuracy_reward: reward whose value >= 1 counts as a correct answer (logged as accuracy);
+            None disables the accuracy metric.
+        reward_on_error: ``"raise"`` (stop, naming the function and sample) or ``"zero"`` (score 0).
+        advantage: advantage estimator name (``grpo``).
+        scale_rewards: ``group`` / ``batch`` / ``none``: which std divides the centered rewards.
+        loss_type: ``grpo`` (per-sequence mean), ``bnpo``, ``dapo`` or ``dr_grpo``.
+        epsilon_low: lower clip range: the ratio is clipped below at 1 - epsilon_low.
+        epsilon_high: upper clip range: the ratio is clipped above at 1 + epsilon_high (DAPO uses 0.28).
+        beta: KL coefficient against the reference policy (0 = no reference is loaded).
+        kl_estimator: ``k3`` (default, TRL's; multiplied by the importance ratio), ``k1`` or ``k2``.
+        num_iterations: optimizer steps per rollout (mu); > 1 reuses the rollout with old log-probs.
+        token_budget: padded tokens per update micro-batch; bounds training memory for any B*G.
+        learning_rate: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        warmup_steps: linear learning-rate warmup in optimizer steps.
+        max_grad_norm: gradient clipping norm (0 disables).
+        eval_temperature: temperature of held-out evaluation (0 = greedy).
+        seed: base seed of the rollout random streams.
+    """
+
+    def __init__(
+        self,
+        model: str = "tiny",
+        dtype: str = "float32",
+        lora_r: int = 0,
+        lora_alpha: int = 16,
+        lora_dropout: float = 0.0,
+        lora_target_modules: str | list[str] = "all-linear",
+        group_size: int = 8,
+        sampler: SamplerConfig | None = None,
+        rewards: dict[str, float] | None = None,
+        accuracy_reward: str | None = "synthetic",
+        reward_on_error: str = "raise",
+        advantage: str = "grpo",
+        scale_rewards: str = "group",
+        loss_type: str = "grpo",
+        epsilon_low: float = 0.2,
+        epsilon_high: float = 0.2,
+        beta: float = 0.0,
+        kl_estimator: str = "k3",
+        num_iterations: int = 1,
+        token_budget: int = 4096,
+        learning_rate: float = 1e-4,
+        weight_decay: float = 0.0,
+        warmup_steps: int = 0,
+        max_grad_norm: float = 1.0,
+        eval_temperature: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        sampler = sampler or SamplerConfig()
+        rewards = dict(rewards) if rewards is not None else {"synthetic": 1.0}
+        # 1) validate everything a user can set, before loading anything
+        if not isinstance(group_size, int) or group_size < 2:
+            raise ValueError(f"group_size={group_size!r} must be an integer >= 2 (GRPO compares samples of a group)")
+        if num_iterations < 1:
+            raise ValueError(f"num_iterations={num_iterations} must be >= 1")
+        if token_budget < 1:
+            raise ValueError(f"token_budget={token_budget} must be >= 1")
+        if epsilon_low < 0 or epsilon_high < 0:
+            raise ValueError(f"epsilon_low={epsilon_low}, epsilon_high={epsilon_high} must be >= 0")
+        if beta < 0:
+            raise ValueError(f"beta={beta} must be >= 0")
+        if reward_on_error not in ("raise", "zero"):
+            raise ValueError(f"reward_on_error={reward_on_error!r}; valid: 'raise', 'zero'")
+        if accuracy_reward is not None and accuracy_reward not in rewards:
+            raise ValueError(f"accuracy_reward={accuracy_reward!r} must be one of rewards: {', '.join(rewards)}")
+        ADVANTAGES.check(advantage)
+        LOSS_TYPES.check(loss_type)
+        KL_ESTIMATORS.check(kl_estimator)
+        check_scale_rewards(scale_rewards)
+        check_dtype(dtype)
+        check_rewards(rewards)
+        self.save_hyperparameters()
+        self.automatic_optimization = False
+        # 2) load the policy, its tokenizer and (if needed) a frozen reference
+        self.tokenizer = load_tokenizer(model)
+        self.policy = load_policy(model, dtype, lora_r, lora_alpha, lora_dropout, lora_target_modules).train()
+        self._ref: list = [frozen_reference(self.policy)] if beta > 0 and lora_r == 0 else []
+        self.sampler = MicroGroupSampler(self.policy, self.tokenizer, sampler)
+        self.eval_sampler = MicroGroupSampler(
+            self.policy, self.tokenizer,
+            SamplerConfig(max_new_tokens=sampler.max_new_tokens, temperature=eval_temperature,
+                          stop_token_ids=sampler.stop_token_ids),
+        )
+        self.loss_cfg = LossConfig(
+            loss_type, epsilon_low, epsilon_high, beta, kl_estimator,
+            sampler.temperature if sampler.temperature > 0 else 1.0, sampler.max_new_tokens,
+        )
+        self.rewards = rewards
+        self.val_reward = MeanMetric()
+        self.val_accuracy = MeanMetric()
+        self._rollout: Rollouts | None = None
+        self._rollout_time = 0.0
+
+    @property
+    def ref_model(self) -> torch.nn.Module | None:
+        return self._ref[0] if self._ref else None
+
+    # -- rollout ----------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        if self.ref_model is not None:
+            self.ref_model.to(self.device)
+
+    def on_train_batch_start(self, batch: list[dict], batch_idx: int) -> None:
+        """Samples the group of every prompt of the batch before the optimization step."""
+        start = time.perf_counter()
+        seed = derive_seed(self.hparams.seed, self.sampler.calls)
+        self._rollout = self.sampler.sample([b["prompt_ids"] for b in batch], self.hparams.group_size, seed)
+        self._rollout_time = time.perf_counter() - start
+
+    def score(self, rollouts: Rollouts, metas: list[dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Rewards (N,) of the completions and each reward function's values."""
+        texts = self.tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
+        per_sample_meta = [metas[i] for i in rollouts.prompt_index]
+        return compute_rewards(self.rewards, texts, per_sample_meta, self.hparams.reward_on_error)
+
+    # -- update -----------------------------------------------------------------------------
+    def training_step(self, batch: list[dict], batch_idx: int) -> None:
+        hp = self.hparams
+        rollouts = self._rollout
+        assert rollouts is not None, "on_train_batch_start did not run"
+        start = time.perf_counter()
+        # 1) rewards and group advantages
+        rewards, parts = self.score(rollouts, [b["meta"] for b in batch])
+        advantages = ADVANTAGES.get(hp.advantage)(rewards, hp.group_size, hp.scale_rewards)
+        # 2) micro-batches within the token budget; frozen log-probs where needed
+        prompts = [rollouts.prompt_ids[i] for i in rollouts.prompt_index]
+        mbs = [mb.to(self.device) for mb in prepare_microbatches(
+            prompts, rollouts.completion_ids, hp.token_budget, self.sampler.pad_id)]
+        temp = self.loss_cfg.temperature
+        ref = frozen_logprobs(self.policy, mbs, temp, self.ref_model, reference=True) if hp.beta > 0 else None
+        old = frozen_logprobs(self.policy, mbs, temp) if hp.num_iterations > 1 else None
+        # 3) mu optimizer steps, each accumulating gradients over the micro-batches
+        opt = self.optimizers()
+        sched = self.lr_schedulers()
+        self.policy.train()
+        for _ in range(hp.num_iterations):
+            opt.zero_grad(set_to_none=True)
+            stats = accumulate_policy_gradients(self.policy, mbs, advantages, self.loss_cfg, self.manual_backward, old, ref)
+            if hp.max_grad_norm > 0:
+                self.clip_gradients(opt, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
+            opt.step()
+            sched.step()
+        update_time = time.perf_counter() - start
+        # 4) metrics
+        lengths = torch.tensor(rollouts.lengths, dtype=torch.float32)
+        metrics = {
+            "reward": rewards.mean(),
+            "reward_std": rewards.std(),
+            "completion_length": lengths.mean(),
+            "completion_length_max": lengths.max(),
+            "frac_reward_zero_std": zero_std_fraction(rewards, hp.group_size),
+            "time/rollout_s": self._rollout_time,
+            "time/update_s": update_time,
+            "rollout/decode_steps": float(rollouts.stats["decode_steps"]),
+            "rollout/slot_utilization": rollouts.stats["slot_utilization"],
+            "lr": sched.get_last_lr()[0],
+            **{k: v for k, v in stats.items()},
+        }
+        if hp.accuracy_reward is not None:
+            metrics["accuracy"] = (parts[hp.accuracy_reward] >= 1.0).float().mean()
+        for name, values in parts.items():
+            if len(parts) > 1:
+                metrics[f"rewards/{name}"] = values.mean()
+        bs = len(batch)
+        self.log_dict({f"train/{k}": float(v) for k, v in metrics.items()}, on_step=True, batch_size=bs)
+        self.log("reward", rewards.mean(), prog_bar=True, on_step=True, batch_size=bs, logger=False)
+        self._rollout = None
+
+    # -- evaluation -------------------------------------------------------------------------
+    def validation_step(self, batch: list[dict], batch_idx: int) -> None:
+        rollouts = self.eval_sampler.generate_one([b["prompt_ids"] for b in batch])
+        rewards, parts = self.score(rollouts, [b["meta"] for b in batch])
+        self.val_reward.update(rewards)
+        if self.hparams.accuracy_reward is not None:
+            self.val_accuracy.update((parts[self.hparams.accuracy_reward] >= 1.0).float())
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("val/reward", self.val_reward.compute(), prog_bar=False)
+        if self.hparams.accuracy_reward is not None:
+            self.log("val/accuracy", self.val_accuracy.compute(), prog_bar=True)
+        self.val_reward.reset()
+        self.val_accuracy.reset()
+
+    # -- optimization and checkpoints -------------------------------------------------------
+    def configure_optimizers(self) -> dict[str, Any]:
+        hp = self.hparams
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=hp.learning_rate, weight_decay=hp.weight_decay)
+        warm = max(hp.warmup_steps, 0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
+        return {"optimizer": opt, "lr_scheduler": sched}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["infgrpo_sampler"] = self.sampler.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "infgrpo_sampler" in checkpoint:
+            self.sampler.load_state_dict(checkpoint["infgrpo_sampler"])

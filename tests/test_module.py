@@ -1,0 +1,107 @@
+import lightning as L
+import pytest
+import torch
+
+from infgrpo import GRPOModule, SamplerConfig
+from infgrpo.data import PromptDataModule
+from infgrpo.rewards import RewardError
+
+SMALL = dict(group_size=4, sampler=SamplerConfig(num_slots=4, max_new_tokens=24), learning_rate=1e-3)
+
+
+def trainer(tmp_path, steps, **kw):
+    return L.Trainer(
+        max_steps=steps, accelerator="cpu", default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, limit_val_batches=0, **kw,
+    )
+
+
+def data(**kw):
+    return PromptDataModule(path="tiny", batch_size=2, eval_size=8, **kw)
+
+
+def boom(completions, metadata):
+    raise KeyError("answer")
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(group_size=1), "group_size=1 must be an integer >= 2"),
+        (dict(loss_type="ppo"), "loss_type='ppo' is not known; valid: bnpo, dapo, dr_grpo, grpo"),
+        (dict(advantage="rloo"), "advantage='rloo' is not known; valid: grpo"),
+        (dict(scale_rewards="std"), "scale_rewards='std' is not known"),
+        (dict(kl_estimator="k9"), "kl_estimator='k9' is not known"),
+        (dict(rewards={"gsm9k": 1.0}, accuracy_reward=None), "rewards: 'gsm9k' is not known"),
+        (dict(accuracy_reward="format"), "accuracy_reward='format' must be one of rewards: synthetic"),
+        (dict(num_iterations=0), "num_iterations=0 must be >= 1"),
+        (dict(dtype="float8"), "dtype='float8' is not known"),
+    ],
+)
+def test_bad_config_is_rejected_before_loading(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GRPOModule(**kwargs)
+
+
+def test_reference_policy_is_loaded_only_when_needed():
+    assert GRPOModule(beta=0.0).ref_model is None
+    full = GRPOModule(beta=0.04)
+    assert full.ref_model is not None and not any(p.requires_grad for p in full.ref_model.parameters())
+    assert "ref" not in " ".join(full.state_dict())  # the reference is not checkpointed
+    lora = GRPOModule(beta=0.04, lora_r=4)
+    assert lora.ref_model is None and hasattr(lora.policy, "disable_adapter")
+
+
+def test_training_steps_update_the_policy_and_log_metrics(tmp_path):
+    module = GRPOModule(**SMALL)
+    before = {k: v.clone() for k, v in module.policy.state_dict().items()}
+    t = trainer(tmp_path, 3)
+    t.fit(module, data())
+    assert t.global_step == 3
+    changed = [k for k, v in module.policy.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed
+    m = t.callback_metrics
+    for key in ("train/reward", "train/accuracy", "train/completion_length", "train/frac_reward_zero_std",
+                "train/clip_ratio", "train/kl", "time/rollout_s", "time/update_s"):
+        assert any(k.endswith(key) for k in m), key
+
+
+def test_num_iterations_takes_several_optimizer_steps_per_rollout(tmp_path):
+    module = GRPOModule(**SMALL, num_iterations=2, beta=0.04, epsilon_high=0.28)
+    t = trainer(tmp_path, 4)
+    t.fit(module, data())
+    assert t.global_step == 4 and module.sampler.calls == 2
+
+
+def test_reward_that_raises_stops_with_the_function_name(tmp_path):
+    module = GRPOModule(**SMALL, rewards={f"{__name__}:boom": 1.0}, accuracy_reward=None)
+    with pytest.raises(RewardError, match=r"reward 'tests.test_module:boom' raised KeyError"):
+        trainer(tmp_path, 1).fit(module, data())
+
+
+def test_prompt_longer_than_context_is_a_clear_error(tmp_path):
+    module = GRPOModule(group_size=2, sampler=SamplerConfig(max_new_tokens=250))
+    with pytest.raises(ValueError, match=r"max_new_tokens=250 it needs .* max_position_embeddings\) is 256"):
+        trainer(tmp_path, 1).fit(module, data())
+
+
+def test_resume_from_checkpoint_is_exact(tmp_path):
+    """2 + 2 steps with a checkpoint in between equal 4 uninterrupted steps, bit for bit."""
+    L.seed_everything(0)
+    straight = GRPOModule(**SMALL)
+    trainer(tmp_path / "a", 4).fit(straight, data())
+
+    L.seed_everything(0)
+    first = GRPOModule(**SMALL)
+    t = trainer(tmp_path / "b", 2)
+    t.fit(first, data())
+    ckpt = tmp_path / "b" / "mid.ckpt"
+    t.save_checkpoint(ckpt)
+
+    L.seed_everything(123)  # resuming must not depend on the global seed
+    resumed = GRPOModule(**SMALL)
+    t2 = trainer(tmp_path / "c", 4)
+    t2.fit(resumed, data(), ckpt_path=ckpt)
+    assert resumed.sampler.calls == 4
+    for (k, a), b in zip(straight.policy.state_dict().items(), resumed.policy.state_dict().values(), strict=True):
+        assert torch.equal(a, b), k
