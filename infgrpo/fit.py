@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 
+from jsonargparse import set_parsing_settings
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from infgrpo.checkpoint_io import AtomicCheckpointIO
@@ -22,14 +25,17 @@ from infgrpo.data import PromptDataModule
 from infgrpo.module import GRPOModule
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Field docstrings of config dataclasses (SamplerConfig) become --help text.
+set_parsing_settings(docstring_parse_attribute_docstrings=True)
+warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
 
 
-def default_loggers(root: str = "runs") -> list[dict]:
-    loggers = [{"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": root, "name": "grpo"}}]
+def default_loggers(root: str) -> list[Logger]:
+    """CSV logs under ``root/grpo/version_N``, and TensorBoard beside them when it is installed."""
+    csv = CSVLogger(save_dir=root, name="grpo")
+    loggers: list[Logger] = [csv]
     if importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX"):
-        loggers.append(
-            {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": root, "name": "grpo"}}
-        )
+        loggers.append(TensorBoardLogger(save_dir=root, name="grpo", version=csv.version))
     return loggers
 
 
@@ -41,6 +47,9 @@ class GRPOCLI(LightningCLI):
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="checkpoint to resume from")
 
     def instantiate_trainer(self, **kwargs):  # noqa: ANN003, ANN201
+        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        if config["trainer"].get("logger") in (None, True):
+            config["trainer"]["logger"] = default_loggers(config["trainer"].get("default_root_dir") or "runs")
         trainer = super().instantiate_trainer(**kwargs)
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
@@ -54,7 +63,7 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         run=False,
         args=args,
         save_config_kwargs={"overwrite": True},
-        trainer_defaults={"logger": default_loggers(), "num_sanity_val_steps": 0},
+        trainer_defaults={"num_sanity_val_steps": 0},
     )
     cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
     return cli

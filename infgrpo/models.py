@@ -42,8 +42,11 @@ def load_policy(
         from peft import LoraConfig, get_peft_model
 
         cfg = LoraConfig(
-            r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
-            target_modules=lora_target_modules, task_type="CAUSAL_LM",
+            r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_dropout=lora_dropout,
+            target_modules=lora_target_modules,
+            task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, cfg)
     return model

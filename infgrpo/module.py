@@ -15,6 +15,7 @@ optimizer steps, each accumulating gradients over micro-batches bounded by ``tok
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -75,7 +76,7 @@ class GRPOModule(L.LightningModule):
         lora_dropout: float = 0.0,
         lora_target_modules: str | list[str] = "all-linear",
         group_size: int = 8,
-        sampler: SamplerConfig | None = None,
+        sampler: SamplerConfig = SamplerConfig(),  # noqa: B008 - copied below; a dataclass gives nested CLI flags
         rewards: dict[str, float] | None = None,
         accuracy_reward: str | None = "synthetic",
         reward_on_error: str = "raise",
@@ -96,7 +97,7 @@ class GRPOModule(L.LightningModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        sampler = sampler or SamplerConfig()
+        sampler = SamplerConfig(**sampler) if isinstance(sampler, dict) else dataclasses.replace(sampler)
         rewards = dict(rewards) if rewards is not None else {"synthetic": 1.0}
         # 1) validate everything a user can set, before loading anything
         if not isinstance(group_size, int) or group_size < 2:
@@ -119,7 +120,9 @@ class GRPOModule(L.LightningModule):
         check_scale_rewards(scale_rewards)
         check_dtype(dtype)
         check_rewards(rewards)
-        self.save_hyperparameters()
+        # plain types only, so checkpoints load with torch.load(weights_only=True)
+        self.save_hyperparameters(ignore=["sampler"])
+        self.hparams["sampler"] = dataclasses.asdict(sampler)
         self.automatic_optimization = False
         # 2) load the policy, its tokenizer and (if needed) a frozen reference
         self.tokenizer = load_tokenizer(model)
@@ -127,13 +130,22 @@ class GRPOModule(L.LightningModule):
         self._ref: list = [frozen_reference(self.policy)] if beta > 0 and lora_r == 0 else []
         self.sampler = MicroGroupSampler(self.policy, self.tokenizer, sampler)
         self.eval_sampler = MicroGroupSampler(
-            self.policy, self.tokenizer,
-            SamplerConfig(max_new_tokens=sampler.max_new_tokens, temperature=eval_temperature,
-                          stop_token_ids=sampler.stop_token_ids),
+            self.policy,
+            self.tokenizer,
+            SamplerConfig(
+                max_new_tokens=sampler.max_new_tokens,
+                temperature=eval_temperature,
+                stop_token_ids=sampler.stop_token_ids,
+            ),
         )
         self.loss_cfg = LossConfig(
-            loss_type, epsilon_low, epsilon_high, beta, kl_estimator,
-            sampler.temperature if sampler.temperature > 0 else 1.0, sampler.max_new_tokens,
+            loss_type,
+            epsilon_low,
+            epsilon_high,
+            beta,
+            kl_estimator,
+            sampler.temperature if sampler.temperature > 0 else 1.0,
+            sampler.max_new_tokens,
         )
         self.rewards = rewards
         self.val_reward = MeanMetric()
@@ -174,8 +186,10 @@ class GRPOModule(L.LightningModule):
         advantages = ADVANTAGES.get(hp.advantage)(rewards, hp.group_size, hp.scale_rewards)
         # 2) micro-batches within the token budget; frozen log-probs where needed
         prompts = [rollouts.prompt_ids[i] for i in rollouts.prompt_index]
-        mbs = [mb.to(self.device) for mb in prepare_microbatches(
-            prompts, rollouts.completion_ids, hp.token_budget, self.sampler.pad_id)]
+        mbs = [
+            mb.to(self.device)
+            for mb in prepare_microbatches(prompts, rollouts.completion_ids, hp.token_budget, self.sampler.pad_id)
+        ]
         temp = self.loss_cfg.temperature
         ref = frozen_logprobs(self.policy, mbs, temp, self.ref_model, reference=True) if hp.beta > 0 else None
         old = frozen_logprobs(self.policy, mbs, temp) if hp.num_iterations > 1 else None
@@ -185,7 +199,9 @@ class GRPOModule(L.LightningModule):
         self.policy.train()
         for _ in range(hp.num_iterations):
             opt.zero_grad(set_to_none=True)
-            stats = accumulate_policy_gradients(self.policy, mbs, advantages, self.loss_cfg, self.manual_backward, old, ref)
+            stats = accumulate_policy_gradients(
+                self.policy, mbs, advantages, self.loss_cfg, self.manual_backward, old, ref
+            )
             if hp.max_grad_norm > 0:
                 self.clip_gradients(opt, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()

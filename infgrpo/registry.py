@@ -1,11 +1,11 @@
 """A tiny name -> callable registry, so algorithms are chosen by name from YAML.
 
-    LOSSES = Registry("loss_type")
+LOSSES = Registry("loss_type")
 
-    @LOSSES.register("grpo")
-    def grpo_loss(...): ...
+@LOSSES.register("grpo")
+def grpo_loss(...): ...
 
-    LOSSES.get("grpo")      # unknown names raise a ValueError naming the field and valid names
+LOSSES.get("grpo")      # unknown names raise a ValueError naming the field and valid names
 """
 
 from __future__ import annotations

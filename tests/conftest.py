@@ -26,8 +26,15 @@ def random_model(arch: str, dtype: torch.dtype = torch.float32, vocab: int = 103
     """A freshly initialized tiny model of the given architecture (eos id 2, pad id 0)."""
     torch.manual_seed(seed)
     common = dict(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, eos_token_id=2, pad_token_id=0,
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        eos_token_id=2,
+        pad_token_id=0,
     )
     if arch == "qwen3":
         model = Qwen3ForCausalLM(Qwen3Config(head_dim=16, **common))

@@ -9,37 +9,71 @@ from infgrpo.fit import main
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
-QUICK = ["--trainer.max_steps", "2", "--model.group_size", "2", "--model.sampler.max_new_tokens", "16",
-         "--data.eval_size", "8", "--trainer.val_check_interval", "2"]
+QUICK = [
+    "--trainer.max_steps",
+    "2",
+    "--model.group_size",
+    "2",
+    "--model.sampler.max_new_tokens",
+    "16",
+    "--data.eval_size",
+    "8",
+    "--trainer.log_every_n_steps",
+    "1",
+    "--trainer.val_check_interval",
+    "2",
+]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
 def test_every_config_parses_and_runs_two_steps(config, tmp_path):
-    cli = main(["--config", str(config), "--trainer.default_root_dir", str(tmp_path),
-                "--trainer.logger.init_args.save_dir", str(tmp_path), *QUICK])
+    cli = main(
+        [
+            "--config",
+            str(config),
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            *QUICK,
+        ]
+    )
     assert cli.trainer.global_step == 2
 
 
 def test_overrides_logs_checkpoints_and_repeated_runs(tmp_path):
-    args = ["--config", str(ROOT / "configs" / "tiny.yaml"), "--trainer.default_root_dir", str(tmp_path),
-            "--trainer.logger.init_args.save_dir", str(tmp_path), *QUICK]
+    args = [
+        "--config",
+        str(ROOT / "configs" / "tiny.yaml"),
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        *QUICK,
+    ]
     first = main(args)
     second = main(args)  # same folder again: a new version, no failure
     assert first.model.hparams.group_size == 2 and first.model.sampler.config.max_new_tokens == 16
     logs = sorted(tmp_path.glob("grpo/version_*/metrics.csv"))
     assert len(logs) == 2
+    assert len(list(tmp_path.glob("grpo/version_*/events.out.tfevents.*"))) == 2  # TensorBoard beside CSV
     rows = list(csv.DictReader(logs[0].open()))
     assert any(r.get("train/reward") for r in rows) and any(r.get("val/accuracy") for r in rows)
     ckpts = list(Path(second.trainer.checkpoint_callback.dirpath).glob("*.ckpt"))
     assert ckpts
-    resumed = main([*args[:-2], "--trainer.val_check_interval", "2", "--trainer.max_steps", "4",
-                    "--ckpt_path", str(ckpts[0])])
+    resumed = main(
+        [*args[:-2], "--trainer.val_check_interval", "2", "--trainer.max_steps", "4", "--ckpt_path", str(ckpts[0])]
+    )
     assert resumed.trainer.global_step == 4 and resumed.model.sampler.calls == 4
 
 
 def test_help_documents_every_field():
-    out = subprocess.run([sys.executable, "-m", "infgrpo.fit", "--help"], capture_output=True, text=True,
-                         cwd=ROOT, check=True).stdout
-    for text in ("--model.group_size", "completions sampled per prompt", "--model.sampler.num_slots",
-                 "Sequences decoded at once", "--model.loss_type", "--data.batch_size", "--ckpt_path"):
+    out = subprocess.run(
+        [sys.executable, "-m", "infgrpo.fit", "--help"], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout
+    for text in (
+        "--model.group_size",
+        "completions sampled per prompt",
+        "--model.sampler.num_slots",
+        "Sequences decoded at once",
+        "--model.loss_type",
+        "--data.batch_size",
+        "--ckpt_path",
+    ):
         assert text in out, text

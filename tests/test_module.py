@@ -11,8 +11,14 @@ SMALL = dict(group_size=4, sampler=SamplerConfig(num_slots=4, max_new_tokens=24)
 
 def trainer(tmp_path, steps, **kw):
     return L.Trainer(
-        max_steps=steps, accelerator="cpu", default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, limit_val_batches=0, **kw,
+        max_steps=steps,
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        **kw,
     )
 
 
@@ -61,8 +67,16 @@ def test_training_steps_update_the_policy_and_log_metrics(tmp_path):
     changed = [k for k, v in module.policy.state_dict().items() if not torch.equal(v, before[k])]
     assert changed
     m = t.callback_metrics
-    for key in ("train/reward", "train/accuracy", "train/completion_length", "train/frac_reward_zero_std",
-                "train/clip_ratio", "train/kl", "time/rollout_s", "time/update_s"):
+    for key in (
+        "train/reward",
+        "train/accuracy",
+        "train/completion_length",
+        "train/frac_reward_zero_std",
+        "train/clip_ratio",
+        "train/kl",
+        "time/rollout_s",
+        "time/update_s",
+    ):
         assert any(k.endswith(key) for k in m), key
 
 
@@ -81,7 +95,7 @@ def test_reward_that_raises_stops_with_the_function_name(tmp_path):
 
 def test_prompt_longer_than_context_is_a_clear_error(tmp_path):
     module = GRPOModule(group_size=2, sampler=SamplerConfig(max_new_tokens=250))
-    with pytest.raises(ValueError, match=r"max_new_tokens=250 it needs .* max_position_embeddings\) is 256"):
+    with pytest.raises(ValueError, match=r"max_new_tokens=250 it needs .* \(max_position_embeddings\) is 256"):
         trainer(tmp_path, 1).fit(module, data())
 
 

@@ -95,8 +95,6 @@ def aggregate_dr_grpo(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNor
     return (per_token * mask).sum() / (norm.num_sequences * norm.max_completion_length)
 
 
-def policy_loss(
-    loss_type: str, per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm
-) -> torch.Tensor:
+def policy_loss(loss_type: str, per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) -> torch.Tensor:
     """Scalar loss of one (micro-)batch: ``per_token`` and ``mask`` (N, T), float mask."""
     return LOSS_TYPES.get(loss_type)(per_token, mask.to(per_token.dtype), norm)

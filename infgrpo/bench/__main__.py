@@ -1,6 +1,6 @@
 """Run a benchmark by name: ``python -m infgrpo.bench <name> [options]``.
 
-    python -m infgrpo.bench train-tiny --json benchmarks/train_tiny.json
+python -m infgrpo.bench train-tiny --json benchmarks/train_tiny.json
 """
 
 from __future__ import annotations

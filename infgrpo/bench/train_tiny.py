@@ -56,8 +56,10 @@ def main(argv: list[str] | None = None) -> dict:
         "cpu_threads": os.cpu_count(),
     }
     print("\n| metric | before | after |\n|---|---|---|")
-    print(f"| held-out accuracy (greedy, {len(data.eval_items)} prompts) | {before['accuracy']:.3f} "
-          f"| {after['accuracy']:.3f} |")
+    print(
+        f"| held-out accuracy (greedy, {len(data.eval_items)} prompts) | {before['accuracy']:.3f} "
+        f"| {after['accuracy']:.3f} |"
+    )
     print(f"| mean completion length | {before['completion_length']:.1f} | {after['completion_length']:.1f} |")
     print(f"\nfit wall time: {wall:.0f} s for {cli.trainer.max_steps} steps")
     if args.json:

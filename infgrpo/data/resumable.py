@@ -23,18 +23,24 @@ class ResumableBatchSampler(Sampler[list[int]]):
         if num_items < batch_size:
             raise ValueError(f"the dataset has {num_items} rows, fewer than batch_size={batch_size}")
         self.num_items, self.batch_size, self.seed, self.shuffle = num_items, batch_size, seed, shuffle
-        self.epoch = 0
-        self.consumed = 0  # batches of `epoch` handed to training
+        self.epoch = -1  # the epoch being iterated (-1 before the first)
+        self.consumed = 0  # batches of `epoch` that training used
+        self._resume: tuple[int, int] | None = None
 
     def __len__(self) -> int:
         return self.num_items // self.batch_size
 
     def __iter__(self) -> Iterator[list[int]]:
-        if self.consumed >= len(self):  # the previous epoch finished: start the next one
-            self.epoch, self.consumed = self.epoch + 1, 0
-        skip = self.consumed
+        if self._resume is not None:
+            (self.epoch, skip), self._resume = self._resume, None
+        else:
+            self.epoch, skip = self.epoch + 1, 0
+        if skip >= len(self):  # the checkpoint was taken at the end of an epoch
+            self.epoch, skip = self.epoch + 1, 0
+        self.consumed = skip
         if self.shuffle:
-            order = torch.randperm(self.num_items, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+            gen = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.num_items, generator=gen)
         else:
             order = torch.arange(self.num_items)
         for b in range(skip, len(self)):
@@ -45,7 +51,10 @@ class ResumableBatchSampler(Sampler[list[int]]):
         self.consumed += 1
 
     def state_dict(self) -> dict[str, int]:
+        if self.epoch < 0:
+            return {"epoch": 0, "consumed": 0, "seed": self.seed}
         return {"epoch": self.epoch, "consumed": self.consumed, "seed": self.seed}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.consumed = int(state["epoch"]), int(state["consumed"])
+        """The next iteration continues epoch ``state["epoch"]`` after its consumed batches."""
+        self._resume = (int(state["epoch"]), int(state["consumed"]))

@@ -52,8 +52,7 @@ def resolve_reward(name: str) -> RewardFn:
             raise ValueError(f"rewards: {name!r} is not callable")
         return fn
     raise ValueError(
-        f"rewards: {name!r} is not known; valid: {', '.join(REWARDS.names())} "
-        "or an importable 'module.path:function'"
+        f"rewards: {name!r} is not known; valid: {', '.join(REWARDS.names())} or an importable 'module.path:function'"
     )
 
 

@@ -126,9 +126,7 @@ def decode_group(
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
             res = model.generate(torch.tensor([prompt] * n, device=device), **kw)
-        ids, lps, reasons, steps = split_completions(
-            res.sequences[:, len(prompt) :], res.logits, stop_ids, temperature
-        )
+        ids, lps, reasons, steps = split_completions(res.sequences[:, len(prompt) :], res.logits, stop_ids, temperature)
         out.completion_ids += ids
         out.logprobs += lps
         out.finish_reasons += reasons
@@ -140,9 +138,7 @@ def decode_group(
 
 
 @torch.no_grad()
-def generate_batch(
-    model: PreTrainedModel, prompts: list[list[int]], gen_kwargs: dict, pad_id: int
-) -> GroupOutput:
+def generate_batch(model: PreTrainedModel, prompts: list[list[int]], gen_kwargs: dict, pad_id: int) -> GroupOutput:
     """One completion per prompt for many prompts at once (left-padded), e.g. greedy evaluation."""
     device = model.device
     width = max(len(p) for p in prompts)

@@ -16,7 +16,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from infgrpo.sampler.config import SamplerConfig
-from infgrpo.sampler.hf_generate import GroupOutput, decode_group, generation_kwargs, generate_batch
+from infgrpo.sampler.hf_generate import GroupOutput, decode_group, generate_batch, generation_kwargs
 from infgrpo.sampler.rollouts import Rollouts
 
 

@@ -50,7 +50,10 @@ def reference_context(model: PreTrainedModel, ref_model: PreTrainedModel | None)
 
 @torch.no_grad()
 def frozen_logprobs(
-    model: PreTrainedModel, mbs: list[MicroBatch], temperature: float, ref_model: PreTrainedModel | None = None,
+    model: PreTrainedModel,
+    mbs: list[MicroBatch],
+    temperature: float,
+    ref_model: PreTrainedModel | None = None,
     reference: bool = False,
 ) -> list[torch.Tensor]:
     """Log-probs per micro-batch without gradients: the policy's (old) or the reference's."""
@@ -88,8 +91,14 @@ def accumulate_policy_gradients(
         old = old_logps[k] if old_logps is not None else logp.detach()
         ref = ref_logps[k] if ref_logps is not None else None
         terms = clipped_surrogate(
-            logp, old, advantages[mb.rows].to(device=device, dtype=logp.dtype),
-            cfg.epsilon_low, cfg.epsilon_high, cfg.beta, ref, cfg.kl_estimator,
+            logp,
+            old,
+            advantages[mb.rows].to(device=device, dtype=logp.dtype),
+            cfg.epsilon_low,
+            cfg.epsilon_high,
+            cfg.beta,
+            ref,
+            cfg.kl_estimator,
         )
         mask = mb.completion_mask.to(device=device, dtype=logp.dtype)
         loss = policy_loss(cfg.loss_type, terms.loss, mask, norm)

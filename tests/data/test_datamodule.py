@@ -47,8 +47,7 @@ def test_long_prompts_are_reported_never_truncated(tmp_path):
     dm = PromptDataModule(path=str(tmp_path), eval_split=None, batch_size=1, max_prompt_length=40)
     with pytest.raises(ValueError, match=r"2 of 4 prompts .* longer than data.max_prompt_length=40 .*row 1"):
         dm.setup("fit")
-    dm = PromptDataModule(path=str(tmp_path), eval_split=None, batch_size=1, max_prompt_length=40,
-                          long_prompts="skip")
+    dm = PromptDataModule(path=str(tmp_path), eval_split=None, batch_size=1, max_prompt_length=40, long_prompts="skip")
     dm.setup("fit")
     assert len(dm.train_items) == 2
 

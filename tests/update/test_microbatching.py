@@ -1,8 +1,13 @@
 import pytest
 import torch
 
-from infgrpo.update import LossConfig, accumulate_policy_gradients, frozen_logprobs, pack_by_token_budget
-from infgrpo.update import prepare_microbatches
+from infgrpo.update import (
+    LossConfig,
+    accumulate_policy_gradients,
+    frozen_logprobs,
+    pack_by_token_budget,
+    prepare_microbatches,
+)
 from tests.conftest import random_model
 
 
@@ -18,10 +23,12 @@ def test_pack_respects_budget_and_covers_every_row():
 
 def _rollout(seed=0, n=12):
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(3, 100, (int(torch.randint(1, 8, (1,), generator=g)),), generator=g).tolist()
-               for _ in range(n)]
-    comps = [torch.randint(3, 100, (int(torch.randint(1, 15, (1,), generator=g)),), generator=g).tolist()
-             for _ in range(n)]
+    prompts = [
+        torch.randint(3, 100, (int(torch.randint(1, 8, (1,), generator=g)),), generator=g).tolist() for _ in range(n)
+    ]
+    comps = [
+        torch.randint(3, 100, (int(torch.randint(1, 15, (1,), generator=g)),), generator=g).tolist() for _ in range(n)
+    ]
     adv = torch.randn(n, generator=g, dtype=torch.float64)
     return prompts, comps, adv
 
