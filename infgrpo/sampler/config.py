@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DECODERS = ("micro_groups", "hf_micro", "hf_full")
+DECODERS = ("engine", "micro_groups", "hf_micro", "hf_full")
 REFILL_POLICIES = ("fifo",)
 PLANNERS = ("none",)
 
@@ -19,8 +19,9 @@ class SamplerConfig:
     """
 
     num_slots: int = 8
-    """Sequences decoded at once (the micro-group size). Peak rollout memory grows with it; fewer
-    slots cost more decode steps. Must be >= 1."""
+    """Sequences decoded at once (the KV slot pool; the micro-group size of the HF decoders). Peak
+    rollout memory grows with it, not with the group size; fewer slots cost more decode steps.
+    Must be >= 1."""
     max_new_tokens: int = 128
     """Most tokens generated per completion (> 0); longer completions end with reason 'length'."""
     temperature: float = 1.0
@@ -31,10 +32,11 @@ class SamplerConfig:
     """Nucleus sampling: keep the smallest set of tokens with this much probability (0 < top_p <= 1)."""
     stop_token_ids: list[int] = field(default_factory=list)
     """Extra token ids that end a completion, besides the tokenizer's EOS."""
-    decoder: str = "micro_groups"
-    """'micro_groups' (prompt prefilled once, micro-groups of num_slots decoded round by round),
-    'hf_micro' (baseline: HF generate round by round, prompt prefilled every round) or 'hf_full'
-    (baseline: HF generate over the whole group at once; memory grows with the group size)."""
+    decoder: str = "engine"
+    """'engine' (slot pool: prompt prefilled once, finished slots refilled at once), 'micro_groups'
+    (HF generate round by round over one prefilled prompt cache), 'hf_micro' (baseline: HF generate
+    round by round, prompt prefilled every round) or 'hf_full' (baseline: HF generate over the whole
+    group at once; memory grows with the group size)."""
     refill: str = "fifo"
     """Which pending sequence takes a free slot. Valid now: 'fifo'."""
     planner: str = "none"

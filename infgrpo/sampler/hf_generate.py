@@ -135,20 +135,3 @@ def decode_group(
         out.peak_tokens_held = max(out.peak_tokens_held, n * (len(prompt) + steps))
         done += n
     return out
-
-
-@torch.no_grad()
-def generate_batch(model: PreTrainedModel, prompts: list[list[int]], gen_kwargs: dict, pad_id: int) -> GroupOutput:
-    """One completion per prompt for many prompts at once (left-padded), e.g. greedy evaluation."""
-    device = model.device
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, device=device)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p) :] = torch.tensor(p, device=device)
-        mask[i, width - len(p) :] = 1
-    res = model.generate(ids, attention_mask=mask, **gen_kwargs)
-    temperature = gen_kwargs.get("temperature") or 0.0
-    c, lp, r, steps = split_completions(res.sequences[:, width:], res.logits, gen_kwargs["eos_token_id"], temperature)
-    n = len(prompts)
-    return GroupOutput(c, lp, r, steps, int(mask.sum()), n * steps, n * (width + steps))

@@ -16,17 +16,16 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from infgrpo.sampler.config import SamplerConfig
-from infgrpo.sampler.hf_generate import GroupOutput, decode_group, generate_batch, generation_kwargs
+from infgrpo.sampler.engine import Engine
+from infgrpo.sampler.hf_generate import GroupOutput, decode_group, generation_kwargs
 from infgrpo.sampler.rollouts import Rollouts
+from infgrpo.sampler.slot_pool import kv_shape
 
 
 def kv_bytes_per_token(model: PreTrainedModel) -> int:
     """Bytes of K and V for one token position over all layers of ``model``."""
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    dtype_size = torch.finfo(model.dtype).bits // 8
-    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * dtype_size
+    layers, kv_heads, head_dim = kv_shape(model.config)
+    return 2 * layers * kv_heads * head_dim * (torch.finfo(model.dtype).bits // 8)
 
 
 def max_positions(model: PreTrainedModel) -> int | None:
@@ -86,14 +85,72 @@ class MicroGroupSampler:
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
+        try:
+            if cfg.decoder == "engine":
+                rollouts = self._sample_engine(prompt_ids, group_size, seed, cfg.num_slots)
+            else:
+                rollouts = self._sample_hf(prompt_ids, group_size, seed)
+        finally:
+            self.model.train(was_training)
+        self.calls += 1
+        rollouts.stats["wall_time_s"] = wall = time.perf_counter() - start
+        rollouts.stats["tokens_per_s"] = rollouts.stats["generated_tokens"] / wall if wall > 0 else 0.0
+        if torch.cuda.is_available():
+            rollouts.stats["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
+        return rollouts
+
+    @torch.no_grad()
+    def generate_one(self, prompt_ids: list[list[int]], batch_size: int = 128) -> Rollouts:
+        """One completion per prompt, ``batch_size`` slots at once (evaluation, e.g. greedy)."""
+        self.check_prompts(prompt_ids)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self._sample_engine(prompt_ids, 1, 0, batch_size)
+        finally:
+            self.model.train(was_training)
+
+    def _sample_engine(self, prompt_ids: list[list[int]], group_size: int, seed: int, num_slots: int) -> Rollouts:
+        cfg = self.config
+        engine = Engine(
+            self.model,
+            num_slots,
+            cfg.max_new_tokens,
+            self.stop_ids,
+            self.pad_id,
+            cfg.temperature,
+            cfg.top_k,
+            cfg.top_p,
+            cfg.refill,
+        )
+        seqs, st = engine.run(prompt_ids, group_size, seed)
+        rollouts = Rollouts(
+            prompt_ids=[list(p) for p in prompt_ids],
+            group_size=group_size,
+            completion_ids=[s.token_ids for s in seqs],
+            logprobs=[torch.tensor(s.logprobs) for s in seqs],
+            finish_reasons=[s.finish_reason for s in seqs],
+        )
+        slots = min(num_slots, len(seqs))
+        rollouts.stats = {
+            "decode_steps": st.decode_steps,
+            "prefill_tokens": st.prefill_tokens,
+            "generated_tokens": sum(rollouts.lengths),
+            "slot_utilization": st.busy_slot_steps / (slots * st.decode_steps) if st.decode_steps else 1.0,
+            "kv_bytes_peak": st.pool_bytes + st.prompt_kv_bytes_peak,
+            "num_slots": slots,
+            "timeline": st.timeline,
+        }
+        return rollouts
+
+    def _sample_hf(self, prompt_ids: list[list[int]], group_size: int, seed: int) -> Rollouts:
+        cfg = self.config
         kw = generation_kwargs(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p, self.stop_ids, self.pad_id)
         slots = group_size if cfg.decoder == "hf_full" else cfg.num_slots
         groups: list[GroupOutput] = [
             decode_group(self.model, p, group_size, slots, seed, i, kw, prefill_once=cfg.decoder == "micro_groups")
             for i, p in enumerate(prompt_ids)
         ]
-        self.model.train(was_training)
-        self.calls += 1
         rollouts = Rollouts(
             prompt_ids=[list(p) for p in prompt_ids],
             group_size=group_size,
@@ -101,48 +158,16 @@ class MicroGroupSampler:
             logprobs=[lp for g in groups for lp in g.logprobs],
             finish_reasons=[r for g in groups for r in g.finish_reasons],
         )
-        rollouts.stats = self._stats(groups, rollouts, time.perf_counter() - start)
-        return rollouts
-
-    @torch.no_grad()
-    def generate_one(self, prompt_ids: list[list[int]], batch_size: int = 128) -> Rollouts:
-        """One completion per prompt, many prompts per batch (for evaluation, e.g. greedy)."""
-        self.check_prompts(prompt_ids)
-        cfg = self.config
-        kw = generation_kwargs(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p, self.stop_ids, self.pad_id)
-        was_training = self.model.training
-        self.model.eval()
-        start = time.perf_counter()
-        groups = [
-            generate_batch(self.model, prompt_ids[i : i + batch_size], kw, self.pad_id)
-            for i in range(0, len(prompt_ids), batch_size)
-        ]
-        self.model.train(was_training)
-        rollouts = Rollouts(
-            prompt_ids=[list(p) for p in prompt_ids],
-            group_size=1,
-            completion_ids=[c for g in groups for c in g.completion_ids],
-            logprobs=[lp for g in groups for lp in g.logprobs],
-            finish_reasons=[r for g in groups for r in g.finish_reasons],
-        )
-        rollouts.stats = self._stats(groups, rollouts, time.perf_counter() - start)
-        return rollouts
-
-    def _stats(self, groups: list[GroupOutput], rollouts: Rollouts, wall: float) -> dict[str, Any]:
-        generated = sum(rollouts.lengths)
         slot_steps = sum(g.slot_steps for g in groups)
-        stats: dict[str, Any] = {
+        rollouts.stats = {
             "decode_steps": sum(g.decode_steps for g in groups),
             "prefill_tokens": sum(g.prefill_tokens for g in groups),
-            "generated_tokens": generated,
-            "slot_utilization": generated / slot_steps if slot_steps else 0.0,
+            "generated_tokens": sum(rollouts.lengths),
+            "slot_utilization": sum(rollouts.lengths) / slot_steps if slot_steps else 1.0,
             "kv_bytes_peak": max(g.peak_tokens_held for g in groups) * kv_bytes_per_token(self.model),
-            "wall_time_s": wall,
-            "tokens_per_s": generated / wall if wall > 0 else 0.0,
+            "num_slots": min(slots, group_size),
         }
-        if torch.cuda.is_available():
-            stats["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
-        return stats
+        return rollouts
 
     # -- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

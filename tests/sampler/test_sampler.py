@@ -8,7 +8,7 @@ from tests.conftest import random_model
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
-@pytest.mark.parametrize("decoder", ["micro_groups", "hf_micro"])
+@pytest.mark.parametrize("decoder", ["engine", "micro_groups", "hf_micro"])
 def test_greedy_matches_hf_generate(arch, decoder):
     model = random_model(arch, torch.float64)
     prompts = [[5, 9, 11, 40], [7], [3, 30, 31, 32, 33, 34, 35]]
@@ -78,9 +78,9 @@ def test_group_larger_than_pool_and_pool_larger_than_group(tiny_model, tokenizer
     big = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(num_slots=64, max_new_tokens=20))
     a, b = small.sample(prompts, 5, seed=0), big.sample(prompts, 5, seed=0)
     assert len(a) == len(b) == 15
-    # the pool bounds the KV held: 2 slots hold at most 2 sequences of prompt + max_new_tokens
+    # the pool bounds the KV held: 2 slots of prompt + max_new_tokens, plus one prompt's prefix
     per_slot = (max(map(len, prompts)) + 20) * kv_bytes_per_token(tiny_model)
-    assert a.stats["kv_bytes_peak"] <= 2 * per_slot < b.stats["kv_bytes_peak"]
+    assert a.stats["kv_bytes_peak"] <= 3 * per_slot < b.stats["kv_bytes_peak"]
     assert 0 < a.stats["slot_utilization"] <= 1
 
 
@@ -99,7 +99,7 @@ def test_prompt_longer_than_context_is_a_clear_error(tiny_model, tokenizer):
         ("max_new_tokens", 0, "max_new_tokens=0 must be an integer > 0"),
         ("top_p", 0.0, r"top_p=0.0 must be in \(0, 1\]"),
         ("temperature", -1.0, "temperature=-1.0 must be >= 0"),
-        ("decoder", "vllm", "decoder='vllm' is not known; valid: micro_groups, hf_micro, hf_full"),
+        ("decoder", "vllm", "decoder='vllm' is not known; valid: engine, micro_groups, hf_micro, hf_full"),
         ("refill", "sjf", "refill='sjf' is not known; valid: fifo"),
     ],
 )

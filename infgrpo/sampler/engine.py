@@ -1,0 +1,199 @@
+"""Engine: decodes many sequences over a fixed slot pool with continuous refill.
+
+    engine = Engine(model, num_slots=16, max_new_tokens=256, stop_ids=[eos], temperature=1.0)
+    finished = engine.run(prompts, group_size=64, seed=0)
+
+One step reads like a sentence::
+
+    self.admit()                        # refill every free slot from the waiting queue
+    logits = self.decode_step()         # one batched forward over the pool
+    self.postprocess(logits)            # sample, append, finish, free slots
+
+Each prompt is prefilled **once** (its K/V kept while some of its samples still wait) and copied
+into every slot that runs one of its samples; the prompt's last logits give each sample its first
+token, so a sample costs no prefill of its own. Micro sampling groups are the special case of a
+pool smaller than the group; groups of several prompts interleave in the pool.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedModel
+
+from infgrpo.sampler.hf_generate import derive_seed
+from infgrpo.sampler.refill import REFILL_POLICIES
+from infgrpo.sampler.sampling import sample_tokens
+from infgrpo.sampler.sequence import Sequence, SequenceStatus
+from infgrpo.sampler.slot_pool import SlotPool
+
+
+@dataclass
+class PromptState:
+    """A prefilled prompt: per-layer K/V (kv_heads, L, head_dim), its last logits (V,), samples left."""
+
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    last_logits: torch.Tensor
+    waiting: int
+
+
+@dataclass
+class EngineStats:
+    decode_steps: int = 0
+    prefill_tokens: int = 0
+    busy_slot_steps: int = 0
+    pool_bytes: int = 0
+    prompt_kv_bytes_peak: int = 0
+    timeline: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    """(slot, prompt_idx, sample_idx, start_step, end_step) of every sequence."""
+
+
+class Engine:
+    """Slot-pool decoder for one HF causal LM; see the module docstring."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        num_slots: int,
+        max_new_tokens: int,
+        stop_ids: list[int],
+        pad_id: int,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        refill: str = "fifo",
+    ) -> None:
+        self.model = model
+        self.num_slots, self.max_new_tokens = num_slots, max_new_tokens
+        self.stop_ids = set(stop_ids)
+        self.pad_id = pad_id
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.pick = REFILL_POLICIES.get(refill)
+        self.device = next(model.parameters()).device
+
+    # -- public -----------------------------------------------------------------------------
+    @torch.no_grad()
+    def run(self, prompts: list[list[int]], group_size: int, seed: int) -> tuple[list[Sequence], EngineStats]:
+        """Decodes ``group_size`` samples of each prompt; returns them prompt-major, and stats."""
+        # 1) the waiting queue (prompt-major), each sequence with its own random stream
+        seqs = [Sequence(p, j) for p in range(len(prompts)) for j in range(group_size)]
+        gen_device = self.device if self.device.type == "cuda" else torch.device("cpu")
+        for s in seqs:
+            s.generator = torch.Generator(device=gen_device).manual_seed(derive_seed(seed, s.prompt_idx, s.sample_idx))
+        self.prompts = prompts
+        self.waiting: deque[Sequence] = deque(seqs)
+        self.running: dict[int, Sequence] = {}
+        self.prefilled: dict[int, PromptState] = {}
+        self.remaining = [group_size] * len(prompts)
+        # 2) a pool no larger than the work, each slot long enough for any prompt + completion
+        slots = min(self.num_slots, len(seqs))
+        max_len = max(map(len, prompts)) + self.max_new_tokens
+        self.pool = SlotPool(self.model.config, slots, max_len, self.kv_dtype(), self.device)
+        self.stats = EngineStats(pool_bytes=self.pool.nbytes())
+        self.inputs = torch.full((slots, 1), self.pad_id, dtype=torch.long, device=self.device)
+        # 3) decode until every sequence finished
+        self.admit()
+        while self.running:
+            logits = self.decode_step()
+            self.postprocess(logits)
+            self.admit()
+        self.pool = None  # release the K/V
+        return seqs, self.stats
+
+    def kv_dtype(self) -> torch.dtype:
+        """The dtype the attention layers produce K/V in (the compute dtype, also under 4-bit)."""
+        emb = self.model.get_input_embeddings()
+        return emb.weight.dtype if emb.weight.is_floating_point() else torch.float32
+
+    # -- the three phases of a step ---------------------------------------------------------
+    def admit(self) -> None:
+        """Moves waiting sequences into free slots (the refill policy picks which)."""
+        while self.waiting and self.pool.can_allocate():
+            idx = self.pick(list(self.waiting)) if len(self.waiting) > 1 else 0
+            seq = self.waiting[idx]
+            del self.waiting[idx]
+            state = self.prefill(seq.prompt_idx)
+            # the first token comes from the prompt's last logits: no decode step needed for it
+            token, logp = sample_tokens(
+                state.last_logits[None], [seq.generator], self.temperature, self.top_k, self.top_p
+            )
+            self.append(seq, int(token), float(logp))
+            state.waiting -= 1
+            if state.waiting == 0:
+                del self.prefilled[seq.prompt_idx]
+            seq.start_step = self.stats.decode_steps
+            if seq.status is SequenceStatus.FINISHED:
+                self.finish(seq)
+                continue
+            slot = self.pool.allocate()
+            self.pool.load_prompt(slot, state.kv)
+            seq.slot, seq.status = slot, SequenceStatus.RUNNING
+            self.running[slot] = seq
+            self.inputs[slot, 0] = token
+
+    def decode_step(self) -> torch.Tensor:
+        """One batched forward over every slot; returns logits (S, V) of the running ones' next token."""
+        pool = self.pool
+        mask = pool.attention_mask(self.kv_dtype())  # (S, 1, 1, T)
+        out = self.model(
+            input_ids=self.inputs,
+            position_ids=pool.lengths.unsqueeze(1),
+            attention_mask=mask,
+            cache=pool,
+            use_cache=True,
+        )
+        running = torch.tensor(sorted(self.running), device=self.device)
+        pool.lengths[running] += 1  # the step's token now sits in the cache
+        self.stats.decode_steps += 1
+        self.stats.busy_slot_steps += len(self.running)
+        return out.logits[:, -1]
+
+    def postprocess(self, logits: torch.Tensor) -> None:
+        """Samples each running sequence's next token; finished sequences free their slots."""
+        slots = sorted(self.running)
+        seqs = [self.running[s] for s in slots]
+        rows = torch.tensor(slots, device=logits.device)
+        tokens, logps = sample_tokens(
+            logits[rows], [s.generator for s in seqs], self.temperature, self.top_k, self.top_p
+        )
+        for slot, seq, tok, lp in zip(slots, seqs, tokens.tolist(), logps.tolist(), strict=True):
+            self.append(seq, tok, lp)
+            if seq.status is SequenceStatus.FINISHED:
+                del self.running[slot]
+                self.pool.deallocate(slot)
+                self.inputs[slot, 0] = self.pad_id
+                self.finish(seq)
+            else:
+                self.inputs[slot, 0] = tok
+
+    # -- helpers ----------------------------------------------------------------------------
+    def prefill(self, prompt_idx: int) -> PromptState:
+        """The prompt's K/V and last logits, computed once per prompt and run."""
+        if prompt_idx in self.prefilled:
+            return self.prefilled[prompt_idx]
+        ids = torch.tensor([self.prompts[prompt_idx]], device=self.device)
+        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        kv = [(layer.keys[0], layer.values[0]) for layer in out.cache.layers]
+        state = PromptState(kv, out.logits[0, -1], self.remaining[prompt_idx])
+        self.prefilled[prompt_idx] = state
+        self.stats.prefill_tokens += ids.shape[1]
+        held = sum(k.numel() * k.element_size() * 2 for st in self.prefilled.values() for k, _ in st.kv)
+        self.stats.prompt_kv_bytes_peak = max(self.stats.prompt_kv_bytes_peak, held)
+        return state
+
+    def sample(self, logits: torch.Tensor, generators: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
+        return sample_tokens(logits, generators, self.temperature, self.top_k, self.top_p)
+
+    def append(self, seq: Sequence, token: int, logp: float) -> None:
+        seq.token_ids.append(token)
+        seq.logprobs.append(logp)
+        if token in self.stop_ids:
+            seq.status, seq.finish_reason = SequenceStatus.FINISHED, "stop"
+        elif len(seq) >= self.max_new_tokens:
+            seq.status, seq.finish_reason = SequenceStatus.FINISHED, "length"
+
+    def finish(self, seq: Sequence) -> None:
+        seq.end_step = self.stats.decode_steps
+        self.stats.timeline.append((seq.slot, seq.prompt_idx, seq.sample_idx, seq.start_step, seq.end_step))

@@ -1,0 +1,38 @@
+"""Sequence: one completion being decoded (prompt index, sample index, tokens so far)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum, auto
+
+import torch
+
+
+class SequenceStatus(Enum):
+    WAITING = auto()
+    RUNNING = auto()
+    FINISHED = auto()
+
+
+@dataclass
+class Sequence:
+    """A completion of prompt ``prompt_idx``; ``sample_idx`` is its index within the group."""
+
+    prompt_idx: int
+    sample_idx: int
+    generator: torch.Generator | None = None
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    status: SequenceStatus = SequenceStatus.WAITING
+    finish_reason: str | None = None
+    slot: int = -1
+    start_step: int = -1
+    end_step: int = -1
+    predicted_length: float | None = None
+
+    @property
+    def last_token(self) -> int:
+        return self.token_ids[-1]
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
