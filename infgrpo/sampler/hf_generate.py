@@ -16,7 +16,7 @@ import hashlib
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
 
 @dataclass
@@ -44,13 +44,7 @@ def generation_kwargs(
     max_new_tokens: int, temperature: float, top_k: int, top_p: float, stop_ids: list[int], pad_id: int
 ) -> dict:
     """Keyword arguments of ``generate`` for these sampling settings (temperature 0 = greedy)."""
-    kw = dict(
-        max_new_tokens=max_new_tokens,
-        eos_token_id=stop_ids,
-        pad_token_id=pad_id,
-        output_logits=True,
-        return_dict_in_generate=True,
-    )
+    kw = dict(max_new_tokens=max_new_tokens, eos_token_id=stop_ids, pad_token_id=pad_id, return_dict_in_generate=True)
     if temperature == 0.0:
         kw.update(do_sample=False, temperature=None, top_k=None, top_p=None)
     else:
@@ -58,25 +52,51 @@ def generation_kwargs(
     return kw
 
 
+class LogprobRecorder(LogitsProcessor):
+    """Records the log-prob of each sampled token while ``generate`` runs, holding one step of logits.
+
+    Custom processors run before temperature and top-k/top-p in ``generate``, so ``scores`` are the
+    raw logits; the token they choose is seen at the next call (or after ``generate`` returns).
+    Storing every step's logits instead (``output_logits``) would cost n x steps x vocab floats.
+    """
+
+    def __init__(self, temperature: float) -> None:
+        self.scale = temperature if temperature > 0 else 1.0
+        self.prev: torch.Tensor | None = None  # (n, V) log-probs of the last step
+        self.logps: list[torch.Tensor] = []  # per step (n,)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.prev is not None:
+            self.take(input_ids[:, -1])
+        self.prev = torch.log_softmax(scores.float() / self.scale, dim=-1)
+        return scores
+
+    def take(self, tokens: torch.Tensor) -> None:
+        self.logps.append(self.prev.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """Log-probs (n, T) of the generated tokens (n, T)."""
+        if self.prev is not None and len(self.logps) < new_tokens.shape[1]:
+            self.take(new_tokens[:, -1])
+        return torch.stack(self.logps, dim=1)
+
+
 def split_completions(
-    new_tokens: torch.Tensor, logits: tuple[torch.Tensor, ...], stop_ids: list[int], temperature: float
+    new_tokens: torch.Tensor, logps: torch.Tensor, stop_ids: list[int]
 ) -> tuple[list[list[int]], list[torch.Tensor], list[str], int]:
-    """Cuts generated ids (n, T) at the first stop token; log-probs from the raw step logits.
+    """Cuts generated ids (n, T) and their log-probs (n, T) at the first stop token.
 
     Returns per-sequence ids (stop token included), log-probs (len,), finish reasons, and the number
     of decode steps (T).
     """
     steps = new_tokens.shape[1]
-    scale = temperature if temperature > 0 else 1.0
-    logits_all = torch.stack(logits, dim=1).float() / scale  # (n, T, V)
-    logp_all = torch.log_softmax(logits_all, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
     is_stop = torch.isin(new_tokens, torch.tensor(stop_ids, device=new_tokens.device))
     ids, lps, reasons = [], [], []
     for row in range(new_tokens.shape[0]):
         hits = is_stop[row].nonzero()
         end = int(hits[0]) + 1 if len(hits) else steps
         ids.append(new_tokens[row, :end].tolist())
-        lps.append(logp_all[row, :end].cpu())
+        lps.append(logps[row, :end].cpu())
         reasons.append("stop" if len(hits) else "length")
     return ids, lps, reasons, steps
 
@@ -122,11 +142,14 @@ def decode_group(
         else:
             out.prefill_tokens += len(prompt)
         # 3) decode the micro-group with its own random stream
-        gen = torch.Generator(device="cpu").manual_seed(derive_seed(seed, prompt_index, done))
+        recorder = LogprobRecorder(temperature)
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
-            res = model.generate(torch.tensor([prompt] * n, device=device), **kw)
-        ids, lps, reasons, steps = split_completions(res.sequences[:, len(prompt) :], res.logits, stop_ids, temperature)
+            torch.manual_seed(derive_seed(seed, prompt_index, done))
+            res = model.generate(
+                torch.tensor([prompt] * n, device=device), logits_processor=LogitsProcessorList([recorder]), **kw
+            )
+        new_tokens = res.sequences[:, len(prompt) :]
+        ids, lps, reasons, steps = split_completions(new_tokens, recorder.finish(new_tokens), stop_ids)
         out.completion_ids += ids
         out.logprobs += lps
         out.finish_reasons += reasons

@@ -33,13 +33,15 @@ def test_prefill_once_gives_the_same_samples_as_prefill_every_round():
     assert b.stats["prefill_tokens"] == 3 * 4 + 3 * 2  # whole prompt, every one of the 3 rounds
 
 
-def test_behaviour_logprobs_match_a_training_forward(tiny_model, tokenizer, prompts):
-    s = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(num_slots=4, max_new_tokens=40))
+@pytest.mark.parametrize("decoder", ["engine", "micro_groups", "hf_full"])
+def test_behaviour_logprobs_match_a_training_forward(tiny_model, tokenizer, prompts, decoder):
+    cfg = SamplerConfig(num_slots=4, max_new_tokens=40, temperature=0.8, decoder=decoder)
+    s = MicroGroupSampler(tiny_model, tokenizer, cfg)
     out = s.sample(prompts, group_size=5, seed=1)
     rows = list(range(len(out)))
     mb = collate(rows, [out.prompt_ids[i] for i in out.prompt_index], out.completion_ids, tokenizer.pad_token_id)
     with torch.no_grad():
-        lp = completion_logprobs(tiny_model, mb)
+        lp = completion_logprobs(tiny_model, mb, temperature=0.8)
     for i in rows:
         n = len(out.completion_ids[i])
         assert torch.allclose(lp[i, :n], out.logprobs[i], atol=1e-4)
