@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-BENCHMARKS = {"train-tiny": "infgrpo.bench.train_tiny"}
+BENCHMARKS = {"train-tiny": "infgrpo.bench.train_tiny", "rollout": "infgrpo.bench.rollout"}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -79,9 +79,8 @@ class Engine:
         """Decodes ``group_size`` samples of each prompt; returns them prompt-major, and stats."""
         # 1) the waiting queue (prompt-major), each sequence with its own random stream
         seqs = [Sequence(p, j) for p in range(len(prompts)) for j in range(group_size)]
-        gen_device = self.device if self.device.type == "cuda" else torch.device("cpu")
-        for s in seqs:
-            s.generator = torch.Generator(device=gen_device).manual_seed(derive_seed(seed, s.prompt_idx, s.sample_idx))
+        self.seed = seed
+        self.gen_device = self.device if self.device.type == "cuda" else torch.device("cpu")
         self.prompts = prompts
         self.waiting: deque[Sequence] = deque(seqs)
         self.running: dict[int, Sequence] = {}
@@ -115,6 +114,10 @@ class Engine:
             seq = self.waiting[idx]
             del self.waiting[idx]
             state = self.prefill(seq.prompt_idx)
+            # its random stream exists only while it runs (a generator's state is ~5 KB)
+            seq.generator = torch.Generator(device=self.gen_device).manual_seed(
+                derive_seed(self.seed, seq.prompt_idx, seq.sample_idx)
+            )
             # the first token comes from the prompt's last logits: no decode step needed for it
             token, logp = sample_tokens(
                 state.last_logits[None], [seq.generator], self.temperature, self.top_k, self.top_p
@@ -136,7 +139,8 @@ class Engine:
     def decode_step(self) -> torch.Tensor:
         """One batched forward over every slot; returns logits (S, V) of the running ones' next token."""
         pool = self.pool
-        mask = pool.attention_mask(self.kv_dtype())  # (S, 1, 1, T)
+        window = max(len(self.prompts[s.prompt_idx]) + len(s) for s in self.running.values())
+        mask = pool.attention_mask(self.kv_dtype(), window)  # (S, 1, 1, window)
         out = self.model(
             input_ids=self.inputs,
             position_ids=pool.lengths.unsqueeze(1),
@@ -196,4 +200,5 @@ class Engine:
 
     def finish(self, seq: Sequence) -> None:
         seq.end_step = self.stats.decode_steps
+        seq.generator = None
         self.stats.timeline.append((seq.slot, seq.prompt_idx, seq.sample_idx, seq.start_step, seq.end_step))

@@ -44,10 +44,11 @@ class SlotLayer(CacheLayerMixin):
         pos = self.pool.lengths
         self.keys[slots, :, pos] = key_states[:, :, 0].to(self.keys.dtype)
         self.values[slots, :, pos] = value_states[:, :, 0].to(self.values.dtype)
-        return self.keys, self.values
+        window = self.pool.window  # attend only over positions some slot uses (a view, no copy)
+        return self.keys[:, :, :window], self.values[:, :, :window]
 
     def get_mask_sizes(self, query_length: int, *args, **kwargs) -> tuple[int, int]:  # noqa: ANN002, ANN003
-        return self.keys.shape[2], 0
+        return self.pool.window, 0
 
     def get_seq_length(self) -> int:
         return int(self.pool.lengths.max())
@@ -77,6 +78,7 @@ class SlotPool(Cache):
             layers.append(SlotLayer(self, k, torch.zeros_like(k)))
         super().__init__(layers=layers)
         self.free: list[int] = list(range(num_slots))[::-1]
+        self.window = max_len  # positions attended this step: max(lengths) + 1, set by the engine
 
     # -- slots ------------------------------------------------------------------------------
     def can_allocate(self) -> bool:
@@ -98,9 +100,14 @@ class SlotPool(Cache):
         self.lengths[slot] = length
 
     # -- decode step inputs -----------------------------------------------------------------
-    def attention_mask(self, dtype: torch.dtype) -> torch.Tensor:
-        """Additive mask (S, 1, 1, max_len): 0 on positions 0..lengths[s] (the new token included)."""
-        pos = torch.arange(self.max_len, device=self.lengths.device)
+    def attention_mask(self, dtype: torch.dtype, window: int) -> torch.Tensor:
+        """Additive mask (S, 1, 1, window): 0 on positions 0..lengths[s] (the new token included).
+
+        ``window`` (max(lengths) + 1, known to the caller without a device sync) limits attention
+        to the positions some slot uses; K/V beyond it are never read.
+        """
+        self.window = window
+        pos = torch.arange(window, device=self.lengths.device)
         visible = pos.unsqueeze(0) <= self.lengths.unsqueeze(1)  # (S, T)
         mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
         mask.masked_fill_(~visible, torch.finfo(dtype).min)
@@ -115,7 +122,7 @@ class SlotPool(Cache):
         return int(self.lengths.max())
 
     def get_mask_sizes(self, query_length: int, layer_idx: int = 0, *args, **kwargs) -> tuple[int, int]:  # noqa: ANN002, ANN003
-        return self.max_len, 0
+        return self.window, 0
 
     def get_max_cache_shape(self, layer_idx: int = 0) -> int:
         return self.max_len

@@ -1,0 +1,200 @@
+"""Benchmark: rollout memory, decode steps and throughput of the engine vs HF ``generate``.
+
+    python -m infgrpo.bench rollout --model tiny --json benchmarks/rollout_tiny.json
+    python -m infgrpo.bench rollout --model qwen3-42m --max-new-tokens 128 --json benchmarks/rollout_qwen3.json
+
+Three decoders on the same model, prompts and seeds: ``hf_full`` (HF generate over the whole
+group), ``hf_micro`` (naive micro-groups: HF generate round by round, ``num_slots`` at a time) and
+``engine`` (the slot pool with continuous refill). Each configuration runs in a fresh process.
+Memory: the CUDA allocator peak on GPU; on CPU the KV bytes held and the process's peak RSS above
+its baseline (sampled every 2 ms). The lower bound on decode steps is
+``max(max_i L_i, ceil(sum_i L_i / num_slots))`` (first tokens come from the prefill, so the engine's
+steps are counted over L_i - 1 there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import torch
+
+from infgrpo.bench.models import bench_setup
+from infgrpo.sampler import MicroGroupSampler, SamplerConfig
+
+
+class PeakRSS:
+    """Polls this process's resident memory in a thread; ``peak - base`` is the rise during the block."""
+
+    def __init__(self, interval: float = 0.002) -> None:
+        self.proc, self.interval = psutil.Process(), interval
+        self.base = self.peak = 0
+
+    def __enter__(self) -> PeakRSS:
+        gc.collect()
+        self.base = self.peak = self.proc.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.proc.memory_info().rss)
+
+
+def run_one(cfg: dict) -> dict:
+    """One configuration, in this process: decode and measure."""
+    torch.set_num_threads(cfg.get("threads") or torch.get_num_threads())
+    model, prompts, pad_id, stop_ids = bench_setup(cfg["model"], cfg["prompts"])
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
+    sc = SamplerConfig(
+        num_slots=cfg["num_slots"],
+        max_new_tokens=cfg["max_new_tokens"],
+        decoder=cfg["decoder"],
+        stop_token_ids=stop_ids[1:],
+        temperature=1.0,
+    )
+    sampler = MicroGroupSampler(model, stop_ids[0], sc)
+    sampler.pad_id = pad_id
+    sampler.sample(prompts[:1], 2, seed=99)  # warm-up: lazy initializations out of the measurement
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base_cuda = torch.cuda.memory_allocated()
+    with PeakRSS() as rss:
+        out = sampler.sample(prompts, cfg["group_size"], seed=cfg["seed"])
+    st = out.stats
+    lengths = out.lengths
+    first_free = 1 if cfg["decoder"] == "engine" else 0  # the engine's first token comes from prefill
+    bound = max(max(lengths) - first_free, math.ceil(sum(n - first_free for n in lengths) / st["num_slots"]))
+    result = {
+        **cfg,
+        "decode_steps": st["decode_steps"],
+        "lower_bound_steps": bound,
+        "generated_tokens": st["generated_tokens"],
+        "tokens_per_s": st["tokens_per_s"],
+        "wall_time_s": st["wall_time_s"],
+        "kv_bytes_peak": st["kv_bytes_peak"],
+        "slot_utilization": st["slot_utilization"],
+        "slots_used": st["num_slots"],
+        "peak_rss_delta_bytes": rss.peak - rss.base,
+        "mean_length": sum(lengths) / len(lengths),
+        "device": device,
+    }
+    if device == "cuda":
+        result["cuda_peak_bytes"] = torch.cuda.max_memory_allocated() - base_cuda
+        result["gpu"] = torch.cuda.get_device_name()
+    return result
+
+
+def spawn(cfg: dict, timeout: float) -> dict:
+    """Runs one configuration in a fresh Python process and returns its JSON result."""
+    cmd = [sys.executable, "-m", "infgrpo.bench", "rollout", "--one", json.dumps(cfg)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {**cfg, "skipped": f"over {timeout:.0f} s"}
+    if proc.returncode != 0:
+        tail = (proc.stderr or "").strip().splitlines()[-1:] or ["?"]
+        return {**cfg, "skipped": f"failed: {tail[0][:200]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.1f}"
+
+
+def table(rows: list[dict]) -> str:
+    memory = "CUDA peak MiB" if any("cuda_peak_bytes" in r for r in rows) else "RSS rise MiB"
+    head = (
+        f"| prompts | G | decoder | slots | KV MiB | {memory} | decode steps | lower bound | tokens/s | wall s "
+        "| steps vs hf_micro | tok/s vs hf_micro | memory vs hf_full |"
+    )
+    lines = [head, "|" + "---|" * 13]
+    for r in rows:
+        if "skipped" in r:
+            lines.append(
+                f"| {r['prompts']} | {r['group_size']} | {r['decoder']} | | | | skipped: {r['skipped']} | | | | | | |"
+            )
+            continue
+        peers = {
+            x["decoder"]: x
+            for x in rows
+            if "skipped" not in x and x["prompts"] == r["prompts"] and x["group_size"] == r["group_size"]
+        }
+        mem = r.get("cuda_peak_bytes", r["peak_rss_delta_bytes"])
+        micro, full = peers.get("hf_micro"), peers.get("hf_full")
+        steps_ratio = f"{r['decode_steps'] / micro['decode_steps']:.2f}" if micro else ""
+        tps_ratio = f"{r['tokens_per_s'] / micro['tokens_per_s']:.2f}" if micro else ""
+        mem_full = full.get("cuda_peak_bytes", full["peak_rss_delta_bytes"]) if full else 0
+        mem_ratio = f"{mem / mem_full:.2f}" if full and mem_full > 0 else ""
+        lines.append(
+            f"| {r['prompts']} | {r['group_size']} | {r['decoder']} | {r['slots_used']} | {mib(r['kv_bytes_peak'])} "
+            f"| {mib(mem)} | {r['decode_steps']} | {r['lower_bound_steps']} | {r['tokens_per_s']:.0f} "
+            f"| {r['wall_time_s']:.2f} | {steps_ratio} | {tps_ratio} | {mem_ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", default="tiny", help="tiny, qwen3-42m or qwen3-1.7b-shape")
+    ap.add_argument("--group-sizes", type=int, nargs="+", default=[8, 32, 128, 512])
+    ap.add_argument("--prompts", type=int, nargs="+", default=[1, 8], help="prompts per step")
+    ap.add_argument("--num-slots", type=int, default=16)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--decoders", nargs="+", default=["hf_full", "hf_micro", "engine"])
+    ap.add_argument("--max-sequences", type=int, default=4096, help="skip configurations with more sequences")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds per configuration before skipping it")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_one(json.loads(args.one))))
+        return []
+    rows = []
+    for prompts in args.prompts:
+        for g in args.group_sizes:
+            for decoder in args.decoders:
+                cfg = dict(
+                    model=args.model,
+                    prompts=prompts,
+                    group_size=g,
+                    decoder=decoder,
+                    seed=args.seed,
+                    num_slots=args.num_slots,
+                    max_new_tokens=args.max_new_tokens,
+                    threads=args.threads,
+                )
+                if prompts * g > args.max_sequences:
+                    rows.append({**cfg, "skipped": f"{prompts * g} sequences > --max-sequences"})
+                    continue
+                rows.append(spawn(cfg, args.timeout))
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    print(table(rows))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=2) + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
