@@ -1,8 +1,16 @@
-"""Loading the policy: a Hugging Face id or local folder, a dtype, optional LoRA adapters."""
+"""Loading the policy: a Hugging Face id or local folder, a dtype, LoRA (peft), 4-bit (bitsandbytes).
+
+    model = load_policy("Qwen/Qwen3-1.7B", dtype="bfloat16", lora_r=16, load_in_4bit=True)
+
+4-bit loading quantizes the frozen base weights (nf4 or fp4, optional double quantization, a compute
+dtype) and prepares the model for k-bit training (peft's ``prepare_model_for_kbit_training``); it
+needs LoRA, since quantized weights cannot be trained directly.
+"""
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -10,12 +18,24 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from infgrpo.assets import resolve_model_path
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+QUANT_TYPES = ("nf4", "fp4")
 
 
-def check_dtype(dtype: str) -> torch.dtype:
+def check_dtype(dtype: str, field: str = "dtype") -> torch.dtype:
     if dtype not in DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not known; valid: {', '.join(DTYPES)}")
+        raise ValueError(f"{field}={dtype!r} is not known; valid: {', '.join(DTYPES)}")
     return DTYPES[dtype]
+
+
+def check_loading(lora_r: int, load_in_4bit: bool, bnb_4bit_quant_type: str, bnb_4bit_compute_dtype: str) -> None:
+    """Validates the loading options before anything is downloaded or allocated."""
+    if lora_r < 0:
+        raise ValueError(f"lora_r={lora_r} must be >= 0 (0 = full fine-tuning)")
+    if load_in_4bit and lora_r == 0:
+        raise ValueError("load_in_4bit=True needs LoRA (lora_r > 0): 4-bit base weights cannot be trained directly")
+    if bnb_4bit_quant_type not in QUANT_TYPES:
+        raise ValueError(f"bnb_4bit_quant_type={bnb_4bit_quant_type!r} is not known; valid: nf4, fp4")
+    check_dtype(bnb_4bit_compute_dtype, "bnb_4bit_compute_dtype")
 
 
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
@@ -33,11 +53,33 @@ def load_policy(
     lora_alpha: int = 16,
     lora_dropout: float = 0.0,
     lora_target_modules: str | list[str] = "all-linear",
+    load_in_4bit: bool = False,
+    bnb_4bit_quant_type: str = "nf4",
+    bnb_4bit_use_double_quant: bool = True,
+    bnb_4bit_compute_dtype: str = "bfloat16",
+    gradient_checkpointing: bool = False,
 ) -> PreTrainedModel:
     """The trainable policy; with ``lora_r > 0`` a peft model whose base weights are frozen."""
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name), dtype=check_dtype(dtype))
-    if lora_r < 0:
-        raise ValueError(f"lora_r={lora_r} must be >= 0 (0 = full fine-tuning)")
+    check_loading(lora_r, load_in_4bit, bnb_4bit_quant_type, bnb_4bit_compute_dtype)
+    kwargs: dict = {"dtype": check_dtype(dtype)}
+    if load_in_4bit:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type=bnb_4bit_quant_type,
+            bnb_4bit_use_double_quant=bnb_4bit_use_double_quant,
+            bnb_4bit_compute_dtype=DTYPES[bnb_4bit_compute_dtype],
+        )
+        kwargs["dtype"] = DTYPES[bnb_4bit_compute_dtype]
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name), **kwargs)
+    if load_in_4bit:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
+    elif gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
     if lora_r > 0:
         from peft import LoraConfig, get_peft_model
 
@@ -58,3 +100,35 @@ def frozen_reference(model: PreTrainedModel) -> PreTrainedModel:
     for p in ref.parameters():
         p.requires_grad_(False)
     return ref
+
+
+def save_trained(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path) -> Path:
+    """Writes the LoRA adapter (a standard peft adapter folder) or, without LoRA, the whole model."""
+    path = Path(path)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def export_merged(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, base_name: str, path: str | Path, dtype: str = "float32"
+) -> Path:
+    """A full model with the LoRA adapter merged in, loadable by ``AutoModelForCausalLM``.
+
+    The base is reloaded unquantized in ``dtype`` (a 4-bit base cannot be merged exactly), the
+    trained adapter weights are copied onto it and merged.
+    """
+    from peft import get_peft_model
+
+    if not hasattr(model, "peft_config"):
+        raise ValueError("export_merged needs a LoRA model (lora_r > 0); save_trained writes a full model")
+    base = AutoModelForCausalLM.from_pretrained(resolve_model_path(base_name), dtype=check_dtype(dtype))
+    fresh = get_peft_model(base, copy.deepcopy(model.peft_config["default"]))
+    lora_state = {k: v for k, v in model.state_dict().items() if "lora_" in k}
+    missing = fresh.load_state_dict(lora_state, strict=False)
+    if missing.unexpected_keys:
+        raise RuntimeError(f"adapter weights did not fit the base model: {missing.unexpected_keys[:3]}")
+    merged = fresh.merge_and_unload()
+    merged.save_pretrained(Path(path))
+    tokenizer.save_pretrained(Path(path))
+    return Path(path)

@@ -25,7 +25,8 @@ from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES, KL_ESTIMATORS, LOSS_TYPES, zero_std_fraction
 from infgrpo.algo.advantages import check_scale_rewards
-from infgrpo.models import check_dtype, frozen_reference, load_policy, load_tokenizer
+from infgrpo.completion_log import log_completions
+from infgrpo.models import check_dtype, check_loading, frozen_reference, load_policy, load_tokenizer, save_trained
 from infgrpo.rewards import check_rewards, compute_rewards
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.sampler.hf_generate import derive_seed
@@ -43,6 +44,11 @@ class GRPOModule(L.LightningModule):
         lora_alpha: LoRA scaling numerator.
         lora_dropout: dropout on the LoRA path.
         lora_target_modules: modules that get adapters; ``"all-linear"`` for every linear layer.
+        load_in_4bit: quantize the frozen base weights to 4 bits with bitsandbytes (needs LoRA).
+        bnb_4bit_quant_type: ``nf4`` (normal-float, QLoRA's) or ``fp4``.
+        bnb_4bit_use_double_quant: also quantize the quantization constants (~0.4 bit/param saved).
+        bnb_4bit_compute_dtype: dtype the 4-bit layers compute in (bfloat16 on recent GPUs).
+        gradient_checkpointing: recompute activations in the backward pass (less memory, ~30% slower).
         group_size: completions sampled per prompt (G >= 2). Rollout memory does not depend on it.
         sampler: decoding settings (slot count, max_new_tokens, temperature, top-k/p, decoder).
         rewards: reward functions and their weights, e.g. ``{"synthetic": 1.0}``; names of the
@@ -64,6 +70,11 @@ class GRPOModule(L.LightningModule):
         warmup_steps: linear learning-rate warmup in optimizer steps.
         max_grad_norm: gradient clipping norm (0 disables).
         eval_temperature: temperature of held-out evaluation (0 = greedy).
+        log_completions_every_n_steps: every N steps, log a table of prompts, completions and
+            rewards to the loggers and the console (0 = never).
+        num_completions_to_log: rows of that table.
+        output_dir: at the end of fit, write the trained LoRA adapter (a peft adapter folder) or,
+            without LoRA, the whole model here.
         seed: base seed of the rollout random streams.
     """
 
@@ -75,6 +86,11 @@ class GRPOModule(L.LightningModule):
         lora_alpha: int = 16,
         lora_dropout: float = 0.0,
         lora_target_modules: str | list[str] = "all-linear",
+        load_in_4bit: bool = False,
+        bnb_4bit_quant_type: str = "nf4",
+        bnb_4bit_use_double_quant: bool = True,
+        bnb_4bit_compute_dtype: str = "bfloat16",
+        gradient_checkpointing: bool = False,
         group_size: int = 8,
         sampler: SamplerConfig = SamplerConfig(),  # noqa: B008 - copied below; a dataclass gives nested CLI flags
         rewards: dict[str, float] | None = None,
@@ -94,6 +110,9 @@ class GRPOModule(L.LightningModule):
         warmup_steps: int = 0,
         max_grad_norm: float = 1.0,
         eval_temperature: float = 0.0,
+        log_completions_every_n_steps: int = 0,
+        num_completions_to_log: int = 4,
+        output_dir: str | None = None,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -119,6 +138,7 @@ class GRPOModule(L.LightningModule):
         KL_ESTIMATORS.check(kl_estimator)
         check_scale_rewards(scale_rewards)
         check_dtype(dtype)
+        check_loading(lora_r, load_in_4bit, bnb_4bit_quant_type, bnb_4bit_compute_dtype)
         check_rewards(rewards)
         # plain types only, so checkpoints load with torch.load(weights_only=True)
         self.save_hyperparameters(ignore=["sampler"])
@@ -126,7 +146,10 @@ class GRPOModule(L.LightningModule):
         self.automatic_optimization = False
         # 2) load the policy, its tokenizer and (if needed) a frozen reference
         self.tokenizer = load_tokenizer(model)
-        self.policy = load_policy(model, dtype, lora_r, lora_alpha, lora_dropout, lora_target_modules).train()
+        self.policy = load_policy(
+            model, dtype, lora_r, lora_alpha, lora_dropout, lora_target_modules, load_in_4bit,
+            bnb_4bit_quant_type, bnb_4bit_use_double_quant, bnb_4bit_compute_dtype, gradient_checkpointing,
+        ).train()
         self._ref: list = [frozen_reference(self.policy)] if beta > 0 and lora_r == 0 else []
         self.sampler = MicroGroupSampler(self.policy, self.tokenizer, sampler)
         self.eval_sampler = MicroGroupSampler(
@@ -169,11 +192,15 @@ class GRPOModule(L.LightningModule):
         self._rollout = self.sampler.sample([b["prompt_ids"] for b in batch], self.hparams.group_size, seed)
         self._rollout_time = time.perf_counter() - start
 
-    def score(self, rollouts: Rollouts, metas: list[dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Rewards (N,) of the completions and each reward function's values."""
+    def score(self, rollouts: Rollouts, metas: list[dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[str]]:
+        """Rewards (N,) of the completions, each reward function's values, and the decoded texts."""
         texts = self.tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
         per_sample_meta = [metas[i] for i in rollouts.prompt_index]
-        return compute_rewards(self.rewards, texts, per_sample_meta, self.hparams.reward_on_error)
+        total, parts = compute_rewards(
+            self.rewards, texts, per_sample_meta, self.hparams.reward_on_error,
+            completion_lengths=rollouts.lengths, max_completion_length=self.sampler.config.max_new_tokens,
+        )
+        return total, parts, texts
 
     # -- update -----------------------------------------------------------------------------
     def training_step(self, batch: list[dict], batch_idx: int) -> None:
@@ -182,7 +209,7 @@ class GRPOModule(L.LightningModule):
         assert rollouts is not None, "on_train_batch_start did not run"
         start = time.perf_counter()
         # 1) rewards and group advantages
-        rewards, parts = self.score(rollouts, [b["meta"] for b in batch])
+        rewards, parts, texts = self.score(rollouts, [b["meta"] for b in batch])
         advantages = ADVANTAGES.get(hp.advantage)(rewards, hp.group_size, hp.scale_rewards)
         # 2) micro-batches within the token budget; frozen log-probs where needed
         prompts = [rollouts.prompt_ids[i] for i in rollouts.prompt_index]
@@ -230,12 +257,34 @@ class GRPOModule(L.LightningModule):
         bs = len(batch)
         self.log_dict({f"train/{k}": float(v) for k, v in metrics.items()}, on_step=True, batch_size=bs)
         self.log("reward", rewards.mean(), prog_bar=True, on_step=True, batch_size=bs, logger=False)
+        every = hp.log_completions_every_n_steps
+        if every and (self.global_step // hp.num_iterations - 1) % every == 0:
+            self._log_completions(batch, rollouts, texts, rewards, parts)
         self._rollout = None
+
+    def _log_completions(
+        self, batch: list[dict], rollouts: Rollouts, texts: list[str], rewards: torch.Tensor, parts: dict
+    ) -> None:
+        """A few samples (one per prompt first) as a table for the loggers and the console."""
+        g = rollouts.group_size
+        order = [p * g + j for j in range(g) for p in range(len(batch))][: self.hparams.num_completions_to_log]
+        prompts = self.tokenizer.batch_decode([rollouts.prompt_ids[i // g] for i in order], skip_special_tokens=True)
+        rows = []
+        for prompt, i in zip(prompts, order, strict=True):
+            row = {"prompt": prompt, "completion": texts[i], "reward": float(rewards[i])}
+            row.update({name: float(v[i]) for name, v in parts.items() if len(parts) > 1})
+            rows.append(row)
+        log_completions(self.trainer.loggers, self.global_step, rows)
+
+    def on_train_end(self) -> None:
+        if self.hparams.output_dir and self.trainer.is_global_zero:
+            path = save_trained(self.policy, self.tokenizer, self.hparams.output_dir)
+            print(f"[infgrpo] wrote the trained {'adapter' if self.hparams.lora_r else 'model'} to {path}")
 
     # -- evaluation -------------------------------------------------------------------------
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         rollouts = self.eval_sampler.generate_one([b["prompt_ids"] for b in batch])
-        rewards, parts = self.score(rollouts, [b["meta"] for b in batch])
+        rewards, parts, _ = self.score(rollouts, [b["meta"] for b in batch])
         self.val_reward.update(rewards)
         if self.hparams.accuracy_reward is not None:
             self.val_accuracy.update((parts[self.hparams.accuracy_reward] >= 1.0).float())

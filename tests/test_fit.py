@@ -22,21 +22,24 @@ QUICK = [
     "1",
     "--trainer.val_check_interval",
     "2",
+    "--model.log_completions_every_n_steps",
+    "1",
 ]
+
+
+# Real configs name hub models and datasets; offline, tests swap in the shipped tiny ones.
+LOCAL = ["--model.model", "tiny", "--model.dtype", "float32", "--model.bnb_4bit_compute_dtype", "float32",
+         "--model.rewards", "{synthetic: 1.0}", "--model.accuracy_reward", "synthetic", "--model.output_dir", "null",
+         "--data.path", "tiny", "--data.config_name", "null", "--data.prompt_column", "prompt",
+         "--data.answer_column", "null", "--data.prompt_template", "null", "--data.eval_split", "eval",
+         "--trainer.accelerator", "cpu", "--model.token_budget", "4096"]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
 def test_every_config_parses_and_runs_two_steps(config, tmp_path):
-    cli = main(
-        [
-            "--config",
-            str(config),
-            "--trainer.default_root_dir",
-            str(tmp_path),
-            *QUICK,
-        ]
-    )
+    cli = main(["--config", str(config), "--trainer.default_root_dir", str(tmp_path), *LOCAL, *QUICK])
     assert cli.trainer.global_step == 2
+    assert cli.model.hparams.lora_r == {"tiny.yaml": 0, "qwen3.yaml": 16, "smollm2.yaml": 32}[config.name]
 
 
 def test_overrides_logs_checkpoints_and_repeated_runs(tmp_path):
@@ -55,10 +58,12 @@ def test_overrides_logs_checkpoints_and_repeated_runs(tmp_path):
     assert len(list(tmp_path.glob("grpo/version_*/events.out.tfevents.*"))) == 2  # TensorBoard beside CSV
     rows = list(csv.DictReader(logs[0].open()))
     assert any(r.get("train/reward") for r in rows) and any(r.get("val/accuracy") for r in rows)
+    table = list(csv.DictReader((logs[0].parent / "completions.csv").open()))
+    assert table and {"step", "prompt", "completion", "reward"} <= set(table[0])
     ckpts = list(Path(second.trainer.checkpoint_callback.dirpath).glob("*.ckpt"))
     assert ckpts
     resumed = main(
-        [*args[:-2], "--trainer.val_check_interval", "2", "--trainer.max_steps", "4", "--ckpt_path", str(ckpts[0])]
+        [*args, "--trainer.max_steps", "4", "--ckpt_path", str(ckpts[0])]
     )
     assert resumed.trainer.global_step == 4 and resumed.model.sampler.calls == 4
 

@@ -23,7 +23,7 @@ from infgrpo.data.resumable import ResumableBatchSampler
 FILE_TYPES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
-def load_rows(path: str, split: str) -> list[dict[str, Any]]:
+def load_rows(path: str, split: str, config_name: str | None = None) -> list[dict[str, Any]]:
     """Rows of ``split`` from the tiny task, a local folder of split files, or a hub dataset."""
     import datasets
 
@@ -37,7 +37,7 @@ def load_rows(path: str, split: str) -> list[dict[str, Any]]:
             )
         ds = datasets.load_dataset(FILE_TYPES[files[0].suffix], data_files=str(files[0]), split="train")
     else:
-        ds = datasets.load_dataset(path, split=split)
+        ds = datasets.load_dataset(path, config_name, split=split)
     return [dict(r) for r in ds]
 
 
@@ -59,10 +59,15 @@ class PromptDataModule(L.LightningDataModule):
 
     Args:
         path: ``"tiny"``, a folder of split files, or a hub dataset name.
+        config_name: the hub dataset's configuration (e.g. ``main`` for ``openai/gsm8k``).
         tokenizer: tokenizer name or folder (``"tiny"`` = the shipped one); usually linked to the model.
         train_split: split used for training rollouts.
         eval_split: held-out split used for validation (None disables validation).
         prompt_column: column holding the prompt text.
+        answer_column: column holding the reference answer; reward functions see it as
+            ``metadata["answer"]`` (None = the rows as they are).
+        prompt_template: a ``str.format`` template over the row's columns, e.g.
+            ``"{question}\nPut the final answer after ####."``; None = the prompt column as is.
         batch_size: prompts per optimization step (each sampled ``group_size`` times).
         eval_size: number of held-out prompts evaluated (the first ones of the split).
         eval_batch_size: prompts decoded at once during evaluation.
@@ -77,10 +82,13 @@ class PromptDataModule(L.LightningDataModule):
     def __init__(
         self,
         path: str = "tiny",
+        config_name: str | None = None,
         tokenizer: str = "tiny",
         train_split: str = "train",
         eval_split: str | None = "eval",
         prompt_column: str = "prompt",
+        answer_column: str | None = None,
+        prompt_template: str | None = None,
         batch_size: int = 4,
         eval_size: int = 200,
         eval_batch_size: int = 128,
@@ -112,7 +120,23 @@ class PromptDataModule(L.LightningDataModule):
                     f"data.prompt_column={hp.prompt_column!r} is not a column of split {split!r}; "
                     f"columns: {', '.join(row)}"
                 )
-            ids = encode_prompt(tokenizer, str(row[hp.prompt_column]), hp.system_prompt, hp.chat_template)
+            if hp.answer_column is not None:
+                if hp.answer_column not in row:
+                    raise ValueError(
+                        f"data.answer_column={hp.answer_column!r} is not a column of split {split!r}; "
+                        f"columns: {', '.join(row)}"
+                    )
+                row = {**row, "answer": row[hp.answer_column]}
+            text = str(row[hp.prompt_column])
+            if hp.prompt_template is not None:
+                try:
+                    text = hp.prompt_template.format(**row)
+                except KeyError as err:
+                    raise ValueError(
+                        f"data.prompt_template names column {err} that split {split!r} lacks; "
+                        f"columns: {', '.join(row)}"
+                    ) from err
+            ids = encode_prompt(tokenizer, text, hp.system_prompt, hp.chat_template)
             if len(ids) > hp.max_prompt_length:
                 too_long.append((i, len(ids)))
                 continue
@@ -133,9 +157,9 @@ class PromptDataModule(L.LightningDataModule):
             return
         tok = AutoTokenizer.from_pretrained(resolve_model_path(self.hparams.tokenizer))
         hp = self.hparams
-        self.train_items = self._encode(tok, load_rows(hp.path, hp.train_split), hp.train_split)
+        self.train_items = self._encode(tok, load_rows(hp.path, hp.train_split, hp.config_name), hp.train_split)
         if hp.eval_split:
-            rows = load_rows(hp.path, hp.eval_split)[: hp.eval_size]
+            rows = load_rows(hp.path, hp.eval_split, hp.config_name)[: hp.eval_size]
             self.eval_items = self._encode(tok, rows, hp.eval_split)
 
     def train_dataloader(self) -> DataLoader:

@@ -201,4 +201,5 @@ class Engine:
     def finish(self, seq: Sequence) -> None:
         seq.end_step = self.stats.decode_steps
         seq.generator = None
+        seq.logprobs = torch.tensor(seq.logprobs, dtype=torch.float32)
         self.stats.timeline.append((seq.slot, seq.prompt_idx, seq.sample_idx, seq.start_step, seq.end_step))

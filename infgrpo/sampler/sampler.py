@@ -128,7 +128,7 @@ class MicroGroupSampler:
             prompt_ids=[list(p) for p in prompt_ids],
             group_size=group_size,
             completion_ids=[s.token_ids for s in seqs],
-            logprobs=[torch.tensor(s.logprobs) for s in seqs],
+            logprobs=[s.logprobs for s in seqs],
             finish_reasons=[s.finish_reason for s in seqs],
         )
         slots = min(num_slots, len(seqs))

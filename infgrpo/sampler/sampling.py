@@ -1,7 +1,7 @@
 """Token sampling with one random stream per sequence (schedule invariance).
 
 Each sequence owns a ``torch.Generator`` seeded from (seed, prompt index, sample index); its t-th
-token consumes the t-th draw of that stream. A completion therefore depends only on
+token consumes the t-th uniform of that stream. A completion therefore depends only on
 (seed, prompt, sample index), never on the slot, the round or the other sequences in the batch.
 """
 
@@ -33,9 +33,11 @@ def sample_tokens(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Next tokens (A,) and their log-probs (A,) at ``temperature`` from (A, V) logits.
 
-    Sampling is ``argmax(log p - log E)`` with E ~ Exp(1) drawn from each row's own generator
-    (the exponential race: an exact categorical sample with no cumulative sums). The log-prob is
-    that of the tempered, unfiltered distribution, as the training forward computes it.
+    Sampling is by inverse CDF with **one** uniform per token from each row's own generator:
+    ``token = first i with cumsum(p)[i] > u * sum(p)``, cumulated in float64. One draw per token
+    (instead of V exponentials for the exponential race) keeps the per-sequence streams cheap at a
+    150k vocabulary; zero-probability (filtered) tokens can never be chosen. The log-prob is that of
+    the tempered, unfiltered distribution, as the training forward computes it.
     """
     logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
     scaled = logits / temperature if temperature > 0 else logits
@@ -43,12 +45,9 @@ def sample_tokens(
     if temperature == 0:
         tokens = torch.argmax(logits, dim=-1)
     else:
-        filtered = torch.log_softmax(filter_logits(scaled, top_k, top_p), dim=-1)
-        noise = torch.stack(
-            [
-                torch.empty(logits.shape[-1], dtype=logp.dtype, device=g.device).exponential_(generator=g)
-                for g in generators
-            ]
-        ).to(logits.device)  # (A, V)
-        tokens = torch.argmax(filtered - noise.log(), dim=-1)
+        probs = torch.softmax(filter_logits(scaled, top_k, top_p), dim=-1)
+        cdf = probs.double().cumsum(dim=-1)  # (A, V)
+        u = torch.cat([torch.rand(1, generator=g, device=g.device, dtype=torch.float64) for g in generators])
+        target = (u.to(cdf.device) * cdf[:, -1]).unsqueeze(-1)  # (A, 1)
+        tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=logits.shape[-1] - 1)
     return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)

@@ -22,7 +22,8 @@ class Sequence:
     sample_idx: int
     generator: torch.Generator | None = None
     token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
+    logprobs: list[float] | torch.Tensor = field(default_factory=list)
+    """Per-token log-probs; a float32 tensor once finished (4 bytes a token instead of 32)."""
     status: SequenceStatus = SequenceStatus.WAITING
     finish_reason: str | None = None
     slot: int = -1

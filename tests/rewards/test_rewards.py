@@ -53,3 +53,32 @@ def test_unknown_reward_names_are_clear_errors():
         resolve_reward("nope.module:fn")
     with pytest.raises(ValueError, match="at least one reward"):
         check_rewards({})
+
+
+def test_numeric_extraction_gsm8k_boxed_last_number_commas_units():
+    from infgrpo.rewards.math import extract_number
+
+    assert extract_number("so 3 + 4 = 7.\n#### 1,234") == 1234.0
+    assert extract_number(r"The answer is \boxed{$42.50}") == 42.5
+    assert extract_number("about 12 apples and 15 pears") == 15.0
+    assert extract_number("#### -3 dollars") == -3.0
+    assert extract_number("no digits here") is None
+    meta = [{"answer": "Natalia sold 48/2 = <<48/2=24>>24 clips.\n#### 72"}] * 4
+    total, _ = compute_rewards({"gsm8k": 1.0}, ["#### 72", r"\boxed{72.0}", "It is 72 clips", "#### 71"], meta)
+    assert total.tolist() == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_format_reward():
+    total, _ = compute_rewards(
+        {"format": 1.0}, ["<think>a</think> <answer>5</answer>", "<answer>5</answer>", "x <think></think><answer>1</answer>"],
+        [{}] * 3,
+    )
+    assert total.tolist() == [1.0, 0.0, 0.0]
+
+
+def test_overlong_penalty_receives_token_lengths():
+    total, _ = compute_rewards({"overlong": 1.0}, ["a"] * 3, [{}] * 3, completion_lengths=[10, 80, 100],
+                               max_completion_length=100)
+    assert total.tolist() == pytest.approx([0.0, -0.2, -1.0])
+    with pytest.raises(RewardError, match="reward 'overlong' raised ValueError: the overlong reward needs"):
+        compute_rewards({"overlong": 1.0}, ["a"], [{}])
