@@ -147,8 +147,17 @@ class GRPOModule(L.LightningModule):
         # 2) load the policy, its tokenizer and (if needed) a frozen reference
         self.tokenizer = load_tokenizer(model)
         self.policy = load_policy(
-            model, dtype, lora_r, lora_alpha, lora_dropout, lora_target_modules, load_in_4bit,
-            bnb_4bit_quant_type, bnb_4bit_use_double_quant, bnb_4bit_compute_dtype, gradient_checkpointing,
+            model,
+            dtype,
+            lora_r,
+            lora_alpha,
+            lora_dropout,
+            lora_target_modules,
+            load_in_4bit,
+            bnb_4bit_quant_type,
+            bnb_4bit_use_double_quant,
+            bnb_4bit_compute_dtype,
+            gradient_checkpointing,
         ).train()
         self._ref: list = [frozen_reference(self.policy)] if beta > 0 and lora_r == 0 else []
         self.sampler = MicroGroupSampler(self.policy, self.tokenizer, sampler)
@@ -197,8 +206,12 @@ class GRPOModule(L.LightningModule):
         texts = self.tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
         per_sample_meta = [metas[i] for i in rollouts.prompt_index]
         total, parts = compute_rewards(
-            self.rewards, texts, per_sample_meta, self.hparams.reward_on_error,
-            completion_lengths=rollouts.lengths, max_completion_length=self.sampler.config.max_new_tokens,
+            self.rewards,
+            texts,
+            per_sample_meta,
+            self.hparams.reward_on_error,
+            completion_lengths=rollouts.lengths,
+            max_completion_length=self.sampler.config.max_new_tokens,
         )
         return total, parts, texts
 

@@ -28,11 +28,36 @@ QUICK = [
 
 
 # Real configs name hub models and datasets; offline, tests swap in the shipped tiny ones.
-LOCAL = ["--model.model", "tiny", "--model.dtype", "float32", "--model.bnb_4bit_compute_dtype", "float32",
-         "--model.rewards", "{synthetic: 1.0}", "--model.accuracy_reward", "synthetic", "--model.output_dir", "null",
-         "--data.path", "tiny", "--data.config_name", "null", "--data.prompt_column", "prompt",
-         "--data.answer_column", "null", "--data.prompt_template", "null", "--data.eval_split", "eval",
-         "--trainer.accelerator", "cpu", "--model.token_budget", "4096"]
+LOCAL = [
+    "--model.model",
+    "tiny",
+    "--model.dtype",
+    "float32",
+    "--model.bnb_4bit_compute_dtype",
+    "float32",
+    "--model.rewards",
+    "{synthetic: 1.0}",
+    "--model.accuracy_reward",
+    "synthetic",
+    "--model.output_dir",
+    "null",
+    "--data.path",
+    "tiny",
+    "--data.config_name",
+    "null",
+    "--data.prompt_column",
+    "prompt",
+    "--data.answer_column",
+    "null",
+    "--data.prompt_template",
+    "null",
+    "--data.eval_split",
+    "eval",
+    "--trainer.accelerator",
+    "cpu",
+    "--model.token_budget",
+    "4096",
+]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
@@ -62,9 +87,7 @@ def test_overrides_logs_checkpoints_and_repeated_runs(tmp_path):
     assert table and {"step", "prompt", "completion", "reward"} <= set(table[0])
     ckpts = list(Path(second.trainer.checkpoint_callback.dirpath).glob("*.ckpt"))
     assert ckpts
-    resumed = main(
-        [*args, "--trainer.max_steps", "4", "--ckpt_path", str(ckpts[0])]
-    )
+    resumed = main([*args, "--trainer.max_steps", "4", "--ckpt_path", str(ckpts[0])])
     assert resumed.trainer.global_step == 4 and resumed.model.sampler.calls == 4
 
 

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import sys
 
-BENCHMARKS = {"train-tiny": "infgrpo.bench.train_tiny", "rollout": "infgrpo.bench.rollout"}
+BENCHMARKS = {
+    "train-tiny": "infgrpo.bench.train_tiny",
+    "rollout": "infgrpo.bench.rollout",
+    "step": "infgrpo.bench.step",
+}
 
 
 def main(argv: list[str] | None = None) -> None:

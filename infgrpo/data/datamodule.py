@@ -133,8 +133,7 @@ class PromptDataModule(L.LightningDataModule):
                     text = hp.prompt_template.format(**row)
                 except KeyError as err:
                     raise ValueError(
-                        f"data.prompt_template names column {err} that split {split!r} lacks; "
-                        f"columns: {', '.join(row)}"
+                        f"data.prompt_template names column {err} that split {split!r} lacks; columns: {', '.join(row)}"
                     ) from err
             ids = encode_prompt(tokenizer, text, hp.system_prompt, hp.chat_template)
             if len(ids) > hp.max_prompt_length:

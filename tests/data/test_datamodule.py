@@ -62,15 +62,23 @@ def test_bad_columns_and_files_are_clear_errors(tmp_path):
 
 def test_prompt_template_and_answer_column(tmp_path):
     write_split(tmp_path, "train", [{"question": f"What is {i}+1?", "solution": f"#### {i + 1}"} for i in range(4)])
-    dm = PromptDataModule(path=str(tmp_path), eval_split=None, batch_size=2, prompt_column="question",
-                          answer_column="solution", prompt_template="Q: {question}", chat_template=False)
+    dm = PromptDataModule(
+        path=str(tmp_path),
+        eval_split=None,
+        batch_size=2,
+        prompt_column="question",
+        answer_column="solution",
+        prompt_template="Q: {question}",
+        chat_template=False,
+    )
     dm.setup("fit")
     from infgrpo.models import load_tokenizer
 
     tok = load_tokenizer("tiny")
     assert tok.decode(dm.train_items[0]["prompt_ids"]) == "Q: What is 0+1?"
     assert dm.train_items[0]["meta"]["answer"] == "#### 1"
-    bad = PromptDataModule(path=str(tmp_path), eval_split=None, batch_size=1, prompt_column="question",
-                           prompt_template="{problem}")
+    bad = PromptDataModule(
+        path=str(tmp_path), eval_split=None, batch_size=1, prompt_column="question", prompt_template="{problem}"
+    )
     with pytest.raises(ValueError, match="data.prompt_template names column 'problem'"):
         bad.setup("fit")

@@ -47,7 +47,9 @@ def test_nan_reward_names_the_function_and_sample():
 
 
 def test_unknown_reward_names_are_clear_errors():
-    with pytest.raises(ValueError, match="rewards: 'gsm9k' is not known; valid: synthetic"):
+    with pytest.raises(
+        ValueError, match="rewards: .gsm9k. is not known; valid: format, gsm8k, numeric, overlong, synthetic"
+    ):
         resolve_reward("gsm9k")
     with pytest.raises(ValueError, match="cannot import 'nope.module:fn'"):
         resolve_reward("nope.module:fn")
@@ -70,15 +72,17 @@ def test_numeric_extraction_gsm8k_boxed_last_number_commas_units():
 
 def test_format_reward():
     total, _ = compute_rewards(
-        {"format": 1.0}, ["<think>a</think> <answer>5</answer>", "<answer>5</answer>", "x <think></think><answer>1</answer>"],
+        {"format": 1.0},
+        ["<think>a</think> <answer>5</answer>", "<answer>5</answer>", "x <think></think><answer>1</answer>"],
         [{}] * 3,
     )
     assert total.tolist() == [1.0, 0.0, 0.0]
 
 
 def test_overlong_penalty_receives_token_lengths():
-    total, _ = compute_rewards({"overlong": 1.0}, ["a"] * 3, [{}] * 3, completion_lengths=[10, 80, 100],
-                               max_completion_length=100)
+    total, _ = compute_rewards(
+        {"overlong": 1.0}, ["a"] * 3, [{}] * 3, completion_lengths=[10, 80, 100], max_completion_length=100
+    )
     assert total.tolist() == pytest.approx([0.0, -0.2, -1.0])
     with pytest.raises(RewardError, match="reward 'overlong' raised ValueError: the overlong reward needs"):
         compute_rewards({"overlong": 1.0}, ["a"], [{}])
