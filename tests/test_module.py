@@ -119,3 +119,11 @@ def test_resume_from_checkpoint_is_exact(tmp_path):
     assert resumed.sampler.calls == 4
     for (k, a), b in zip(straight.policy.state_dict().items(), resumed.policy.state_dict().values(), strict=True):
         assert torch.equal(a, b), k
+
+
+def test_gradient_checkpointing_and_lora_train(tmp_path):
+    module = GRPOModule(**SMALL, lora_r=4, gradient_checkpointing=True)
+    assert module.policy.base_model.model.is_gradient_checkpointing
+    lora = {k: v.clone() for k, v in module.policy.named_parameters() if "lora_B" in k}
+    trainer(tmp_path, 1).fit(module, data())
+    assert any(not torch.equal(v, lora[k]) for k, v in module.policy.named_parameters() if "lora_B" in k)
