@@ -103,13 +103,13 @@ def run_one(cfg: dict) -> dict:
     return result
 
 
-def spawn(cfg: dict, timeout: float) -> dict:
-    """Runs one configuration in a fresh Python process and returns its JSON result."""
-    cmd = [sys.executable, "-m", "infgrpo.bench", "rollout", "--one", json.dumps(cfg)]
+def spawn(cfg: dict, timeout: float | None = None, bench: str = "rollout") -> dict:
+    """Runs one configuration of benchmark ``bench`` in a fresh Python process; returns its JSON result."""
+    cmd = [sys.executable, "-m", "infgrpo.bench", bench, "--one", json.dumps(cfg)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {**cfg, "skipped": f"over {timeout:.0f} s"}
+        return {**cfg, "skipped": f"over {timeout} s"}
     if proc.returncode != 0:
         tail = (proc.stderr or "").strip().splitlines()[-1:] or ["?"]
         return {**cfg, "skipped": f"failed: {tail[0][:200]}"}

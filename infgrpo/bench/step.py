@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ import lightning as L
 import psutil
 import torch
 
-from infgrpo.bench.rollout import PeakRSS, mib
+from infgrpo.bench.rollout import PeakRSS, mib, spawn
 
 VARIANTS = {
     "float-full": dict(lora_r=0),
@@ -125,13 +124,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             num_slots=args.num_slots,
             max_new_tokens=args.max_new_tokens,
         )
-        proc = subprocess.run(
-            [sys.executable, "-m", "infgrpo.bench", "step", "--one", json.dumps(cfg)], capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            rows.append({**cfg, "skipped": (proc.stderr.strip().splitlines() or ["?"])[-1][:200]})
-        else:
-            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        rows.append(spawn(cfg, bench="step"))
     base = next((r for r in rows if r["variant"] == "float-full" and "skipped" not in r), None)
     print(
         "| variant | trainable params | RSS after load MiB | step memory rise MiB | step time s | time vs float-full |"
