@@ -85,11 +85,12 @@ class Engine:
         self.waiting: deque[Sequence] = deque(seqs)
         self.running: dict[int, Sequence] = {}
         self.prefilled: dict[int, PromptState] = {}
-        self.remaining = [group_size] * len(prompts)
+        self.group_size = group_size
         # 2) a pool no larger than the work, each slot long enough for any prompt + completion
         slots = min(self.num_slots, len(seqs))
         max_len = max(map(len, prompts)) + self.max_new_tokens
-        self.pool = SlotPool(self.model.config, slots, max_len, self.kv_dtype(), self.device)
+        self.dtype = self.kv_dtype()
+        self.pool = SlotPool(self.model.config, slots, max_len, self.dtype, self.device)
         self.stats = EngineStats(pool_bytes=self.pool.nbytes())
         self.inputs = torch.full((slots, 1), self.pad_id, dtype=torch.long, device=self.device)
         # 3) decode until every sequence finished
@@ -119,9 +120,7 @@ class Engine:
                 derive_seed(self.seed, seq.prompt_idx, seq.sample_idx)
             )
             # the first token comes from the prompt's last logits: no decode step needed for it
-            token, logp = sample_tokens(
-                state.last_logits[None], [seq.generator], self.temperature, self.top_k, self.top_p
-            )
+            token, logp = self.sample(state.last_logits[None], [seq.generator])
             self.append(seq, int(token), float(logp))
             state.waiting -= 1
             if state.waiting == 0:
@@ -140,7 +139,7 @@ class Engine:
         """One batched forward over every slot; returns logits (S, V) of the running ones' next token."""
         pool = self.pool
         window = max(len(self.prompts[s.prompt_idx]) + len(s) for s in self.running.values())
-        mask = pool.attention_mask(self.kv_dtype(), window)  # (S, 1, 1, window)
+        mask = pool.attention_mask(self.dtype, window)  # (S, 1, 1, window)
         out = self.model(
             input_ids=self.inputs,
             position_ids=pool.lengths.unsqueeze(1),
@@ -158,10 +157,9 @@ class Engine:
         """Samples each running sequence's next token; finished sequences free their slots."""
         slots = sorted(self.running)
         seqs = [self.running[s] for s in slots]
-        rows = torch.tensor(slots, device=logits.device)
-        tokens, logps = sample_tokens(
-            logits[rows], [s.generator for s in seqs], self.temperature, self.top_k, self.top_p
-        )
+        if len(slots) < logits.shape[0]:  # idle slots: keep the running rows only
+            logits = logits[torch.tensor(slots, device=logits.device)]
+        tokens, logps = self.sample(logits, [s.generator for s in seqs])
         for slot, seq, tok, lp in zip(slots, seqs, tokens.tolist(), logps.tolist(), strict=True):
             self.append(seq, tok, lp)
             if seq.status is SequenceStatus.FINISHED:
@@ -180,7 +178,7 @@ class Engine:
         ids = torch.tensor([self.prompts[prompt_idx]], device=self.device)
         out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
         kv = [(layer.keys[0], layer.values[0]) for layer in out.cache.layers]
-        state = PromptState(kv, out.logits[0, -1], self.remaining[prompt_idx])
+        state = PromptState(kv, out.logits[0, -1], self.group_size)
         self.prefilled[prompt_idx] = state
         self.stats.prefill_tokens += ids.shape[1]
         held = sum(k.numel() * k.element_size() * 2 for st in self.prefilled.values() for k, _ in st.kv)
