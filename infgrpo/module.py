@@ -29,7 +29,7 @@ from infgrpo.completion_log import log_completions
 from infgrpo.models import check_dtype, check_loading, frozen_reference, load_policy, load_tokenizer, save_trained
 from infgrpo.rewards import check_rewards, compute_rewards
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
-from infgrpo.sampler.hf_generate import derive_seed
+from infgrpo.sampler.sampling import derive_seed
 from infgrpo.update import LossConfig, accumulate_policy_gradients, frozen_logprobs, prepare_microbatches
 
 
@@ -183,7 +183,6 @@ class GRPOModule(L.LightningModule):
         self.val_reward = MeanMetric()
         self.val_accuracy = MeanMetric()
         self._rollout: Rollouts | None = None
-        self._rollout_time = 0.0
 
     @property
     def ref_model(self) -> torch.nn.Module | None:
@@ -196,10 +195,8 @@ class GRPOModule(L.LightningModule):
 
     def on_train_batch_start(self, batch: list[dict], batch_idx: int) -> None:
         """Samples the group of every prompt of the batch before the optimization step."""
-        start = time.perf_counter()
         seed = derive_seed(self.hparams.seed, self.sampler.calls)
         self._rollout = self.sampler.sample([b["prompt_ids"] for b in batch], self.hparams.group_size, seed)
-        self._rollout_time = time.perf_counter() - start
 
     def score(self, rollouts: Rollouts, metas: list[dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[str]]:
         """Rewards (N,) of the completions, each reward function's values, and the decoded texts."""
@@ -255,12 +252,12 @@ class GRPOModule(L.LightningModule):
             "completion_length": lengths.mean(),
             "completion_length_max": lengths.max(),
             "frac_reward_zero_std": zero_std_fraction(rewards, hp.group_size),
-            "time/rollout_s": self._rollout_time,
+            "time/rollout_s": rollouts.stats["wall_time_s"],
             "time/update_s": update_time,
             "rollout/decode_steps": float(rollouts.stats["decode_steps"]),
             "rollout/slot_utilization": rollouts.stats["slot_utilization"],
             "lr": sched.get_last_lr()[0],
-            **{k: v for k, v in stats.items()},
+            **stats,
         }
         if hp.accuracy_reward is not None:
             metrics["accuracy"] = (parts[hp.accuracy_reward] >= 1.0).float().mean()
@@ -271,7 +268,7 @@ class GRPOModule(L.LightningModule):
         self.log_dict({f"train/{k}": float(v) for k, v in metrics.items()}, on_step=True, batch_size=bs)
         self.log("reward", rewards.mean(), prog_bar=True, on_step=True, batch_size=bs, logger=False)
         every = hp.log_completions_every_n_steps
-        if every and (self.global_step // hp.num_iterations - 1) % every == 0:
+        if every and (self.sampler.calls - 1) % every == 0:  # rollout 1, 1 + N, 1 + 2N, ...
             self._log_completions(batch, rollouts, texts, rewards, parts)
         self._rollout = None
 

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
-from infgrpo.sampler.hf_generate import derive_seed
 from infgrpo.sampler.refill import REFILL_POLICIES
-from infgrpo.sampler.sampling import sample_tokens
+from infgrpo.sampler.sampling import derive_seed, sample_tokens
 from infgrpo.sampler.sequence import Sequence, SequenceStatus
 from infgrpo.sampler.slot_pool import SlotPool
 

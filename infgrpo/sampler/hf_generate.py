@@ -12,11 +12,12 @@ Each round draws from its own seeded generator state, derived from (seed, prompt
 from __future__ import annotations
 
 import copy
-import hashlib
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, PreTrainedModel
+
+from infgrpo.sampler.sampling import derive_seed
 
 
 @dataclass
@@ -32,12 +33,6 @@ class GroupOutput:
     """Sum over rounds of (sequences in the round x decode steps of the round)."""
     peak_tokens_held: int = 0
     """Most KV positions held at once (sequences x (prompt + generated) of the largest round)."""
-
-
-def derive_seed(*parts: int) -> int:
-    """A 63-bit seed from integers, stable across processes and platforms."""
-    digest = hashlib.blake2b(",".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
 
 def generation_kwargs(
