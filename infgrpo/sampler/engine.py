@@ -17,7 +17,6 @@ pool smaller than the group; groups of several prompts interleave in the pool.
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
 import torch
@@ -45,6 +44,7 @@ class EngineStats:
     busy_slot_steps: int = 0
     pool_bytes: int = 0
     prompt_kv_bytes_peak: int = 0
+    replans: int = 0
     timeline: list[tuple[int, int, int, int, int]] = field(default_factory=list)
     """(slot, prompt_idx, sample_idx, start_step, end_step) of every sequence."""
 
@@ -63,25 +63,43 @@ class Engine:
         top_k: int = 0,
         top_p: float = 1.0,
         refill: str = "fifo",
+        planner: str = "auto",
+        planner_epsilon: float = 0.1,
     ) -> None:
         self.model = model
         self.num_slots, self.max_new_tokens = num_slots, max_new_tokens
         self.stop_ids = set(stop_ids)
         self.pad_id = pad_id
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
-        self.pick = REFILL_POLICIES.get(refill)
+        self.policy_cls = REFILL_POLICIES.get(refill)
+        self.planner, self.planner_epsilon = planner, planner_epsilon
         self.device = next(model.parameters()).device
 
     # -- public -----------------------------------------------------------------------------
     @torch.no_grad()
-    def run(self, prompts: list[list[int]], group_size: int, seed: int) -> tuple[list[Sequence], EngineStats]:
-        """Decodes ``group_size`` samples of each prompt; returns them prompt-major, and stats."""
+    def run(
+        self,
+        prompts: list[list[int]],
+        group_size: int,
+        seed: int,
+        predicted_lengths: list[float] | None = None,
+        prompt_offset: int = 0,
+    ) -> tuple[list[Sequence], EngineStats]:
+        """Decodes ``group_size`` samples of each prompt; returns them prompt-major, and stats.
+
+        ``predicted_lengths`` (one per prompt) order the work for the length-aware refill policies;
+        ``prompt_offset`` is added to each prompt's index in its random stream's seed (the global
+        index of ``prompts[0]`` when a batch is split across ranks).
+        """
         # 1) the waiting queue (prompt-major), each sequence with its own random stream
         seqs = [Sequence(p, j) for p in range(len(prompts)) for j in range(group_size)]
+        if predicted_lengths is not None:
+            for s in seqs:
+                s.predicted_length = float(predicted_lengths[s.prompt_idx])
+        self.prompt_offset = prompt_offset
         self.seed = seed
         self.gen_device = self.device if self.device.type == "cuda" else torch.device("cpu")
         self.prompts = prompts
-        self.waiting: deque[Sequence] = deque(seqs)
         self.running: dict[int, Sequence] = {}
         self.prefilled: dict[int, PromptState] = {}
         self.group_size = group_size
@@ -91,6 +109,7 @@ class Engine:
         self.dtype = self.kv_dtype()
         self.pool = SlotPool(self.model.config, slots, max_len, self.dtype, self.device)
         self.stats = EngineStats(pool_bytes=self.pool.nbytes())
+        self.waiting = self.policy_cls(seqs, slots, planner=self.planner, epsilon=self.planner_epsilon)
         self.inputs = torch.full((slots, 1), self.pad_id, dtype=torch.long, device=self.device)
         # 3) decode until every sequence finished
         self.admit()
@@ -99,6 +118,7 @@ class Engine:
             self.postprocess(logits)
             self.admit()
         self.pool = None  # release the K/V
+        self.stats.replans = getattr(self.waiting, "replans", 0)
         return seqs, self.stats
 
     def kv_dtype(self) -> torch.dtype:
@@ -108,31 +128,39 @@ class Engine:
 
     # -- the three phases of a step ---------------------------------------------------------
     def admit(self) -> None:
-        """Moves waiting sequences into free slots (the refill policy picks which)."""
-        while self.waiting and self.pool.can_allocate():
-            idx = self.pick(list(self.waiting)) if len(self.waiting) > 1 else 0
-            seq = self.waiting[idx]
-            del self.waiting[idx]
-            state = self.prefill(seq.prompt_idx)
-            # its random stream exists only while it runs (a generator's state is ~5 KB)
-            seq.generator = torch.Generator(device=self.gen_device).manual_seed(
-                derive_seed(self.seed, seq.prompt_idx, seq.sample_idx)
-            )
-            # the first token comes from the prompt's last logits: no decode step needed for it
-            token, logp = self.sample(state.last_logits[None], [seq.generator])
-            self.append(seq, int(token), float(logp))
-            state.waiting -= 1
-            if state.waiting == 0:
-                del self.prefilled[seq.prompt_idx]
-            seq.start_step = self.stats.decode_steps
-            if seq.status is SequenceStatus.FINISHED:
-                self.finish(seq)
-                continue
+        """Fills free slots; the refill policy picks which waiting sequence runs in each."""
+        idle = []  # slots the policy leaves empty for now
+        while len(self.waiting) and self.pool.can_allocate():
             slot = self.pool.allocate()
-            self.pool.load_prompt(slot, state.kv)
-            seq.slot, seq.status = slot, SequenceStatus.RUNNING
-            self.running[slot] = seq
-            self.inputs[slot, 0] = token
+            while len(self.waiting):
+                seq = self.waiting.pop(slot, self.stats.decode_steps)
+                if seq is None:
+                    idle.append(slot)
+                    break
+                state = self.prefill(seq.prompt_idx)
+                # its random stream exists only while it runs (a generator's state is ~5 KB)
+                seq.generator = torch.Generator(device=self.gen_device).manual_seed(
+                    derive_seed(self.seed, self.prompt_offset + seq.prompt_idx, seq.sample_idx)
+                )
+                # the first token comes from the prompt's last logits: no decode step needed for it
+                token, logp = self.sample(state.last_logits[None], [seq.generator])
+                self.append(seq, int(token), float(logp))
+                state.waiting -= 1
+                if state.waiting == 0:
+                    del self.prefilled[seq.prompt_idx]
+                seq.start_step = self.stats.decode_steps
+                if seq.status is SequenceStatus.FINISHED:  # a one-token completion never takes the slot
+                    self.finish(seq, slot)
+                    continue
+                self.pool.load_prompt(slot, state.kv)
+                seq.slot, seq.status = slot, SequenceStatus.RUNNING
+                self.running[slot] = seq
+                self.inputs[slot, 0] = token
+                break
+            else:  # nothing left to run in it
+                self.pool.deallocate(slot)
+        for slot in reversed(idle):  # back on the free stack in the order they came off it
+            self.pool.deallocate(slot)
 
     def decode_step(self) -> torch.Tensor:
         """One batched forward over every slot; returns logits (S, V) of the running ones' next token."""
@@ -165,7 +193,7 @@ class Engine:
                 del self.running[slot]
                 self.pool.deallocate(slot)
                 self.inputs[slot, 0] = self.pad_id
-                self.finish(seq)
+                self.finish(seq, slot)
             else:
                 self.inputs[slot, 0] = tok
 
@@ -195,8 +223,9 @@ class Engine:
         elif len(seq) >= self.max_new_tokens:
             seq.status, seq.finish_reason = SequenceStatus.FINISHED, "length"
 
-    def finish(self, seq: Sequence) -> None:
+    def finish(self, seq: Sequence, slot: int) -> None:
         seq.end_step = self.stats.decode_steps
+        self.waiting.finished(seq, slot, seq.end_step)
         seq.generator = None
         seq.logprobs = torch.tensor(seq.logprobs, dtype=torch.float32)
         self.stats.timeline.append((seq.slot, seq.prompt_idx, seq.sample_idx, seq.start_step, seq.end_step))
