@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+from infgrpo.sampler.pool_sizing import parse_rollout_memory
 
 DECODERS = ("engine", "micro_groups", "hf_micro", "hf_full")
-REFILL_POLICIES = ("fifo",)
-PLANNERS = ("none",)
+REFILL_POLICIES = ("fifo", "sjf", "lpt", "planned")
+PLANNERS = ("auto", "lpt", "ptas")
+LENGTH_PREDICTORS = ("learned", "history", "none")
 
 
 @dataclass
@@ -18,10 +22,16 @@ class SamplerConfig:
     prompt KV cache.
     """
 
-    num_slots: int = 8
+    num_slots: int | Literal["auto"] = 8
     """Sequences decoded at once (the KV slot pool; the micro-group size of the HF decoders). Peak
     rollout memory grows with it, not with the group size; fewer slots cost more decode steps.
-    Must be >= 1."""
+    An integer >= 1, or 'auto': as many as ``rollout_memory`` holds, planned for each rollout (K/V
+    of its longest prompt + max_new_tokens per slot, plus the decode step's vocabulary-sized
+    workspace; see infgrpo.sampler.pool_sizing)."""
+    rollout_memory: int | float | str = 0.5
+    """Memory budget of the rollout when ``num_slots`` is 'auto': bytes (an integer, or a string
+    such as '4GB' or '512MiB'), or a float in (0, 1]: that share of the device memory free when the
+    first rollout starts (on CPU: available system memory). Ignored for an integer ``num_slots``."""
     max_new_tokens: int = 128
     """Most tokens generated per completion (> 0); longer completions end with reason 'length'."""
     temperature: float = 1.0
@@ -37,26 +47,45 @@ class SamplerConfig:
     (HF generate round by round over one prefilled prompt cache), 'hf_micro' (baseline: HF generate
     round by round, prompt prefilled every round) or 'hf_full' (baseline: HF generate over the whole
     group at once; memory grows with the group size)."""
-    refill: str = "fifo"
-    """Which pending sequence takes a free slot. Valid now: 'fifo'."""
-    planner: str = "none"
-    """Global assignment of sequences to slots. Valid now: 'none'."""
+    refill: str = "lpt"
+    """Which waiting sequence takes a free slot: 'fifo' (prompt-major order), 'sjf' (shortest
+    predicted first, the paper's), 'lpt' (longest predicted first) or 'planned' (follow the
+    planner's global assignment, re-planning when a prediction proves wrong). The policy changes the
+    order of work only, never the completions."""
+    planner: str = "auto"
+    """Global assignment used by ``refill='planned'``: 'ptas' ((1 + planner_epsilon)-approximate,
+    for few slots), 'lpt' (longest first + local improvement, any size) or 'auto' (ptas where it is
+    tractable, else lpt)."""
+    planner_epsilon: float = 0.1
+    """Approximation slack of the 'ptas' planner (> 0): its makespan is within (1 + epsilon) of
+    the optimum for the predicted lengths."""
+    length_predictor: str = "learned"
+    """How completion lengths are predicted for the length-aware policies: 'learned' (a ridge head
+    on the policy's hidden state at the prompt's end, learned online from finished rollouts, blended
+    with each prompt's own history), 'history' (per-prompt history only) or 'none' (no prediction:
+    every policy then runs in prompt-major order)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_slots, int) or self.num_slots < 1:
-            raise ValueError(f"num_slots={self.num_slots!r} must be an integer >= 1")
+        if self.num_slots != "auto" and (
+            isinstance(self.num_slots, bool) or not isinstance(self.num_slots, int) or self.num_slots < 1
+        ):
+            raise ValueError(f"num_slots={self.num_slots!r} must be an integer >= 1 or 'auto'")
+        parse_rollout_memory(self.rollout_memory)
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be an integer > 0")
         if self.temperature < 0:
             raise ValueError(f"temperature={self.temperature!r} must be >= 0 (0 = greedy)")
         if self.top_k < 0:
             raise ValueError(f"top_k={self.top_k!r} must be >= 0 (0 = off)")
+        if not self.planner_epsilon > 0:
+            raise ValueError(f"planner_epsilon={self.planner_epsilon!r} must be > 0")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p={self.top_p!r} must be in (0, 1]")
         for name, value, valid in (
             ("decoder", self.decoder, DECODERS),
             ("refill", self.refill, REFILL_POLICIES),
             ("planner", self.planner, PLANNERS),
+            ("length_predictor", self.length_predictor, LENGTH_PREDICTORS),
         ):
             if value not in valid:
                 raise ValueError(f"{name}={value!r} is not known; valid: {', '.join(valid)}")

@@ -15,10 +15,14 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from infgrpo.ranks import Ranks
 from infgrpo.sampler.config import SamplerConfig
 from infgrpo.sampler.engine import Engine
 from infgrpo.sampler.hf_generate import GroupOutput, decode_group, generation_kwargs
+from infgrpo.sampler.length_predictor import LengthPredictor, pool_over_ranks, prompt_features, prompt_key
+from infgrpo.sampler.pool_sizing import PoolSizer
 from infgrpo.sampler.rollouts import Rollouts
+from infgrpo.sampler.schedule_metrics import lower_bound_steps, prediction_errors
 from infgrpo.sampler.slot_pool import kv_shape
 
 
@@ -56,6 +60,17 @@ class MicroGroupSampler:
             self.pad_id = self.eos_id if pad is None else pad
         self.stop_ids = [self.eos_id] + [t for t in config.stop_token_ids if t != self.eos_id]
         self.calls = 0
+        self.sizer = PoolSizer(
+            config.num_slots, config.rollout_memory, config.max_new_tokens, config.top_k, config.top_p
+        )
+        # Data-parallel ranks (set by the trainer's module); state learned from rollouts (the length
+        # predictor) can pool it over ranks with ``self.ranks.gather`` / ``self.ranks.sum``.
+        self.ranks = Ranks()
+        self.predictor = (
+            LengthPredictor(config.length_predictor, config.max_new_tokens)
+            if config.length_predictor != "none"
+            else None
+        )
 
     # -- validation -------------------------------------------------------------------------
     def check_prompts(self, prompt_ids: list[list[int]]) -> None:
@@ -74,8 +89,12 @@ class MicroGroupSampler:
 
     # -- sampling ---------------------------------------------------------------------------
     @torch.no_grad()
-    def sample(self, prompt_ids: list[list[int]], group_size: int, seed: int = 0) -> Rollouts:
-        """``group_size`` completions of each prompt, prompt-major (see :class:`Rollouts`)."""
+    def sample(self, prompt_ids: list[list[int]], group_size: int, seed: int = 0, prompt_offset: int = 0) -> Rollouts:
+        """``group_size`` completions of each prompt, prompt-major (see :class:`Rollouts`).
+
+        Sample j of ``prompt_ids[i]`` draws from the random stream (seed, prompt_offset + i, j):
+        ``prompt_offset`` is the global index of ``prompt_ids[0]`` when a batch is split over ranks.
+        """
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1")
         self.check_prompts(prompt_ids)
@@ -87,9 +106,12 @@ class MicroGroupSampler:
         start = time.perf_counter()
         try:
             if cfg.decoder == "engine":
-                rollouts = self._sample_engine(prompt_ids, group_size, seed, cfg.num_slots)
+                slots = self.sizer.slots(self.model, prompt_ids)
+                rollouts = self._sample_engine(
+                    prompt_ids, group_size, seed, slots, learn=True, prompt_offset=prompt_offset
+                )
             else:
-                rollouts = self._sample_hf(prompt_ids, group_size, seed)
+                rollouts = self._sample_hf(prompt_ids, group_size, seed, prompt_offset)
         finally:
             self.model.train(was_training)
         self.calls += 1
@@ -110,8 +132,25 @@ class MicroGroupSampler:
         finally:
             self.model.train(was_training)
 
-    def _sample_engine(self, prompt_ids: list[list[int]], group_size: int, seed: int, num_slots: int) -> Rollouts:
+    def _sample_engine(
+        self,
+        prompt_ids: list[list[int]],
+        group_size: int,
+        seed: int,
+        num_slots: int,
+        learn: bool = False,
+        prompt_offset: int = 0,
+    ) -> Rollouts:
         cfg = self.config
+        # 1) predict each prompt's completion length (the length-aware refill policies order by it)
+        predictor = self.predictor if learn else None
+        preds, feats, keys, predict_time = None, None, [], 0.0
+        if predictor is not None:
+            start = time.perf_counter()
+            keys = [prompt_key(p) for p in prompt_ids]
+            feats = prompt_features(self.model, prompt_ids) if predictor.needs_features else None
+            preds = predictor.predict(keys, feats)
+            predict_time = time.perf_counter() - start
         engine = Engine(
             self.model,
             num_slots,
@@ -121,9 +160,12 @@ class MicroGroupSampler:
             cfg.temperature,
             cfg.top_k,
             cfg.top_p,
-            cfg.refill,
+            cfg.refill if learn else "fifo",
+            cfg.planner,
+            cfg.planner_epsilon,
         )
-        seqs, st = engine.run(prompt_ids, group_size, seed)
+        # 2) decode
+        seqs, st = engine.run(prompt_ids, group_size, seed, preds, prompt_offset)
         rollouts = Rollouts(
             prompt_ids=[list(p) for p in prompt_ids],
             group_size=group_size,
@@ -141,14 +183,40 @@ class MicroGroupSampler:
             "num_slots": slots,
             "timeline": st.timeline,
         }
+        # 3) schedule telemetry, and the predictor learns from what the policy actually generated
+        steps = st.decode_steps
+        rollouts.stats["bubble_fraction"] = 1.0 - rollouts.stats["slot_utilization"]
+        rollouts.stats["lower_bound_steps"] = bound = lower_bound_steps(
+            [max(n - 1, 0) for n in rollouts.lengths], slots
+        )
+        rollouts.stats["steps_over_lower_bound"] = steps / bound if bound else 1.0
+        rollouts.stats["replans"] = st.replans
+        if predictor is not None:
+            per_seq = [preds[i // group_size] for i in range(len(seqs))]
+            rollouts.stats["predicted_lengths"] = per_seq
+            rollouts.stats.update(prediction_errors(per_seq, rollouts.lengths))
+            lengths = rollouts.lengths
+            # every data-parallel rank learns the pooled update, so their predictors stay identical
+            predictor.sync = pool_over_ranks(self.ranks.gather) if self.ranks.world_size > 1 else None
+            predictor.update(keys, feats, [lengths[i : i + group_size] for i in range(0, len(lengths), group_size)])
+            rollouts.stats["predict_time_s"] = predict_time
         return rollouts
 
-    def _sample_hf(self, prompt_ids: list[list[int]], group_size: int, seed: int) -> Rollouts:
+    def _sample_hf(self, prompt_ids: list[list[int]], group_size: int, seed: int, prompt_offset: int = 0) -> Rollouts:
         cfg = self.config
         kw = generation_kwargs(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p, self.stop_ids, self.pad_id)
-        slots = group_size if cfg.decoder == "hf_full" else cfg.num_slots
+        slots = group_size if cfg.decoder == "hf_full" else self.sizer.slots(self.model, prompt_ids)
         groups: list[GroupOutput] = [
-            decode_group(self.model, p, group_size, slots, seed, i, kw, prefill_once=cfg.decoder == "micro_groups")
+            decode_group(
+                self.model,
+                p,
+                group_size,
+                slots,
+                seed,
+                prompt_offset + i,
+                kw,
+                prefill_once=cfg.decoder == "micro_groups",
+            )
             for i, p in enumerate(prompt_ids)
         ]
         rollouts = Rollouts(
@@ -171,7 +239,12 @@ class MicroGroupSampler:
 
     # -- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"calls": self.calls, "config": asdict(self.config)}
+        state = {"calls": self.calls, "config": asdict(self.config)}
+        if self.predictor is not None:
+            state["predictor"] = self.predictor.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.calls = int(state["calls"])
+        if self.predictor is not None and "predictor" in state:
+            self.predictor.load_state_dict(state["predictor"])
