@@ -4,6 +4,7 @@
     python -m infgrpo.fit --config configs/tiny.yaml --model.group_size 16 --trainer.max_steps 50
     python -m infgrpo.fit --config configs/tiny.yaml --ckpt_path runs/tiny/version_0/checkpoints/last.ckpt
     python -m infgrpo.fit --help
+    python -m infgrpo.fit --config configs/tiny.yaml --trainer.strategy ddp --trainer.devices 2   # data parallel
 
 Logs go to CSV (and TensorBoard when installed) under ``trainer.default_root_dir``; each run gets a
 new version folder, with its checkpoints (written atomically) inside.
@@ -57,13 +58,19 @@ class GRPOCLI(LightningCLI):
 
 
 def main(args: list[str] | None = None) -> GRPOCLI:
+    """Parses ``args`` (default: the command line) like ``python -m infgrpo.fit``, trains, returns the CLI.
+
+    ``cli.model``, ``cli.datamodule`` and ``cli.trainer`` are the trained objects, e.g.
+    ``main(["--config", "configs/tiny.yaml", "--trainer.max_steps", "10"]).model.policy``.
+    """
     cli = GRPOCLI(
         GRPOModule,
         PromptDataModule,
         run=False,
         args=args,
         save_config_kwargs={"overwrite": True},
-        trainer_defaults={"num_sanity_val_steps": 0},
+        # the data module shards prompts over ranks itself (contiguous shares of each global batch)
+        trainer_defaults={"num_sanity_val_steps": 0, "use_distributed_sampler": False},
     )
     cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
     return cli

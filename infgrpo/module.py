@@ -5,6 +5,12 @@ the :class:`~infgrpo.MicroGroupSampler` draws ``group_size`` completions per pro
 gradients; ``training_step`` scores them, computes group advantages and runs ``num_iterations``
 optimizer steps, each accumulating gradients over micro-batches bounded by ``token_budget`` tokens.
 
+Data parallel (``Trainer(strategy="ddp", devices=N, num_nodes=M)``): each rank samples the groups of
+its contiguous share of the global batch, with random streams keyed by the *global* prompt index,
+so a run on N ranks draws the completions one process with the whole batch would. Groups never span
+ranks; batch-wide quantities (``scale_rewards: batch``, the loss normalizers, metrics) are gathered
+over ranks (:class:`~infgrpo.ranks.Ranks`), and the parameters stay identical on every rank.
+
     from infgrpo import GRPOModule, SamplerConfig
     from infgrpo.data import PromptDataModule
     import lightning as L
@@ -15,22 +21,36 @@ optimizer steps, each accumulating gradients over micro-batches bounded by ``tok
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from typing import Any
 
 import lightning as L
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES, KL_ESTIMATORS, LOSS_TYPES, zero_std_fraction
 from infgrpo.algo.advantages import check_scale_rewards
 from infgrpo.completion_log import log_completions
 from infgrpo.models import check_dtype, check_loading, frozen_reference, load_policy, load_tokenizer, save_trained
+from infgrpo.ranks import Ranks
 from infgrpo.rewards import check_rewards, compute_rewards
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.sampler.sampling import derive_seed
 from infgrpo.update import LossConfig, accumulate_policy_gradients, frozen_logprobs, prepare_microbatches
+
+SCHEDULE_METRICS = (
+    "bubble_fraction",
+    "steps_over_lower_bound",
+    "replans",
+    "length_mae",
+    "length_spearman",
+    "length_within_20pct",
+    "predict_time_s",
+)
+"""Keys of ``Rollouts.stats`` logged as ``train/rollout/<key>`` (when the sampler reports them)."""
 
 
 class GRPOModule(L.LightningModule):
@@ -183,6 +203,7 @@ class GRPOModule(L.LightningModule):
         self.val_reward = MeanMetric()
         self.val_accuracy = MeanMetric()
         self._rollout: Rollouts | None = None
+        self.ranks = Ranks()  # the data-parallel ranks, known once fit starts
 
     @property
     def ref_model(self) -> torch.nn.Module | None:
@@ -192,11 +213,34 @@ class GRPOModule(L.LightningModule):
     def on_fit_start(self) -> None:
         if self.ref_model is not None:
             self.ref_model.to(self.device)
+        self.setup_ranks()
+
+    def setup_ranks(self) -> None:
+        """Learns the data-parallel ranks from the trainer and hands them to the sampler.
+
+        Each rank reseeds torch's global generator (used only by dropout) with its rank, so ranks draw
+        distinct dropout masks; the rollout streams are keyed by global prompt index instead.
+        """
+        world = self.trainer.world_size
+        if world == 1:
+            self.ranks = Ranks()
+        else:
+            if not isinstance(self.trainer.strategy.model, DistributedDataParallel):
+                raise ValueError(
+                    f"trainer.strategy={type(self.trainer.strategy).__name__} is not supported with {world} "
+                    "processes; use strategy 'ddp' (ranks run different numbers of micro-batches, which only "
+                    "DDP's gradient accumulation (no_sync) tolerates)"
+                )
+            self.ranks = Ranks(world, self.global_rank, lambda x: self.all_gather(x.to(self.device)))
+            torch.manual_seed(derive_seed(torch.initial_seed(), self.global_rank))
+        self.sampler.ranks = self.ranks
 
     def on_train_batch_start(self, batch: list[dict], batch_idx: int) -> None:
         """Samples the group of every prompt of the batch before the optimization step."""
-        seed = derive_seed(self.hparams.seed, self.sampler.calls)
-        self._rollout = self.sampler.sample([b["prompt_ids"] for b in batch], self.hparams.group_size, seed)
+        seed = derive_seed(self.hparams.seed, self.sampler.calls)  # the same on every rank
+        prompts = [b["prompt_ids"] for b in batch]
+        offset = self.ranks.prompt_offset(len(batch))  # streams keyed by the global prompt index
+        self._rollout = self.sampler.sample(prompts, self.hparams.group_size, seed, prompt_offset=offset)
 
     def score(self, rollouts: Rollouts, metas: list[dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[str]]:
         """Rewards (N,) of the completions, each reward function's values, and the decoded texts."""
@@ -218,9 +262,12 @@ class GRPOModule(L.LightningModule):
         rollouts = self._rollout
         assert rollouts is not None, "on_train_batch_start did not run"
         start = time.perf_counter()
-        # 1) rewards and group advantages
+        # 1) rewards and group advantages; groups are local, the batch (for its std and the metrics)
+        # is every rank's rows, gathered in global order
         rewards, parts, texts = self.score(rollouts, [b["meta"] for b in batch])
-        advantages = ADVANTAGES.get(hp.advantage)(rewards, hp.group_size, hp.scale_rewards)
+        lengths = torch.tensor(rollouts.lengths, dtype=rewards.dtype)
+        table = self.ranks.gather(torch.stack([rewards, lengths, *parts.values()], dim=1))  # (N_global, 2 + parts)
+        advantages = ADVANTAGES.get(hp.advantage)(rewards, hp.group_size, hp.scale_rewards, batch_rewards=table[:, 0])
         # 2) micro-batches within the token budget; frozen log-probs where needed
         prompts = [rollouts.prompt_ids[i] for i in rollouts.prompt_index]
         mbs = [
@@ -233,40 +280,48 @@ class GRPOModule(L.LightningModule):
         # 3) mu optimizer steps, each accumulating gradients over the micro-batches
         opt = self.optimizers()
         sched = self.lr_schedulers()
+        no_sync = getattr(self.trainer.strategy, "block_backward_sync", contextlib.nullcontext)
         self.policy.train()
         for _ in range(hp.num_iterations):
             opt.zero_grad(set_to_none=True)
             stats = accumulate_policy_gradients(
-                self.policy, mbs, advantages, self.loss_cfg, self.manual_backward, old, ref
+                self.policy, mbs, advantages, self.loss_cfg, self.manual_backward, old, ref, self.ranks, no_sync
             )
             if hp.max_grad_norm > 0:
                 self.clip_gradients(opt, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()
             sched.step()
         update_time = time.perf_counter() - start
-        # 4) metrics
-        lengths = torch.tensor(rollouts.lengths, dtype=torch.float32)
+        # 4) metrics of the global batch (identical on every rank); times and steps of the slowest rank
+        all_rewards, all_lengths = table[:, 0], table[:, 1]
+        all_parts = {name: table[:, 2 + i] for i, name in enumerate(parts)}
+        st = rollouts.stats
+        local = [st["wall_time_s"], update_time, float(st["decode_steps"]), st["slot_utilization"]]
+        per_rank = self.ranks.gather(torch.tensor([local], dtype=torch.float64))  # (world, 4)
         metrics = {
-            "reward": rewards.mean(),
-            "reward_std": rewards.std(),
-            "completion_length": lengths.mean(),
-            "completion_length_max": lengths.max(),
-            "frac_reward_zero_std": zero_std_fraction(rewards, hp.group_size),
-            "time/rollout_s": rollouts.stats["wall_time_s"],
-            "time/update_s": update_time,
-            "rollout/decode_steps": float(rollouts.stats["decode_steps"]),
-            "rollout/slot_utilization": rollouts.stats["slot_utilization"],
+            "reward": all_rewards.mean(),
+            "reward_std": all_rewards.std(),
+            "completion_length": all_lengths.mean(),
+            "completion_length_max": all_lengths.max(),
+            "frac_reward_zero_std": zero_std_fraction(all_rewards, hp.group_size),
+            "time/rollout_s": per_rank[:, 0].max(),
+            "time/update_s": per_rank[:, 1].max(),
+            "rollout/decode_steps": per_rank[:, 2].max(),
+            "rollout/slot_utilization": per_rank[:, 3].mean(),
             "lr": sched.get_last_lr()[0],
             **stats,
         }
         if hp.accuracy_reward is not None:
-            metrics["accuracy"] = (parts[hp.accuracy_reward] >= 1.0).float().mean()
-        for name, values in parts.items():
+            metrics["accuracy"] = (all_parts[hp.accuracy_reward] >= 1.0).float().mean()
+        for key in SCHEDULE_METRICS:  # this rank's schedule and length-prediction telemetry
+            if key in st:
+                metrics[f"rollout/{key}"] = float(st[key])
+        for name, values in all_parts.items():
             if len(parts) > 1:
                 metrics[f"rewards/{name}"] = values.mean()
         bs = len(batch)
         self.log_dict({f"train/{k}": float(v) for k, v in metrics.items()}, on_step=True, batch_size=bs)
-        self.log("reward", rewards.mean(), prog_bar=True, on_step=True, batch_size=bs, logger=False)
+        self.log("reward", all_rewards.mean(), prog_bar=True, on_step=True, batch_size=bs, logger=False)
         every = hp.log_completions_every_n_steps
         if every and (self.sampler.calls - 1) % every == 0:  # rollout 1, 1 + N, 1 + 2N, ...
             self._log_completions(batch, rollouts, texts, rewards, parts)

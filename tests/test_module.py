@@ -76,8 +76,14 @@ def test_training_steps_update_the_policy_and_log_metrics(tmp_path):
         "train/kl",
         "time/rollout_s",
         "time/update_s",
+        "rollout/bubble_fraction",
+        "rollout/steps_over_lower_bound",
+        "rollout/length_mae",
+        "rollout/length_spearman",
+        "rollout/length_within_20pct",
     ):
         assert any(k.endswith(key) for k in m), key
+    assert m["train/rollout/steps_over_lower_bound"] >= 1.0
 
 
 def test_num_iterations_takes_several_optimizer_steps_per_rollout(tmp_path):
@@ -119,6 +125,12 @@ def test_resume_from_checkpoint_is_exact(tmp_path):
     assert resumed.sampler.calls == 4
     for (k, a), b in zip(straight.policy.state_dict().items(), resumed.policy.state_dict().values(), strict=True):
         assert torch.equal(a, b), k
+    # the length predictor resumed too: same statistics, same history, same predictions
+    want, got = straight.sampler.predictor, resumed.sampler.predictor
+    assert want.rows == got.rows == pytest.approx(sum(0.9**i * 2 for i in range(4)))
+    assert torch.equal(want.A, got.A) and torch.equal(want.b, got.b) and want.history == got.history
+    keys = list(want.history)
+    assert want.predict(keys) == got.predict(keys)
 
 
 def test_gradient_checkpointing_and_lora_train(tmp_path):

@@ -4,6 +4,12 @@ Each training batch is a list of ``batch_size`` items ``{"prompt_ids": list[int]
 ``meta`` is the dataset row (it reaches the reward functions). The shuffled order is seeded and
 resumes mid-epoch from a checkpoint.
 
+Under data parallelism (``trainer.strategy: ddp``) the module shards prompts itself: each of the
+``world_size`` ranks gets a contiguous ``batch_size`` share of every global batch of
+``batch_size * world_size`` prompts (see :mod:`infgrpo.data.resumable`), and a strided share of the
+held-out prompts. Lightning's own sampler injection must then be off
+(``use_distributed_sampler=False``, the CLI's default).
+
 Sources (``path``): ``"tiny"`` (the shipped synthetic task), a local folder holding
 ``<split>.jsonl`` / ``.json`` / ``.csv`` / ``.parquet`` files, or a Hugging Face hub dataset name.
 """
@@ -67,8 +73,9 @@ class PromptDataModule(L.LightningDataModule):
         answer_column: column holding the reference answer; reward functions see it as
             ``metadata["answer"]`` (None = the rows as they are).
         prompt_template: a ``str.format`` template over the row's columns, e.g.
-            ``"{question}\nPut the final answer after ####."``; None = the prompt column as is.
-        batch_size: prompts per optimization step (each sampled ``group_size`` times).
+            ``"{question}\\nPut the final answer after ####."``; None = the prompt column as is.
+        batch_size: prompts per optimization step *per rank* (each sampled ``group_size`` times);
+            with N data-parallel ranks a step uses N x batch_size prompts.
         eval_size: number of held-out prompts evaluated (the first ones of the split).
         eval_batch_size: prompts decoded at once during evaluation.
         max_prompt_length: prompts longer than this many tokens are reported and handled by
@@ -161,8 +168,24 @@ class PromptDataModule(L.LightningDataModule):
             rows = load_rows(hp.path, hp.eval_split, hp.config_name)[: hp.eval_size]
             self.eval_items = self._encode(tok, rows, hp.eval_split)
 
+    def ranks(self) -> tuple[int, int]:
+        """(world_size, global rank) of the trainer; (1, 0) without one."""
+        trainer = self.trainer
+        if trainer is None or trainer.world_size == 1:
+            return 1, 0
+        if getattr(trainer._accelerator_connector, "use_distributed_sampler", False):
+            raise ValueError(
+                f"PromptDataModule shards prompts across the {trainer.world_size} ranks itself; set "
+                "Trainer(use_distributed_sampler=False) (--trainer.use_distributed_sampler false; the "
+                "infgrpo.fit CLI sets it)"
+            )
+        return trainer.world_size, trainer.global_rank
+
     def train_dataloader(self) -> DataLoader:
-        self.batch_sampler = ResumableBatchSampler(len(self.train_items), self.hparams.batch_size, self.hparams.seed)
+        world, rank = self.ranks()
+        self.batch_sampler = ResumableBatchSampler(
+            len(self.train_items), self.hparams.batch_size, self.hparams.seed, num_replicas=world, rank=rank
+        )
         if self._pending_state is not None:
             self.batch_sampler.load_state_dict(self._pending_state)
             self._pending_state = None
@@ -171,7 +194,14 @@ class PromptDataModule(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader | list:
         if not self.eval_items:
             return []
-        return DataLoader(self.eval_items, batch_size=self.hparams.eval_batch_size, collate_fn=list)
+        world, rank = self.ranks()
+        if world > len(self.eval_items):
+            n = len(self.eval_items)
+            raise ValueError(
+                f"data.eval_size: {n} held-out prompts cannot be split over {world} ranks (one each at least)"
+            )
+        mine = self.eval_items[rank::world]  # metrics are averaged over ranks by torchmetrics
+        return DataLoader(mine, batch_size=self.hparams.eval_batch_size, collate_fn=list)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         # Runs for the batch training is about to use (after Lightning's prefetch), so counting

@@ -1,9 +1,15 @@
 """A seeded, shuffling batch sampler that can resume in the middle of an epoch.
 
 Epoch ``e`` visits the dataset in the order of ``torch.randperm(n, seed + e)``. The owner records
-how many batches were *consumed* (not merely prefetched) and restores ``(epoch, consumed)`` from a
-checkpoint; the next iteration then skips exactly those batches, so a resumed run sees the same
+how many batches were *consumed* (not merely prefetched); a checkpoint stores the epoch and the
+prompts consumed, and the next iteration skips exactly those, so a resumed run sees the same
 prompts in the same order as an uninterrupted one.
+
+Across data-parallel ranks every rank draws the same permutation and takes its contiguous share
+of each *global* batch of ``batch_size * num_replicas`` prompts: rank ``r`` gets positions
+``r*batch_size .. (r+1)*batch_size - 1``. So ``num_replicas`` ranks of ``batch_size`` prompts see
+exactly the prompts, in the same global order, of one process with ``num_replicas * batch_size``.
+The state counts prompts consumed, so a checkpoint resumes on any number of ranks.
 """
 
 from __future__ import annotations
@@ -15,46 +21,72 @@ from torch.utils.data import Sampler
 
 
 class ResumableBatchSampler(Sampler[list[int]]):
-    """Batches of ``batch_size`` indices of a dataset of ``num_items`` rows, last partial batch dropped."""
+    """This rank's batches of ``batch_size`` indices of a dataset of ``num_items`` rows.
 
-    def __init__(self, num_items: int, batch_size: int, seed: int = 0, shuffle: bool = True) -> None:
+    Global batches of ``batch_size * num_replicas`` rows; a last partial global batch is dropped.
+    """
+
+    def __init__(
+        self,
+        num_items: int,
+        batch_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")
-        if num_items < batch_size:
-            raise ValueError(f"the dataset has {num_items} rows, fewer than batch_size={batch_size}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank={rank} must be in [0, num_replicas={num_replicas})")
+        if num_items < batch_size * num_replicas:
+            raise ValueError(
+                f"the dataset has {num_items} rows, fewer than one global batch: batch_size={batch_size} "
+                f"x {num_replicas} ranks"
+            )
         self.num_items, self.batch_size, self.seed, self.shuffle = num_items, batch_size, seed, shuffle
+        self.num_replicas, self.rank = num_replicas, rank
+        self.global_batch = batch_size * num_replicas
         self.epoch = -1  # the epoch being iterated (-1 before the first)
-        self.consumed = 0  # batches of `epoch` that training used
-        self._resume: tuple[int, int] | None = None
+        self.start = 0  # position in the epoch's order where this iteration began
+        self.consumed = 0  # global batches of `epoch` that training used since `start`
+        self._resume: tuple[int, int] | None = None  # (epoch, prompts consumed)
 
     def __len__(self) -> int:
-        return self.num_items // self.batch_size
+        return self.num_items // self.global_batch
 
     def __iter__(self) -> Iterator[list[int]]:
         if self._resume is not None:
             (self.epoch, skip), self._resume = self._resume, None
         else:
             self.epoch, skip = self.epoch + 1, 0
-        if skip >= len(self):  # the checkpoint was taken at the end of an epoch
+        if skip + self.global_batch > self.num_items:  # the checkpoint was taken at the end of an epoch
             self.epoch, skip = self.epoch + 1, 0
-        self.consumed = skip
+        self.start, self.consumed = skip, 0
         if self.shuffle:
             gen = torch.Generator().manual_seed(self.seed + self.epoch)
             order = torch.randperm(self.num_items, generator=gen)
         else:
             order = torch.arange(self.num_items)
-        for b in range(skip, len(self)):
-            yield order[b * self.batch_size : (b + 1) * self.batch_size].tolist()
+        for begin in range(skip, self.num_items - self.global_batch + 1, self.global_batch):
+            mine = begin + self.rank * self.batch_size  # this rank's contiguous share of the global batch
+            yield order[mine : mine + self.batch_size].tolist()
 
     def mark_consumed(self) -> None:
         """Called once per batch that training actually used."""
         self.consumed += 1
 
     def state_dict(self) -> dict[str, int]:
+        """Position in the data, independent of the number of ranks: prompts consumed in ``epoch``."""
         if self.epoch < 0:
-            return {"epoch": 0, "consumed": 0, "seed": self.seed}
-        return {"epoch": self.epoch, "consumed": self.consumed, "seed": self.seed}
+            return {"epoch": 0, "consumed_prompts": 0, "seed": self.seed}
+        prompts = self.start + self.consumed * self.global_batch
+        return {"epoch": self.epoch, "consumed_prompts": prompts, "seed": self.seed}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """The next iteration continues epoch ``state["epoch"]`` after its consumed batches."""
-        self._resume = (int(state["epoch"]), int(state["consumed"]))
+        """The next iteration continues epoch ``state["epoch"]`` after its consumed prompts."""
+        if "consumed_prompts" in state:
+            prompts = int(state["consumed_prompts"])
+        else:  # written before multi-rank support: batches of one process with this batch size
+            prompts = int(state["consumed"]) * self.batch_size
+        self._resume = (int(state["epoch"]), prompts)

@@ -4,6 +4,13 @@
 forward + backward per micro-batch with the loss normalized by whole-batch counts
 (:class:`~infgrpo.algo.LossNorm`), so the accumulated gradient equals that of one big batch while
 peak memory is set by ``token_budget`` alone. No Lightning here: the caller passes ``backward``.
+
+Data parallel (DDP): each rank holds a share of the batch. The normalizers are summed over ranks
+(:class:`~infgrpo.ranks.Ranks`), so each rank's loss is its share of the *global* loss; DDP averages
+gradients over ranks, so each rank backpropagates its share times ``world_size``, and the averaged
+gradient is that of the global loss, as one process over the whole batch would compute it. Every
+micro-batch but the last runs under ``no_sync`` (DDP's gradient-accumulation context): ranks then
+synchronize once per optimizer step, whatever their numbers of micro-batches.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import torch
 from transformers import PreTrainedModel
 
 from infgrpo.algo import LossNorm, clipped_surrogate, policy_loss
+from infgrpo.ranks import Ranks
 from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget
 from infgrpo.update.logprobs import completion_logprobs
 
@@ -72,18 +80,22 @@ def accumulate_policy_gradients(
     backward: Callable[[torch.Tensor], None],
     old_logps: list[torch.Tensor] | None = None,
     ref_logps: list[torch.Tensor] | None = None,
+    ranks: Ranks = Ranks(),  # noqa: B008 - frozen dataclass, never mutated
+    no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> dict[str, float]:
     """Forward + ``backward(loss)`` per micro-batch; gradients accumulate in ``model``.
 
-    ``advantages`` (N,) indexes rows of the whole batch; ``old_logps`` / ``ref_logps`` are per
+    ``advantages`` (N,) indexes rows of this rank's batch; ``old_logps`` / ``ref_logps`` are per
     micro-batch (n_mb, C_mb) or None (old = current, detached, as with one iteration).
-    Returns the batch loss and token-level KL / clip statistics.
+    ``ranks``: the data-parallel ranks sharing the batch; ``no_sync``: a context in which
+    ``backward`` does not synchronize gradients across ranks (see the module docstring).
+    Returns the global batch loss and token-level KL / clip statistics.
     """
-    norm = LossNorm(
-        num_sequences=sum(len(mb.rows) for mb in mbs),
-        num_tokens=int(sum(mb.completion_mask.sum().item() for mb in mbs)),
-        max_completion_length=cfg.max_completion_length,
+    local = torch.tensor(
+        [sum(len(mb.rows) for mb in mbs), sum(mb.completion_mask.sum().item() for mb in mbs)], dtype=torch.float64
     )
+    num_sequences, num_tokens = (int(x) for x in ranks.sum(local).tolist())
+    norm = LossNorm(num_sequences, num_tokens, cfg.max_completion_length)
     device = next(model.parameters()).device
     total_loss, kl_sum, low_sum, high_sum = 0.0, 0.0, 0.0, 0.0
     for k, mb in enumerate(mbs):
@@ -101,13 +113,17 @@ def accumulate_policy_gradients(
             cfg.kl_estimator,
         )
         mask = mb.completion_mask.to(device=device, dtype=logp.dtype)
-        loss = policy_loss(cfg.loss_type, terms.loss, mask, norm)
-        backward(loss)
+        loss = policy_loss(cfg.loss_type, terms.loss, mask, norm)  # this rank's share of the global loss
+        with no_sync() if k < len(mbs) - 1 else contextlib.nullcontext():
+            backward(loss * ranks.world_size)  # DDP averages over ranks; the sum of the shares is wanted
         total_loss += loss.item()
         if terms.kl is not None:
             kl_sum += (terms.kl.detach() * mask).sum().item()
         low_sum += (terms.low_clipped * mask).sum().item()
         high_sum += (terms.high_clipped * mask).sum().item()
+    total_loss, kl_sum, low_sum, high_sum = ranks.sum(
+        torch.tensor([total_loss, kl_sum, low_sum, high_sum], dtype=torch.float64)
+    ).tolist()
     tokens = max(norm.num_tokens, 1)
     return {
         "loss": total_loss,

@@ -24,6 +24,13 @@ def test_batch_scaling_uses_std_of_all_rewards():
     assert torch.allclose(adv, torch.tensor([0.5, -0.5, 0.0, 0.0]) / (std + 1e-4))
 
 
+def test_batch_scaling_of_one_ranks_share_uses_the_whole_batch_std():
+    r = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0])  # rank 0 holds the first group, rank 1 the others
+    share = grpo_advantages(r[:2], group_size=2, scale_rewards="batch", batch_rewards=r)
+    std = r.std().item()  # unbiased std over all 6 rewards, not over the share's 2
+    assert torch.allclose(share, torch.tensor([0.5, -0.5]) / (std + 1e-4))
+
+
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
 def test_float64_loop_recomputation(scale):
     g = torch.Generator().manual_seed(0)

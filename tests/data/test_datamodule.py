@@ -82,3 +82,51 @@ def test_prompt_template_and_answer_column(tmp_path):
     )
     with pytest.raises(ValueError, match="data.prompt_template names column 'problem'"):
         bad.setup("fit")
+
+
+def consume(sampler: ResumableBatchSampler, n: int) -> list[list[int]]:
+    """The next ``n`` batches, each marked consumed as training would."""
+    out = []
+    for b in sampler:
+        out.append(b)
+        sampler.mark_consumed()
+        if len(out) == n:
+            break
+    return out
+
+
+def test_ranks_split_each_global_batch_contiguously_in_global_order():
+    one = consume(ResumableBatchSampler(30, 6, seed=3), 5)
+    ranks = [consume(ResumableBatchSampler(30, 2, seed=3, num_replicas=3, rank=r), 5) for r in range(3)]
+    for step in range(5):
+        assert ranks[0][step] + ranks[1][step] + ranks[2][step] == one[step]
+    assert len(ResumableBatchSampler(30, 2, num_replicas=3, rank=1)) == 5  # 30 // (2 x 3); the rest is dropped
+    with pytest.raises(ValueError, match=r"fewer than one global batch: batch_size=4 x 3 ranks"):
+        ResumableBatchSampler(10, 4, num_replicas=3, rank=0)
+
+
+def test_checkpoint_of_two_ranks_resumes_on_one_and_on_three():
+    straight = [i for b in consume(ResumableBatchSampler(40, 4, seed=1), 10) for i in b]  # one epoch
+    two = [ResumableBatchSampler(40, 2, seed=1, num_replicas=2, rank=r) for r in range(2)]
+    seen = [consume(s, 3) for s in two]  # 3 steps of 2 x 2 prompts
+    state = two[0].state_dict()
+    assert state == two[1].state_dict() and state["consumed_prompts"] == 12
+    one = ResumableBatchSampler(40, 4, seed=1)
+    one.load_state_dict(state)
+    after_one = [i for b in consume(one, 2) for i in b]
+    three = [ResumableBatchSampler(40, 1, seed=1, num_replicas=3, rank=r) for r in range(3)]
+    for s in three:
+        s.load_state_dict(state)
+    after_three = [i for step in zip(*(consume(s, 3) for s in three), strict=True) for b in step for i in b]
+    before = [i for step in zip(*seen, strict=True) for b in step for i in b]
+    assert before == straight[:12]
+    assert after_one == straight[12:20]
+    assert after_three == straight[12:21]
+
+
+def test_checkpoint_written_before_ranks_existed_still_resumes():
+    first = ResumableBatchSampler(20, 3, seed=5)
+    consume(first, 2)
+    resumed = ResumableBatchSampler(20, 3, seed=5)
+    resumed.load_state_dict({"epoch": 0, "consumed": 2, "seed": 5})  # the old format: batches consumed
+    assert next(iter(resumed)) == list(ResumableBatchSampler(20, 3, seed=5))[2]
