@@ -11,6 +11,7 @@ BENCHMARKS = {
     "train-tiny": "infgrpo.bench.train_tiny",
     "rollout": "infgrpo.bench.rollout",
     "step": "infgrpo.bench.step",
+    "schedule": "infgrpo.bench.schedule",
 }
 
 

@@ -55,13 +55,16 @@ def paper_shape_qwen3(dtype: torch.dtype = torch.bfloat16, device: str = "cuda")
         return Qwen3ForCausalLM(cfg).to(dtype).eval()
 
 
-def bench_setup(name: str, num_prompts: int, seed: int = 0) -> tuple[PreTrainedModel, list[list[int]], int, list[int]]:
+def bench_setup(
+    name: str, num_prompts: int, seed: int = 0, stop_fraction: float = 0.02
+) -> tuple[PreTrainedModel, list[list[int]], int, list[int]]:
     """(model, prompt ids, pad id, stop ids) for benchmark model ``name``.
 
     ``tiny``: the shipped model on held-out synthetic prompts (tasks count, rev, dup in turn); it
     stops at EOS by itself.
     ``qwen3-42m`` / ``qwen3-1.7b-shape``: random weights never pick EOS, so a fixed 2% slice of the
-    vocabulary acts as stop tokens, giving geometric (long-tailed) lengths capped at max_new_tokens.
+    vocabulary (``stop_fraction``) acts as stop tokens, giving geometric (long-tailed) lengths of mean
+    about 1 / stop_fraction, capped at max_new_tokens.
     """
     rng = random.Random(seed)
     if name == "tiny":
@@ -78,4 +81,4 @@ def bench_setup(name: str, num_prompts: int, seed: int = 0) -> tuple[PreTrainedM
     else:
         raise ValueError(f"model={name!r}; valid: tiny, qwen3-42m, qwen3-1.7b-shape")
     prompts = [[rng.randrange(5000, QWEN3_VOCAB) for _ in range(rng.randint(16, 48))] for _ in range(num_prompts)]
-    return model, prompts, 0, list(range(1, QWEN3_VOCAB // 50))
+    return model, prompts, 0, list(range(1, max(2, round(QWEN3_VOCAB * stop_fraction))))

@@ -2,6 +2,7 @@
 
     python -m infgrpo.bench rollout --model tiny --json benchmarks/rollout_tiny.json
     python -m infgrpo.bench rollout --model qwen3-42m --max-new-tokens 128 --json benchmarks/rollout_qwen3.json
+    python -m infgrpo.bench rollout --model qwen3-42m --rollout-memory 0.5GB 1GB 4GB --prompts 8 --group-sizes 128
 
 Three decoders on the same model, prompts and seeds: ``hf_full`` (HF generate over the whole
 group), ``hf_micro`` (naive micro-groups: HF generate round by round, ``num_slots`` at a time) and
@@ -10,6 +11,10 @@ Memory: the CUDA allocator peak on GPU; on CPU the KV bytes held and the process
 its baseline (sampled every 2 ms). The lower bound on decode steps is
 ``max(max_i L_i, ceil(sum_i L_i / num_slots))`` (first tokens come from the prefill, so the engine's
 steps are counted over L_i - 1 there).
+
+With ``--rollout-memory`` budgets, only the engine runs, with ``num_slots: auto`` under each budget:
+the table gives the slots chosen, the bytes planned (:mod:`infgrpo.sampler.pool_sizing`) and the
+peak memory measured.
 """
 
 from __future__ import annotations
@@ -60,11 +65,13 @@ class PeakRSS:
 def run_one(cfg: dict) -> dict:
     """One configuration, in this process: decode and measure."""
     torch.set_num_threads(cfg.get("threads") or torch.get_num_threads())
-    model, prompts, pad_id, stop_ids = bench_setup(cfg["model"], cfg["prompts"])
+    model, prompts, pad_id, stop_ids = bench_setup(cfg["model"], cfg["prompts"], 0, cfg.get("stop_fraction", 0.02))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
+    budget = cfg.get("rollout_memory")
     sc = SamplerConfig(
-        num_slots=cfg["num_slots"],
+        num_slots="auto" if budget else cfg["num_slots"],
+        rollout_memory=budget or 0.5,
         max_new_tokens=cfg["max_new_tokens"],
         decoder=cfg["decoder"],
         stop_token_ids=stop_ids[1:],
@@ -100,6 +107,10 @@ def run_one(cfg: dict) -> dict:
     if device == "cuda":
         result["cuda_peak_bytes"] = torch.cuda.max_memory_allocated() - base_cuda
         result["gpu"] = torch.cuda.get_device_name()
+    if budget:
+        plan = sampler.sizer.plan
+        result.update(auto_slots=plan.num_slots, max_len=plan.max_len, budget_bytes=plan.budget_bytes)
+        result.update(planned_bytes=plan.total_bytes, planned_kv_bytes=plan.num_slots * plan.kv_bytes_per_slot)
     return result
 
 
@@ -152,6 +163,55 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def auto_table(rows: list[dict]) -> str:
+    """The ``--rollout-memory`` table: slots chosen per budget, bytes planned, peak measured."""
+    cuda = any("cuda_peak_bytes" in r for r in rows)
+    memory = "CUDA peak MiB" if cuda else "RSS rise MiB"
+    head = (
+        f"| budget | prompts x G | auto slots | slots used | tokens a slot | planned MiB | KV held MiB | {memory} "
+        "| measured / planned | decode steps | tokens/s |"
+    )
+    lines = [head, "|" + "---|" * 11]
+    for r in rows:
+        if "skipped" in r:
+            lines.append(f"| {r['rollout_memory']} | {r['prompts']} x {r['group_size']} | skipped: {r['skipped']} |")
+            continue
+        mem = r.get("cuda_peak_bytes", r["peak_rss_delta_bytes"])
+        lines.append(
+            f"| {r['rollout_memory']} | {r['prompts']} x {r['group_size']} | {r['auto_slots']} | {r['slots_used']} "
+            f"| {r['max_len']} | {mib(r['planned_bytes'])} | {mib(r['kv_bytes_peak'])} | {mib(mem)} "
+            f"| {mem / r['planned_bytes']:.2f} | {r['decode_steps']} | {r['tokens_per_s']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def run_budgets(args: argparse.Namespace) -> list[dict]:
+    """``--rollout-memory``: the engine with ``num_slots: auto`` under each budget, each in a fresh process."""
+    rows = []
+    for prompts in args.prompts:
+        for g in args.group_sizes:
+            for budget in args.rollout_memory:
+                cfg = dict(
+                    model=args.model,
+                    prompts=prompts,
+                    group_size=g,
+                    decoder="engine",
+                    seed=args.seed,
+                    num_slots=args.num_slots,
+                    rollout_memory=budget,
+                    max_new_tokens=args.max_new_tokens,
+                    threads=args.threads,
+                    stop_fraction=args.stop_fraction,
+                )
+                rows.append(spawn(cfg, args.timeout))
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    print(auto_table(rows))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=2) + "\n")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="tiny", help="tiny, qwen3-42m or qwen3-1.7b-shape")
@@ -160,9 +220,22 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--num-slots", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--decoders", nargs="+", default=["hf_full", "hf_micro", "engine"])
+    ap.add_argument(
+        "--rollout-memory",
+        nargs="+",
+        default=None,
+        help="budgets such as 0.5GB 1GB 4GB: run the engine with num_slots 'auto' under each (instead of the "
+        "decoder comparison) and report the slots chosen, the bytes planned and the peak memory measured",
+    )
     ap.add_argument("--max-sequences", type=int, default=4096, help="skip configurations with more sequences")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per configuration before skipping it")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--stop-fraction",
+        type=float,
+        default=0.02,
+        help="random-weight models: share of the vocabulary that stops a completion (mean length ~ 1 / it)",
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
@@ -170,6 +243,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.one:
         print(json.dumps(run_one(json.loads(args.one))))
         return []
+    if args.rollout_memory:
+        return run_budgets(args)
     rows = []
     for prompts in args.prompts:
         for g in args.group_sizes:
@@ -183,6 +258,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     num_slots=args.num_slots,
                     max_new_tokens=args.max_new_tokens,
                     threads=args.threads,
+                    stop_fraction=args.stop_fraction,
                 )
                 if prompts * g > args.max_sequences:
                     rows.append({**cfg, "skipped": f"{prompts * g} sequences > --max-sequences"})

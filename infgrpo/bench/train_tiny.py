@@ -10,8 +10,10 @@ policy on the same prompts.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +22,24 @@ from infgrpo.data import PromptDataModule
 from infgrpo.evaluation import evaluate
 from infgrpo.fit import main as fit_main
 from infgrpo.models import load_policy, load_tokenizer
+
+
+def read_train_curves(root: Path) -> dict[str, float]:
+    """Means of the per-step training metrics in the run's CSV log (reward, decode steps, ...)."""
+    rows = [r for f in sorted(root.rglob("metrics.csv")) for r in csv.DictReader(f.open())]
+    rows = [r for r in rows if r.get("train/reward")]
+
+    def col(name: str) -> list[float]:
+        return [float(r[name]) for r in rows if r.get(name)]
+
+    reward = col("train/reward")
+    return {
+        "logged_steps": len(rows),
+        "reward_first10": statistics.mean(reward[:10]) if reward else float("nan"),
+        "reward_last10": statistics.mean(reward[-10:]) if reward else float("nan"),
+        "decode_steps_mean": statistics.mean(col("train/rollout/decode_steps") or [float("nan")]),
+        "steps_over_lower_bound_mean": statistics.mean(col("train/rollout/steps_over_lower_bound") or [float("nan")]),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -40,6 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
         start = time.perf_counter()
         cli = fit_main(["--config", args.config, "--trainer.default_root_dir", root, *overrides])
         wall = time.perf_counter() - start
+        curves = read_train_curves(Path(root))
     after = evaluate(cli.model.policy.eval(), tok, data.eval_items, **settings)
     result = {
         "benchmark": "train-tiny",
@@ -53,6 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
         "mean_length_before": before["completion_length"],
         "mean_length_after": after["completion_length"],
         "fit_wall_time_s": wall,
+        **curves,
         "cpu_threads": os.cpu_count(),
     }
     print("\n| metric | before | after |\n|---|---|---|")
@@ -61,6 +83,12 @@ def main(argv: list[str] | None = None) -> dict:
         f"| {after['accuracy']:.3f} |"
     )
     print(f"| mean completion length | {before['completion_length']:.1f} | {after['completion_length']:.1f} |")
+    print(
+        f"| train reward (mean of first / last 10 logged steps) | {curves['reward_first10']:.3f} "
+        f"| {curves['reward_last10']:.3f} |\n"
+        f"| decode steps per rollout (mean) | | {curves['decode_steps_mean']:.1f} |\n"
+        f"| decode steps / lower bound (mean) | | {curves['steps_over_lower_bound_mean']:.3f} |"
+    )
     print(f"\nfit wall time: {wall:.0f} s for {cli.trainer.max_steps} steps")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,235 @@
+"""Benchmark: decode steps of each refill policy against the lower bound, and the planner's time.
+
+    python -m infgrpo.bench schedule [--json PATH] [--quick]
+
+1. **Real rollouts through the engine on the tiny default** (8 prompts x G=8, 8 slots, <= 96 new
+   tokens, as ``configs/tiny.yaml``): the learned :class:`LengthPredictor` is trained online on
+   ``--warmup`` batches, then every policy decodes the next ``--batches`` batches with its
+   predictions (identical completions, different order). The oracle rows replay the actual lengths
+   through the trace simulator; each engine run is also checked against the simulator.
+2. **Trace simulator** (:mod:`infgrpo.sampler.simulate`, no model), for scale: distributions
+   uniform / long-tailed / bimodal (:mod:`infgrpo.bench.traces`) and ``trace`` (groups resampled
+   from part 1's real rollouts), prediction levels from oracle to useless, and sizes from the
+   paper's (one prompt, G=32, 8 slots, 1,024 tokens) to 65,536 sequences on 1,024 slots.
+   Accounting as the paper's: one decode step per token.
+3. **Planner time**: ``plan(...)`` for 4,096 sequences on 64 slots, and the ptas at the paper's size.
+
+Every row reports decode steps / lower bound, ``max(max_i L_i, ceil(sum_i L_i / slots))``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from infgrpo.bench.traces import DISTRIBUTIONS, NOISE_LEVELS, noisy_predictions, synthetic_lengths
+from infgrpo.sampler.planner import plan
+from infgrpo.sampler.schedule_metrics import lower_bound_steps, prediction_errors
+from infgrpo.sampler.simulate import naive_micro_group_steps, simulate
+
+POLICIES = ("fifo", "sjf", "lpt", "planned")
+SIZES = (  # (prompts, G, slots, max_new_tokens)
+    (1, 32, 8, 1024),
+    (8, 32, 16, 1024),
+    (64, 64, 256, 1024),
+    (512, 128, 1024, 1024),
+)
+
+
+# -- part 1: the tiny default, real rollouts --------------------------------------------------
+def tiny_rollouts(warmup: int, batches: int, seed: int = 0) -> dict:
+    """Engine runs of every policy on the tiny model with the online-learned predictor."""
+    from infgrpo.data import PromptDataModule
+    from infgrpo.models import load_policy, load_tokenizer
+    from infgrpo.sampler.engine import Engine
+    from infgrpo.sampler.length_predictor import LengthPredictor, prompt_features, prompt_key
+
+    B, G, S, T = 8, 8, 8, 96
+    tok = load_tokenizer("tiny")
+    model = load_policy("tiny").eval()
+    data = PromptDataModule(path="tiny", tokenizer="tiny", eval_split=None)
+    data.setup("fit")
+    order = torch.randperm(len(data.train_items), generator=torch.Generator().manual_seed(seed)).tolist()
+    predictor = LengthPredictor("learned", max_length=T)
+    stop = [tok.eos_token_id]
+    rows: dict[str, list[float]] = {p: [] for p in (*POLICIES, "naive", "oracle-lpt", "oracle-planned")}
+    errors, groups, predict_s, decode_s = [], [], 0.0, 0.0
+    for k in range(warmup + batches):
+        prompts = [data.train_items[i]["prompt_ids"] for i in order[k * B : (k + 1) * B]]
+        start = time.perf_counter()
+        keys = [prompt_key(p) for p in prompts]
+        feats = prompt_features(model, prompts)
+        preds = predictor.predict(keys, feats)
+        predict_s += time.perf_counter() - start if k >= warmup else 0.0
+        policies = POLICIES if k >= warmup else ("fifo",)
+        for policy in policies:
+            engine = Engine(model, S, T, stop, tok.pad_token_id, 1.0, refill=policy)
+            start = time.perf_counter()
+            seqs, st = engine.run(prompts, G, seed=1000 + k, predicted_lengths=preds)
+            decode_s += time.perf_counter() - start if policy == "fifo" and k >= warmup else 0.0
+            lengths = [len(s) for s in seqs]
+            per_seq = [preds[i // G] for i in range(len(seqs))]
+            sim = simulate(lengths, per_seq, S, policy, group_size=G)
+            assert sim.decode_steps == st.decode_steps, f"simulator disagrees with the engine ({policy})"
+            bound = lower_bound_steps(sim.durations, S)
+            if k >= warmup:
+                rows[policy].append(st.decode_steps / bound)
+        if k >= warmup:
+            rows["naive"].append(naive_micro_group_steps(lengths, G, S, first_token_free=True) / bound)
+            for p in ("lpt", "planned"):
+                rows[f"oracle-{p}"].append(simulate(lengths, lengths, S, p, group_size=G).decode_steps / bound)
+            errors.append(prediction_errors(per_seq, lengths))
+        predictor.update(keys, feats, [lengths[i : i + G] for i in range(0, len(lengths), G)])
+        groups += [lengths[i : i + G] for i in range(0, len(lengths), G)]
+    mean_err = {k: statistics.mean(e[k] for e in errors) for k in errors[0]}
+    return {
+        "setup": f"tiny default: {B} prompts x G={G}, {S} slots, <= {T} new tokens, temperature 1",
+        "warmup_batches": warmup,
+        "batches": batches,
+        "steps_over_bound": {p: statistics.mean(v) for p, v in rows.items()},
+        "steps_over_bound_max": {p: max(v) for p, v in rows.items()},
+        "prediction": mean_err,
+        "predict_time_over_decode": predict_s / decode_s if decode_s else 0.0,
+        "groups": groups,
+    }
+
+
+# -- part 2: the trace simulator --------------------------------------------------------------
+def trace_lengths(groups: list[list[int]], num_prompts: int, group_size: int, seed: int) -> list[int]:
+    """Resamples whole real groups (and samples within them) to ``num_prompts`` x ``group_size``."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(num_prompts):
+        g = rng.choice(groups)
+        out += [rng.choice(g) for _ in range(group_size)]
+    return out
+
+
+def simulate_grid(groups: list[list[int]], seeds: int, quick: bool) -> list[dict]:
+    rows = []
+    sizes = SIZES[:2] if quick else SIZES
+    for dist in (*DISTRIBUTIONS, "trace"):
+        for P, G, S, T in sizes:
+            n_seeds = seeds if P * G <= 4096 else 1
+            for level in NOISE_LEVELS:
+                acc: dict[str, list[float]] = {}
+                plan_ms = []
+                for seed in range(n_seeds):
+                    if dist == "trace":
+                        lengths = trace_lengths(groups, P, G, seed)
+                    else:
+                        lengths = synthetic_lengths(dist, P, G, T, seed)
+                    preds = noisy_predictions(lengths, G, level, seed)
+                    bound = lower_bound_steps(lengths, S)
+                    acc.setdefault("naive", []).append(naive_micro_group_steps(lengths, G, S) / bound)
+                    for policy in POLICIES:
+                        start = time.perf_counter()
+                        res = simulate(lengths, preds, S, policy, group_size=G, first_token_free=False)
+                        if policy == "planned":
+                            plan_ms.append(1000 * (time.perf_counter() - start))
+                        acc.setdefault(policy, []).append(res.decode_steps / bound)
+                row = {"dist": dist, "prompts": P, "G": G, "slots": S, "max_new_tokens": T if dist != "trace" else 96}
+                row.update(level=level, seeds=n_seeds, **{k: statistics.mean(v) for k, v in acc.items()})
+                row["planned_sim_ms"] = statistics.mean(plan_ms)
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+# -- part 3: planner time ----------------------------------------------------------------------
+def planner_times(repeats: int = 5) -> list[dict]:
+    out = []
+    for n, m, method in (
+        (4096, 64, "auto"),
+        (4096, 64, "lpt"),
+        (32, 8, "ptas"),
+        (256, 16, "auto"),
+        (65536, 1024, "auto"),
+    ):
+        lengths = synthetic_lengths("long-tailed", max(n // 32, 1), min(n, 32), 1024, 0)[:n]
+        times, p = [], None
+        for _ in range(repeats):
+            start = time.perf_counter()
+            p = plan(lengths, m, method, epsilon=0.1)
+            times.append(1000 * (time.perf_counter() - start))
+        out.append(
+            dict(
+                sequences=n,
+                slots=m,
+                method=method,
+                used=p.method,
+                ms_median=statistics.median(times),
+                makespan_over_bound=p.makespan / p.lower_bound,
+                guarantee=p.guarantee,
+            )
+        )
+    return out
+
+
+# -- tables ------------------------------------------------------------------------------------
+def grid_table(rows: list[dict]) -> str:
+    cols = ("naive", *POLICIES)
+    lines = [
+        "| lengths | prompts x G | slots | prediction | " + " | ".join(cols) + " | best vs naive |",
+        "|" + "---|" * (5 + len(cols)),
+    ]
+    for r in rows:
+        best = min(r[p] for p in POLICIES)
+        lines.append(
+            f"| {r['dist']} | {r['prompts']} x {r['G']} | {r['slots']} | {r['level']} | "
+            + " | ".join(f"{r[c]:.3f}" for c in cols)
+            + f" | {1 - best / r['naive']:+.1%} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--warmup", type=int, default=20, help="tiny batches that only train the predictor")
+    ap.add_argument("--batches", type=int, default=20, help="tiny batches measured per policy")
+    ap.add_argument("--seeds", type=int, default=5, help="instances averaged per small configuration")
+    ap.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(min(torch.get_num_threads(), 2))
+
+    tiny = tiny_rollouts(args.warmup, args.batches)
+    sob = tiny["steps_over_bound"]
+    print(f"\n## Real rollouts: {tiny['setup']}; {args.batches} batches after {args.warmup} of warm-up")
+    print("| policy | decode steps / lower bound (mean) | worst batch |\n|---|---|---|")
+    for p, v in sob.items():
+        print(f"| {p} | {v:.3f} | {tiny['steps_over_bound_max'][p]:.3f} |")
+    pe = tiny["prediction"]
+    print(
+        f"\nlearned predictor: MAE {pe['length_mae']:.1f} tokens, Spearman {pe['length_spearman']:.2f}, "
+        f"within +-20%: {pe['length_within_20pct']:.0%}; predict time / decode time "
+        f"{tiny['predict_time_over_decode']:.3f}"
+    )
+    grid = simulate_grid(tiny["groups"], args.seeds, args.quick)
+    print("\n## Trace simulator: decode steps / lower bound\n" + grid_table(grid))
+    times = planner_times()
+    print("\n## Planner time\n| sequences | slots | method | used | median ms | makespan / bound | guarantee |")
+    print("|---|---|---|---|---|---|---|")
+    for t in times:
+        print(
+            f"| {t['sequences']} | {t['slots']} | {t['method']} | {t['used']} | {t['ms_median']:.2f} "
+            f"| {t['makespan_over_bound']:.4f} | {t['guarantee']:.3f} |"
+        )
+    tiny.pop("groups")
+    result = {"command": " ".join(["python -m infgrpo.bench schedule", *(argv or sys.argv[2:])]), "tiny": tiny}
+    result.update(grid=grid, planner=times)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
