@@ -30,4 +30,5 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning checkpoint IO whose saves are atomic on a local filesystem."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        """Writes ``checkpoint`` to ``path`` atomically (``storage_options`` is not supported and ignored)."""
         atomic_torch_save(checkpoint, path)

@@ -22,6 +22,7 @@ QUANT_TYPES = ("nf4", "fp4")
 
 
 def check_dtype(dtype: str, field: str = "dtype") -> torch.dtype:
+    """The torch dtype named ``dtype``; a ValueError naming ``field`` and the valid names otherwise."""
     if dtype not in DTYPES:
         raise ValueError(f"{field}={dtype!r} is not known; valid: {', '.join(DTYPES)}")
     return DTYPES[dtype]

@@ -22,6 +22,8 @@ class Registry:
         self._items: dict[str, Callable[..., Any]] = {}
 
     def register(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: registers the function under ``name`` (each name once)."""
+
         def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
             if name in self._items:
                 raise ValueError(f"{self.field}: {name!r} is already registered")
@@ -31,6 +33,7 @@ class Registry:
         return deco
 
     def get(self, name: str) -> Callable[..., Any]:
+        """The callable registered as ``name``; a ValueError naming the field and valid names otherwise."""
         if name not in self._items:
             raise ValueError(f"{self.field}={name!r} is not known; valid: {', '.join(self.names())}")
         return self._items[name]
@@ -41,6 +44,7 @@ class Registry:
         return name
 
     def names(self) -> list[str]:
+        """Registered names, sorted."""
         return sorted(self._items)
 
     def __contains__(self, name: object) -> bool:

@@ -80,6 +80,7 @@ def clipped_surrogate(
 
 @LOSS_TYPES.register("grpo")
 def aggregate_grpo(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) -> torch.Tensor:
+    """``grpo``: each sequence's token mean, summed and divided by the batch's ``norm.num_sequences``."""
     seq_mean = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (N,)
     return seq_mean.sum() / norm.num_sequences
 
@@ -87,11 +88,13 @@ def aggregate_grpo(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) 
 @LOSS_TYPES.register("bnpo")
 @LOSS_TYPES.register("dapo")
 def aggregate_tokens(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) -> torch.Tensor:
+    """``bnpo`` / ``dapo``: sum over active tokens divided by the batch's ``norm.num_tokens``."""
     return (per_token * mask).sum() / max(norm.num_tokens, 1)
 
 
 @LOSS_TYPES.register("dr_grpo")
 def aggregate_dr_grpo(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) -> torch.Tensor:
+    """``dr_grpo``: sum over active tokens divided by ``num_sequences x max_completion_length``."""
     return (per_token * mask).sum() / (norm.num_sequences * norm.max_completion_length)
 
 

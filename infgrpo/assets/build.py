@@ -109,11 +109,13 @@ def warm_start(
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
+    """Writes ``rows`` as JSON lines, creating the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Builds the tokenizer, the synthetic data and the warm-started tiny model (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", type=Path, default=None, help="root folder (default: the package)")
     ap.add_argument("--steps", type=int, default=1200, help="warm-start optimizer steps")

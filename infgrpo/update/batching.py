@@ -30,6 +30,7 @@ class MicroBatch:
     completion_mask: torch.Tensor
 
     def to(self, device: torch.device | str) -> MicroBatch:
+        """A copy with every tensor on ``device``."""
         return MicroBatch(
             self.rows,
             *(t.to(device) for t in (self.input_ids, self.attention_mask, self.position_ids)),

@@ -1,0 +1,14 @@
+"""`pytest --nbmake` runs the tutorials shrunk.
+
+Each notebook's parameter cell (tagged ``parameters``) reads ``INFGRPO_TUTORIAL_SMOKE``: "1" selects
+small values that only check the code paths, anything else the full values the committed outputs
+come from. pytest imports this file before it starts any notebook kernel, and kernels inherit this
+process's environment, so the tutorials run shrunk under pytest unless the variable is already set
+(``INFGRPO_TUTORIAL_SMOKE=0 pytest tutorials/`` runs them in full).
+"""
+
+import os
+
+os.environ.setdefault("INFGRPO_TUTORIAL_SMOKE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
