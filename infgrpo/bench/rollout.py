@@ -27,12 +27,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import psutil
 import torch
 
 from infgrpo.bench.models import bench_setup
+from infgrpo.bench.results import write_json
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 
 
@@ -206,9 +206,7 @@ def run_budgets(args: argparse.Namespace) -> list[dict]:
                 rows.append(spawn(cfg, args.timeout))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(auto_table(rows))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=2) + "\n")
+    write_json(args.json, {"command": " ".join(sys.argv), "rows": rows})
     return rows
 
 
@@ -266,9 +264,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 rows.append(spawn(cfg, args.timeout))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(table(rows))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=2) + "\n")
+    write_json(args.json, {"command": " ".join(sys.argv), "rows": rows})
     return rows
 
 

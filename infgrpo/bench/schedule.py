@@ -25,10 +25,10 @@ import random
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
+from infgrpo.bench.results import write_json
 from infgrpo.bench.traces import DISTRIBUTIONS, NOISE_LEVELS, noisy_predictions, synthetic_lengths
 from infgrpo.sampler.planner import plan
 from infgrpo.sampler.schedule_metrics import lower_bound_steps, prediction_errors
@@ -225,9 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
     tiny.pop("groups")
     result = {"command": " ".join(["python -m infgrpo.bench schedule", *(argv or sys.argv[2:])]), "tiny": tiny}
     result.update(grid=grid, planner=times)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.json, result)
     return result
 
 

@@ -23,6 +23,7 @@ import lightning as L
 import psutil
 import torch
 
+from infgrpo.bench.results import write_json
 from infgrpo.bench.rollout import PeakRSS, mib, spawn
 
 VARIANTS = {
@@ -140,9 +141,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             f"| {r['variant']} | {r['trainable_params']:,} | {mib(r['rss_after_load_bytes'])} | {mib(mem)} "
             f"| {r['step_time_s']:.2f} | {ratio} |"
         )
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=2) + "\n")
+    write_json(args.json, {"command": " ".join(sys.argv), "rows": rows})
     return rows
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from infgrpo.bench.results import write_json
 from infgrpo.data import PromptDataModule
 from infgrpo.evaluation import evaluate
 from infgrpo.fit import main as fit_main
@@ -90,9 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"| decode steps / lower bound (mean) | | {curves['steps_over_lower_bound_mean']:.3f} |"
     )
     print(f"\nfit wall time: {wall:.0f} s for {cli.trainer.max_steps} steps")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.json, result)
     return result
 
 
