@@ -5,6 +5,11 @@
 4-bit loading quantizes the frozen base weights (nf4 or fp4, optional double quantization, a compute
 dtype) and prepares the model for k-bit training (peft's ``prepare_model_for_kbit_training``); it
 needs LoRA, since quantized weights cannot be trained directly.
+
+On CPUs with AVX512-BF16, bitsandbytes (0.50) repacks a 4-bit layer's weights for a faster kernel on
+its first eval-mode forward without gradients — every rollout — and that kernel has no backward: the
+LoRA gradients through every repacked layer are wrong from then on (silently, up to 50% off in our
+test). :func:`keep_4bit_trainable` turns the repacking off; ``load_policy`` calls it.
 """
 
 from __future__ import annotations
@@ -47,6 +52,23 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     return tok
 
 
+def keep_4bit_trainable(model: torch.nn.Module) -> int:
+    """Stops bitsandbytes from repacking ``model``'s 4-bit layers into its inference-only CPU format.
+
+    Returns the number of 4-bit layers seen. A no-op where bitsandbytes is absent or on GPUs (the
+    repacking only happens for CPU inputs).
+    """
+    try:
+        import bitsandbytes as bnb
+    except ImportError:
+        return 0
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    for layer in layers:
+        if hasattr(layer, "support_avx512bf16_for_cpu"):
+            layer.support_avx512bf16_for_cpu = False
+    return len(layers)
+
+
 def load_policy(
     name: str,
     dtype: str = "float32",
@@ -77,6 +99,7 @@ def load_policy(
     if load_in_4bit:
         from peft import prepare_model_for_kbit_training
 
+        keep_4bit_trainable(model)
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
     elif gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
