@@ -12,11 +12,12 @@ new version folder, with its checkpoints (written atomically) inside.
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import warnings
 
-from jsonargparse import set_parsing_settings
+from jsonargparse import DefaultHelpFormatter, set_parsing_settings
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -57,6 +58,33 @@ class GRPOCLI(LightningCLI):
         return trainer
 
 
+USAGE = "python -m infgrpo.fit [-h] [-c CONFIG.yaml] [--print_config] [--SECTION.FIELD VALUE ...]"
+DESCRIPTION = """\
+Fine-tune a causal language model with GRPO (group relative policy optimization) on one device or
+data-parallel ranks. Each optimization step samples model.group_size completions per prompt through
+a KV slot pool of model.sampler.num_slots sequences, so rollout memory does not grow with the group
+size; completions are scored by model.rewards and the policy is updated with the clipped objective.
+
+Every field below can be set in a YAML config (-c/--config, e.g. configs/tiny.yaml) and overridden
+on the command line; later arguments win. Sections: --trainer.* (Lightning Trainer), --model.*
+(policy, LoRA/4-bit loading, GRPO objective, rewards), --model.sampler.* (rollout decoding and
+scheduling), --data.* (prompts).
+"""
+EPILOG = """\
+examples:
+  python -m infgrpo.fit -c configs/tiny.yaml                        # tiny model on CPU, ~1-2 min
+  python -m infgrpo.fit -c configs/tiny.yaml --model.group_size 64 --trainer.max_steps 20
+  python -m infgrpo.fit -c configs/qwen3.yaml                       # Qwen3-1.7B, LoRA + 4-bit, GSM8K
+  python -m infgrpo.fit -c configs/qwen3.yaml --model.sampler.num_slots auto --model.sampler.rollout_memory 8GB
+  python -m infgrpo.fit -c configs/tiny.yaml --ckpt_path runs/tiny/grpo/version_0/checkpoints/last.ckpt
+  python -m infgrpo.fit -c configs/tiny.yaml --print_config         # the resolved configuration
+"""
+
+
+class HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """jsonargparse's help, with the description and examples kept as written (not re-wrapped)."""
+
+
 def main(args: list[str] | None = None) -> GRPOCLI:
     """Parses ``args`` (default: the command line) like ``python -m infgrpo.fit``, trains, returns the CLI.
 
@@ -69,6 +97,16 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         run=False,
         args=args,
         save_config_kwargs={"overwrite": True},
+        parser_kwargs={
+            "prog": "python -m infgrpo.fit",
+            "usage": USAGE,
+            "description": DESCRIPTION,
+            "epilog": EPILOG,
+            "formatter_class": HelpFormatter,
+        },
+        # GRPOModule builds its own AdamW + warmup from --model.learning_rate / weight_decay / warmup_steps
+        auto_configure_optimizers=False,
+        seed_everything_default=0,
         # the data module shards prompts over ranks itself (contiguous shares of each global batch)
         trainer_defaults={"num_sanity_val_steps": 0, "use_distributed_sampler": False},
     )

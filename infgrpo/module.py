@@ -70,7 +70,7 @@ class GRPOModule(L.LightningModule):
         bnb_4bit_compute_dtype: dtype the 4-bit layers compute in (bfloat16 on recent GPUs).
         gradient_checkpointing: recompute activations in the backward pass (less memory, ~30% slower).
         group_size: completions sampled per prompt (G >= 2). Rollout memory does not depend on it.
-        sampler: decoding settings (slot count, max_new_tokens, temperature, top-k/p, decoder).
+        sampler: rollout sampling: the KV slot pool, decoding, and length-aware scheduling.
         rewards: reward functions and their weights, e.g. ``{"synthetic": 1.0}``; names of the
             registry or ``"module.path:function"``.
         accuracy_reward: reward whose value >= 1 counts as a correct answer (logged as accuracy);
