@@ -45,10 +45,16 @@ class GRPOCLI(LightningCLI):
     """LightningCLI for GRPO: model and data linked, ``--ckpt_path`` to resume, atomic checkpoints."""
 
     def add_arguments_to_parser(self, parser) -> None:  # noqa: ANN001 - jsonargparse parser
+        """Links ``model.model`` to ``data.tokenizer`` and adds ``--ckpt_path``."""
         parser.link_arguments("model.model", "data.tokenizer")
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="checkpoint to resume from")
 
     def instantiate_trainer(self, **kwargs):  # noqa: ANN003, ANN201
+        """The Trainer, with the default loggers when ``trainer.logger`` is unset or true, and atomic checkpoints.
+
+        The checkpoint IO becomes :class:`AtomicCheckpointIO` only where it is Lightning's plain
+        ``TorchCheckpointIO``; a custom one is kept.
+        """
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         if config["trainer"].get("logger") in (None, True):
             config["trainer"]["logger"] = default_loggers(config["trainer"].get("default_root_dir") or "runs")

@@ -207,10 +207,17 @@ class GRPOModule(L.LightningModule):
 
     @property
     def ref_model(self) -> torch.nn.Module | None:
+        """The frozen KL reference of full fine-tuning (``beta > 0``, ``lora_r == 0``), else None.
+
+        Held in a plain list, so it is no registered submodule: it stays out of the checkpoint, and
+        :meth:`on_fit_start` moves it to the device. With LoRA the reference is the policy with its adapters
+        disabled.
+        """
         return self._ref[0] if self._ref else None
 
     # -- rollout ----------------------------------------------------------------------------
     def on_fit_start(self) -> None:
+        """Moves the frozen reference (if any) to the module's device and learns the data-parallel ranks."""
         if self.ref_model is not None:
             self.ref_model.to(self.device)
         self.setup_ranks()
@@ -258,6 +265,15 @@ class GRPOModule(L.LightningModule):
 
     # -- update -----------------------------------------------------------------------------
     def training_step(self, batch: list[dict], batch_idx: int) -> None:
+        """Scores the rollout of ``on_train_batch_start`` and runs ``num_iterations`` optimizer steps on it.
+
+        Rewards and group advantages (N,) for the N = len(batch) x group_size completions (the batch-wide
+        std and the metrics over every rank's rows); micro-batches within ``token_budget``; frozen log-probs
+        of the reference (``beta > 0``) and of the rollout policy (``num_iterations > 1``). Each iteration
+        accumulates the policy gradient over the micro-batches, clips it, and steps the optimizer and the
+        scheduler (manual optimization: nothing is returned). Logs ``train/*`` metrics of the global batch
+        and, every ``log_completions_every_n_steps`` rollouts, a table of completions.
+        """
         hp = self.hparams
         rollouts = self._rollout
         assert rollouts is not None, "on_train_batch_start did not run"
@@ -282,6 +298,7 @@ class GRPOModule(L.LightningModule):
         sched = self.lr_schedulers()
         no_sync = getattr(self.trainer.strategy, "block_backward_sync", contextlib.nullcontext)
         self.policy.train()
+        lr = sched.get_last_lr()[0]  # the rate of this step's (first) update, logged below
         for _ in range(hp.num_iterations):
             opt.zero_grad(set_to_none=True)
             stats = accumulate_policy_gradients(
@@ -308,7 +325,7 @@ class GRPOModule(L.LightningModule):
             "time/update_s": per_rank[:, 1].max(),
             "rollout/decode_steps": per_rank[:, 2].max(),
             "rollout/slot_utilization": per_rank[:, 3].mean(),
-            "lr": sched.get_last_lr()[0],
+            "lr": lr,
             **stats,
         }
         if hp.accuracy_reward is not None:
@@ -342,12 +359,14 @@ class GRPOModule(L.LightningModule):
         log_completions(self.trainer.loggers, self.global_step, rows)
 
     def on_train_end(self) -> None:
+        """Writes the trained adapter (LoRA) or model to ``output_dir``, when set, from global rank 0."""
         if self.hparams.output_dir and self.trainer.is_global_zero:
             path = save_trained(self.policy, self.tokenizer, self.hparams.output_dir)
             print(f"[infgrpo] wrote the trained {'adapter' if self.hparams.lora_r else 'model'} to {path}")
 
     # -- evaluation -------------------------------------------------------------------------
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
+        """Decodes one completion per held-out prompt (``eval_temperature``) and accumulates reward and accuracy."""
         rollouts = self.eval_sampler.generate_one([b["prompt_ids"] for b in batch])
         rewards, parts, _ = self.score(rollouts, [b["meta"] for b in batch])
         self.val_reward.update(rewards)
@@ -355,6 +374,7 @@ class GRPOModule(L.LightningModule):
             self.val_accuracy.update((parts[self.hparams.accuracy_reward] >= 1.0).float())
 
     def on_validation_epoch_end(self) -> None:
+        """Logs ``val/reward`` and ``val/accuracy`` (reduced over ranks by torchmetrics), then resets them."""
         self.log("val/reward", self.val_reward.compute(), prog_bar=False)
         if self.hparams.accuracy_reward is not None:
             self.log("val/accuracy", self.val_accuracy.compute(), prog_bar=True)
@@ -363,6 +383,10 @@ class GRPOModule(L.LightningModule):
 
     # -- optimization and checkpoints -------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
+        """AdamW over the trainable parameters, with a linear warmup over ``warmup_steps`` optimizer steps.
+
+        The scheduler is stepped by :meth:`training_step` after every optimizer step.
+        """
         hp = self.hparams
         params = [p for p in self.policy.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=hp.learning_rate, weight_decay=hp.weight_decay)
@@ -371,8 +395,10 @@ class GRPOModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": sched}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Adds the sampler's state (rollout count, length predictor) to the checkpoint as ``infgrpo_sampler``."""
         checkpoint["infgrpo_sampler"] = self.sampler.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restores the sampler's state from ``infgrpo_sampler`` when the checkpoint has one."""
         if "infgrpo_sampler" in checkpoint:
             self.sampler.load_state_dict(checkpoint["infgrpo_sampler"])

@@ -86,6 +86,14 @@ def test_training_steps_update_the_policy_and_log_metrics(tmp_path):
     assert m["train/rollout/steps_over_lower_bound"] >= 1.0
 
 
+def test_logged_learning_rate_is_the_one_the_step_used(tmp_path):
+    # linear warmup over 3 steps: optimizer steps 0, 1 use 1/4 and 2/4 of the rate
+    module = GRPOModule(**{**SMALL, "sampler": SamplerConfig(num_slots=4, max_new_tokens=4)}, warmup_steps=3)
+    t = trainer(tmp_path, 2)
+    t.fit(module, data())
+    assert t.callback_metrics["train/lr"].item() == pytest.approx(1e-3 * 2 / 4)
+
+
 def test_num_iterations_takes_several_optimizer_steps_per_rollout(tmp_path):
     module = GRPOModule(**SMALL, num_iterations=2, beta=0.04, epsilon_high=0.28)
     t = trainer(tmp_path, 4)

@@ -16,6 +16,10 @@ BENCHMARKS = {
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Runs the benchmark named by ``argv[0]`` (default: the command line) with the arguments after it.
+
+    Exits with the usage and the known names when the name is missing or unknown.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in BENCHMARKS:
         names = ", ".join(BENCHMARKS)

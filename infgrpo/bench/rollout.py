@@ -128,10 +128,17 @@ def spawn(cfg: dict, timeout: float | None = None, bench: str = "rollout") -> di
 
 
 def mib(n: float) -> str:
+    """``n`` bytes in MiB, with a thousands separator and one decimal."""
     return f"{n / 2**20:,.1f}"
 
 
 def table(rows: list[dict]) -> str:
+    """The decoder comparison as a Markdown table, one row per configuration.
+
+    Columns: slots, KV bytes held, peak memory (CUDA or RSS rise), decode steps and their lower bound,
+    tokens/s and wall time, then ratios to ``hf_micro`` (steps, tokens/s) and ``hf_full`` (memory) of
+    the same prompts and G.
+    """
     memory = "CUDA peak MiB" if any("cuda_peak_bytes" in r for r in rows) else "RSS rise MiB"
     head = (
         f"| prompts | G | decoder | slots | KV MiB | {memory} | decode steps | lower bound | tokens/s | wall s "
@@ -211,6 +218,12 @@ def run_budgets(args: argparse.Namespace) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
+    """Compares the decoders on every (prompts, G), each configuration in a fresh process; returns the rows.
+
+    Prints each row as JSON to stderr and the :func:`table` to stdout, and writes ``--json``. With
+    ``--rollout-memory`` it runs :func:`run_budgets` instead; with ``--one`` (used by :func:`spawn`) it
+    runs one configuration in this process and prints its JSON.
+    """
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="tiny", help="tiny, qwen3-42m or qwen3-1.7b-shape")
     ap.add_argument("--group-sizes", type=int, nargs="+", default=[8, 32, 128, 512])

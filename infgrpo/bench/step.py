@@ -40,6 +40,10 @@ class StepMeter(L.Callback):
         self.measure, self.result = measure, {}
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: ANN001
+        """At step ``measure``: resets the CUDA peak, starts polling the RSS and starts the clock.
+
+        Callbacks run before the module's own ``on_train_batch_start``, so the rollout is measured too.
+        """
         if batch_idx == self.measure:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
@@ -49,6 +53,7 @@ class StepMeter(L.Callback):
             self.start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+        """At step ``measure``: puts the step's time, RSS rise and base, and CUDA peak rise into ``result``."""
         if batch_idx == self.measure:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
@@ -60,6 +65,11 @@ class StepMeter(L.Callback):
 
 
 def run_one(cfg: dict) -> dict:
+    """One variant, in this process: two Lightning steps of ``GRPOModule``, the second measured.
+
+    Returns ``cfg`` with the :class:`StepMeter` results, the RSS after loading the model and the number
+    of trainable parameters. ``qwen3-42m`` is saved to a temporary folder and loaded from there.
+    """
     from infgrpo import GRPOModule, SamplerConfig
     from infgrpo.data import PromptDataModule
 
@@ -102,6 +112,11 @@ def run_one(cfg: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
+    """Runs each variant in a fresh process, prints a Markdown table, writes ``--json`` and returns the rows.
+
+    The table: trainable parameters, RSS after loading, the step's memory rise (CUDA peak on GPU), its
+    time, and that time over ``float-full``'s.
+    """
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="tiny", help="tiny or qwen3-42m")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS))

@@ -159,6 +159,7 @@ class PromptDataModule(L.LightningDataModule):
         return items
 
     def setup(self, stage: str) -> None:
+        """Loads and tokenizes the training and held-out prompts, once for every stage."""
         if self.train_items:
             return
         tok = AutoTokenizer.from_pretrained(resolve_model_path(self.hparams.tokenizer))
@@ -182,6 +183,7 @@ class PromptDataModule(L.LightningDataModule):
         return trainer.world_size, trainer.global_rank
 
     def train_dataloader(self) -> DataLoader:
+        """This rank's shuffled batches (lists of items), resuming a checkpoint's position when one is pending."""
         world, rank = self.ranks()
         self.batch_sampler = ResumableBatchSampler(
             len(self.train_items), self.hparams.batch_size, self.hparams.seed, num_replicas=world, rank=rank
@@ -192,6 +194,7 @@ class PromptDataModule(L.LightningDataModule):
         return DataLoader(self.train_items, batch_sampler=self.batch_sampler, collate_fn=list)
 
     def val_dataloader(self) -> DataLoader | list:
+        """This rank's strided share of the held-out prompts, ``eval_batch_size`` at a time ([] without any)."""
         if not self.eval_items:
             return []
         world, rank = self.ranks()
@@ -204,15 +207,20 @@ class PromptDataModule(L.LightningDataModule):
         return DataLoader(mine, batch_size=self.hparams.eval_batch_size, collate_fn=list)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        # Runs for the batch training is about to use (after Lightning's prefetch), so counting
-        # here records consumed batches exactly.
+        """Counts a training batch as consumed (the resumable position); returns ``batch`` unchanged.
+
+        Runs for the batch training is about to use (after Lightning's prefetch), so counting
+        here records consumed batches exactly.
+        """
         if self.trainer is not None and self.trainer.training and self.batch_sampler is not None:
             self.batch_sampler.mark_consumed()
         return batch
 
     def state_dict(self) -> dict[str, Any]:
+        """The batch sampler's position in the data ({} before the first training dataloader)."""
         return {"sampler": self.batch_sampler.state_dict()} if self.batch_sampler else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Keeps a saved position in the data; the next :meth:`train_dataloader` resumes from it."""
         if "sampler" in state_dict:
             self._pending_state = state_dict["sampler"]

@@ -31,6 +31,7 @@ class Problem:
     answer: str
 
     def as_row(self) -> dict[str, str]:
+        """The problem as a dataset row with columns ``task``, ``prompt`` and ``answer``."""
         return {"task": self.task, "prompt": self.prompt, "answer": self.answer}
 
 

@@ -39,6 +39,8 @@ class PromptState:
 
 @dataclass
 class EngineStats:
+    """Counters of one :meth:`Engine.run`: steps, prefilled tokens, busy slot-steps, K/V bytes and replans."""
+
     decode_steps: int = 0
     prefill_tokens: int = 0
     busy_slot_steps: int = 0
@@ -213,9 +215,14 @@ class Engine:
         return state
 
     def sample(self, logits: torch.Tensor, generators: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Next tokens (A,) and their log-probs (A,) from logits (A, V), row i drawn from ``generators[i]``.
+
+        Uses the engine's temperature, top-k and top-p (:func:`~infgrpo.sampler.sampling.sample_tokens`).
+        """
         return sample_tokens(logits, generators, self.temperature, self.top_k, self.top_p)
 
     def append(self, seq: Sequence, token: int, logp: float) -> None:
+        """Appends a token and its log-prob to ``seq``; finishes it on a stop token or at ``max_new_tokens``."""
         seq.token_ids.append(token)
         seq.logprobs.append(logp)
         if token in self.stop_ids:
@@ -224,6 +231,11 @@ class Engine:
             seq.status, seq.finish_reason = SequenceStatus.FINISHED, "length"
 
     def finish(self, seq: Sequence, slot: int) -> None:
+        """Closes a finished sequence: tells the refill policy, drops its generator, records it on the timeline.
+
+        Its log-probs become a float32 tensor (len(seq),). ``slot`` is the one it was popped for; a one-token
+        completion never took it, so its timeline entry has slot -1.
+        """
         seq.end_step = self.stats.decode_steps
         self.waiting.finished(seq, slot, seq.end_step)
         seq.generator = None

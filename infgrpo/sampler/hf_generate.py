@@ -61,12 +61,18 @@ class LogprobRecorder(LogitsProcessor):
         self.logps: list[torch.Tensor] = []  # per step (n,)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """Records the log-probs of the last step's tokens (``input_ids[:, -1]``); holds this step's.
+
+        ``scores`` (n, V) are returned unchanged; the held log-probs (n, V) are their log-softmax at the
+        sampling temperature.
+        """
         if self.prev is not None:
             self.take(input_ids[:, -1])
         self.prev = torch.log_softmax(scores.float() / self.scale, dim=-1)
         return scores
 
     def take(self, tokens: torch.Tensor) -> None:
+        """Records the log-probs (n,) of ``tokens`` (n,), the ones sampled from the held step's distribution."""
         self.logps.append(self.prev.gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
 
     def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:

@@ -135,6 +135,7 @@ class LengthPredictor:
 
     @property
     def needs_features(self) -> bool:
+        """Whether :meth:`predict` and :meth:`update` use prompt features (mode ``learned``)."""
         return self.mode == "learned"
 
     # -- features ---------------------------------------------------------------------------
@@ -151,6 +152,7 @@ class LengthPredictor:
         return torch.cat([x * math.sqrt(self.dim), torch.ones(len(x), 1, dtype=torch.float64)], dim=1)
 
     def weights(self) -> torch.Tensor:
+        """The ridge head's weights (dim + 1,), solved from ``A`` and ``b`` and cached until the next update."""
         if self._w is None:
             reg = torch.eye(self.dim + 1, dtype=torch.float64) * self.ridge
             reg[-1, -1] = 1e-8  # the bias is not penalized
@@ -205,6 +207,7 @@ class LengthPredictor:
 
     # -- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """The learned state: the head's statistics, the running mean and the per-prompt history, in order."""
         return {
             "A": self.A.clone(),
             "b": self.b.clone(),
@@ -215,6 +218,7 @@ class LengthPredictor:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores a :meth:`state_dict`; the head's weights are solved again on the next prediction."""
         self.A, self.b = state["A"].clone().double(), state["b"].clone().double()
         self.rows, self.y_sum = float(state["rows"]), float(state["y_sum"])
         self.history = OrderedDict(

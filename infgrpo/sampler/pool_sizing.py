@@ -116,13 +116,16 @@ class PoolPlan:
 
     @property
     def slot_bytes(self) -> int:
+        """Bytes of one slot: its K/V plus its share of the decode-step workspace."""
         return self.kv_bytes_per_slot + self.workspace_bytes_per_slot
 
     @property
     def total_bytes(self) -> int:
+        """Bytes the plan uses: every slot plus the prompts' K/V."""
         return self.num_slots * self.slot_bytes + self.prompt_kv_bytes
 
     def describe(self) -> str:
+        """One line for the log: slots, tokens a slot, planned bytes against the budget and their breakdown."""
         return (
             f"rollout pool: {self.num_slots} slots x {self.max_len:,} tokens = {self.total_bytes / 1e9:.2f} GB "
             f"of {self.budget_bytes / 1e9:.2f} GB budget ({self.slot_bytes / 1e6:,.1f} MB a slot: "

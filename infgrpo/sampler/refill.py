@@ -55,6 +55,7 @@ class RefillPolicy:
         self.queue: deque[Sequence] = deque(self.order(seqs))
 
     def order(self, seqs: list[Sequence]) -> list[Sequence]:
+        """The order the queue serves ``seqs`` in; the base class keeps them as given (prompt-major)."""
         return list(seqs)
 
     def __len__(self) -> int:
@@ -80,6 +81,7 @@ class ShortestFirst(RefillPolicy):
     """Shortest predicted length first (stable: ties keep prompt-major order)."""
 
     def order(self, seqs: list[Sequence]) -> list[Sequence]:
+        """``seqs`` by ascending predicted length, ties in prompt-major order."""
         return sorted(seqs, key=predicted)
 
 
@@ -88,6 +90,7 @@ class LongestFirst(RefillPolicy):
     """Longest predicted length first (stable: ties keep prompt-major order)."""
 
     def order(self, seqs: list[Sequence]) -> list[Sequence]:
+        """``seqs`` by descending predicted length, ties in prompt-major order."""
         return sorted(seqs, key=lambda s: -predicted(s))
 
 
@@ -150,6 +153,12 @@ class Planned(RefillPolicy):
         return loads
 
     def pop(self, slot: int, now: int) -> Sequence | None:
+        """The next sequence for ``slot`` (free at decode step ``now``), or None to leave the slot idle.
+
+        Re-plans first when a prediction proved wrong and the queue has halved since the last plan; then
+        takes the slot's own queue head, else the longest job another queue can spare (see the class docstring).
+        Without informative predictions: prompt-major order.
+        """
         # 1) a prediction proved wrong (a running sequence is overdue): the plan is stale
         while self.deadlines and self.deadlines[0][0] < now:
             _, s, sid = heapq.heappop(self.deadlines)
@@ -183,6 +192,7 @@ class Planned(RefillPolicy):
         return seq
 
     def finished(self, seq: Sequence, slot: int, now: int) -> None:
+        """Frees ``slot``; a sequence that ended well before its prediction marks the plan stale."""
         sid, start = self.running.pop(slot)
         self.busy_until[slot] = now
         if now - start < self.pred[sid] / (1 + self.tolerance):

@@ -26,10 +26,12 @@ class Rollouts:
 
     @property
     def lengths(self) -> list[int]:
+        """Completion lengths in tokens (stop token included), one per entry."""
         return [len(c) for c in self.completion_ids]
 
     @property
     def prompt_index(self) -> list[int]:
+        """The prompt each entry belongs to: ``i // group_size``."""
         return [i // self.group_size for i in range(len(self.completion_ids))]
 
     def __len__(self) -> int:

@@ -33,6 +33,7 @@ def kv_bytes_per_token(model: PreTrainedModel) -> int:
 
 
 def max_positions(model: PreTrainedModel) -> int | None:
+    """The model's context length (``max_position_embeddings`` of its text config); None when it has none."""
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     return getattr(cfg, "max_position_embeddings", None)
 
@@ -239,12 +240,14 @@ class MicroGroupSampler:
 
     # -- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        """Checkpoint state: the number of calls (it seeds the next rollout), the config, and the length predictor's."""
         state = {"calls": self.calls, "config": asdict(self.config)}
         if self.predictor is not None:
             state["predictor"] = self.predictor.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores the call count and, when both have one, the length predictor; the saved config is not applied."""
         self.calls = int(state["calls"])
         if self.predictor is not None and "predictor" in state:
             self.predictor.load_state_dict(state["predictor"])

@@ -9,6 +9,8 @@ import torch
 
 
 class SequenceStatus(Enum):
+    """Where a :class:`Sequence` is: in the waiting queue, decoding in a slot, or finished."""
+
     WAITING = auto()
     RUNNING = auto()
     FINISHED = auto()
@@ -33,6 +35,7 @@ class Sequence:
 
     @property
     def last_token(self) -> int:
+        """The most recently generated token id (IndexError before the first token)."""
         return self.token_ids[-1]
 
     def __len__(self) -> int:

@@ -24,6 +24,8 @@ from infgrpo.sampler.sequence import Sequence
 
 @dataclass
 class SimResult:
+    """What :func:`simulate` returns: the schedule's decode steps, each sequence's duration and slot occupancy."""
+
     decode_steps: int
     durations: list[int]
     """Decode steps each sequence occupied a slot."""
@@ -35,6 +37,7 @@ class SimResult:
 
     @property
     def utilization(self) -> float:
+        """Share of slot-steps that ran a sequence: ``busy_slot_steps / (num_slots * decode_steps)``, 1.0 if no step."""
         return self.busy_slot_steps / (self.num_slots * self.decode_steps) if self.decode_steps else 1.0
 
 

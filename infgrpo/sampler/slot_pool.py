@@ -36,6 +36,7 @@ class SlotLayer(CacheLayerMixin):
         self.is_initialized = True
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Does nothing: the pool allocated this layer's K/V up front (transformers calls it on a first update)."""
         return None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):  # noqa: ANN002, ANN003
@@ -48,12 +49,15 @@ class SlotLayer(CacheLayerMixin):
         return self.keys[:, :, :window], self.values[:, :, :window]
 
     def get_mask_sizes(self, query_length: int, *args, **kwargs) -> tuple[int, int]:  # noqa: ANN002, ANN003
+        """(kv_length, kv_offset) of the mask: the pool's attention ``window`` (set by the engine each step) and 0."""
         return self.pool.window, 0
 
     def get_seq_length(self) -> int:
+        """Positions cached in the fullest slot, ``max(pool.lengths)`` (a device-to-host read)."""
         return int(self.pool.lengths.max())
 
     def get_max_length(self) -> int:
+        """Positions per slot, ``max_len``: the most any slot can hold."""
         return self.keys.shape[2]
 
 
@@ -82,12 +86,19 @@ class SlotPool(Cache):
 
     # -- slots ------------------------------------------------------------------------------
     def can_allocate(self) -> bool:
+        """Whether some slot is free."""
         return bool(self.free)
 
     def allocate(self) -> int:
+        """Takes a free slot off the free stack and returns its index (the lowest first on a fresh pool).
+
+        Raises IndexError when no slot is free (check :meth:`can_allocate`). The slot's length stays 0
+        until :meth:`load_prompt`.
+        """
         return self.free.pop()
 
     def deallocate(self, slot: int) -> None:
+        """Puts ``slot`` back on the free stack with length 0; its stale K/V stay in place, masked out."""
         self.lengths[slot] = 0
         self.free.append(slot)
 
@@ -119,10 +130,13 @@ class SlotPool(Cache):
 
     # -- what transformers may ask of a Cache -----------------------------------------------
     def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Positions cached in the fullest slot, ``max(lengths)``, for any layer (a device-to-host read)."""
         return int(self.lengths.max())
 
     def get_mask_sizes(self, query_length: int, layer_idx: int = 0, *args, **kwargs) -> tuple[int, int]:  # noqa: ANN002, ANN003
+        """(kv_length, kv_offset) of the mask for any layer: this step's attention ``window``, and 0."""
         return self.window, 0
 
     def get_max_cache_shape(self, layer_idx: int = 0) -> int:
+        """Positions per slot, ``max_len``, for any layer."""
         return self.max_len
