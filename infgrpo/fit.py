@@ -18,6 +18,7 @@ import os
 import warnings
 
 from jsonargparse import DefaultHelpFormatter, set_parsing_settings
+from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -25,6 +26,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from infgrpo.checkpoint_io import AtomicCheckpointIO
 from infgrpo.data import PromptDataModule
 from infgrpo.module import GRPOModule
+from infgrpo.progress import StepProgressBar
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.
@@ -59,6 +61,9 @@ class GRPOCLI(LightningCLI):
         if config["trainer"].get("logger") in (None, True):
             config["trainer"]["logger"] = default_loggers(config["trainer"].get("default_root_dir") or "runs")
         trainer = super().instantiate_trainer(**kwargs)
+        for callback in trainer.callbacks:
+            if type(callback) is RichProgressBar:  # same bar and settings, without "Epoch 0/-2"
+                callback.__class__ = StepProgressBar
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer

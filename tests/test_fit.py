@@ -79,6 +79,8 @@ def test_overrides_logs_checkpoints_and_repeated_runs(tmp_path):
     first = main(args)
     second = main(args)  # same folder again: a new version, no failure
     assert first.model.hparams.group_size == 2 and first.model.sampler.config.max_new_tokens == 16
+    bar = first.trainer.progress_bar_callback  # Lightning's rich bar would say "Epoch 0/-2" (max_epochs -1)
+    assert type(bar).__name__ == "StepProgressBar" and bar._get_train_description(0).strip() == "Epoch 0"
     logs = sorted(tmp_path.glob("grpo/version_*/metrics.csv"))
     assert len(logs) == 2
     assert len(list(tmp_path.glob("grpo/version_*/events.out.tfevents.*"))) == 2  # TensorBoard beside CSV
