@@ -49,7 +49,7 @@ def solve(prompt: str) -> str:
 
 
 def flawed(prompt: str) -> str:
-    """A plausible wrong answer: the correct one stopped one item early.
+    """A plausible wrong answer: the correct one stopped one item early (a one-number count gets one too many).
 
     The warm start imitates demonstrations that contain this flaw, so the tiny model samples both
     right and premature answers and GRPO has a reward signal to learn from.
