@@ -49,6 +49,8 @@ SCHEDULE_METRICS = (
     "length_spearman",
     "length_within_20pct",
     "predict_time_s",
+    "num_slots",
+    "oom_retries",
 )
 """Keys of ``Rollouts.stats`` logged as ``train/rollout/<key>`` (when the sampler reports them)."""
 

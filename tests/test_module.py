@@ -81,6 +81,8 @@ def test_training_steps_update_the_policy_and_log_metrics(tmp_path):
         "rollout/length_mae",
         "rollout/length_spearman",
         "rollout/length_within_20pct",
+        "rollout/num_slots",
+        "rollout/oom_retries",
     ):
         assert any(k.endswith(key) for k in m), key
     assert m["train/rollout/steps_over_lower_bound"] >= 1.0

@@ -27,7 +27,8 @@ class SamplerConfig:
     rollout memory grows with it, not with the group size; fewer slots cost more decode steps.
     An integer >= 1, or 'auto': as many as ``rollout_memory`` holds, planned for each rollout (K/V
     of its longest prompt + max_new_tokens per slot, plus the decode step's vocabulary-sized
-    workspace; see infgrpo.sampler.pool_sizing)."""
+    workspace; see infgrpo.sampler.pool_sizing). A rollout that runs out of device memory is retried
+    with half the slots (the completions are the same), and later rollouts keep the count that fit."""
     rollout_memory: int | float | str = 0.5
     """Memory budget of the rollout when ``num_slots`` is 'auto': bytes (an integer, or a string
     such as '4GB' or '512MiB'), or a float in (0, 1]: that share of the device memory free when the

@@ -8,7 +8,10 @@ The sampler knows nothing of Lightning or rewards: token ids in, :class:`Rollout
 
 from __future__ import annotations
 
+import gc
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -61,6 +64,9 @@ class MicroGroupSampler:
             self.pad_id = self.eos_id if pad is None else pad
         self.stop_ids = [self.eos_id] + [t for t in config.stop_token_ids if t != self.eos_id]
         self.calls = 0
+        # After a rollout ran out of device memory, the slot count that worked: later rollouts start
+        # there instead of failing again (see _oom_backoff).
+        self.slot_cap: int | None = None
         self.sizer = PoolSizer(
             config.num_slots, config.rollout_memory, config.max_new_tokens, config.top_k, config.top_p
         )
@@ -107,9 +113,12 @@ class MicroGroupSampler:
         start = time.perf_counter()
         try:
             if cfg.decoder == "engine":
-                slots = self.sizer.slots(self.model, prompt_ids)
-                rollouts = self._sample_engine(
-                    prompt_ids, group_size, seed, slots, learn=True, prompt_offset=prompt_offset
+                rollouts = self._oom_backoff(
+                    lambda slots: self._sample_engine(
+                        prompt_ids, group_size, seed, slots, learn=True, prompt_offset=prompt_offset
+                    ),
+                    self.sizer.slots(self.model, prompt_ids),
+                    "model.sampler.num_slots",
                 )
             else:
                 rollouts = self._sample_hf(prompt_ids, group_size, seed, prompt_offset)
@@ -129,9 +138,50 @@ class MicroGroupSampler:
         was_training = self.model.training
         self.model.eval()
         try:
-            return self._sample_engine(prompt_ids, 1, 0, batch_size)
+            return self._oom_backoff(
+                lambda slots: self._sample_engine(prompt_ids, 1, 0, slots), batch_size, "data.eval_batch_size"
+            )
         finally:
             self.model.train(was_training)
+
+    def _oom_backoff(self, run: Callable[[int], Rollouts], slots: int, field: str) -> Rollouts:
+        """``run(slots)``; when it runs out of device memory, again with half the slots, down to one.
+
+        Completions do not depend on the slot count (one random stream per sequence), so a retry
+        returns exactly what the first attempt would have. The count that worked is kept in
+        ``slot_cap`` for later rollouts; ``stats["oom_retries"]`` counts the halvings of this call.
+        ``field`` names the setting to lower in the warning and in the error raised when even one
+        slot does not fit.
+        """
+        slots = min(slots, self.slot_cap) if self.slot_cap else slots
+        retries = 0
+        while True:
+            try:
+                rollouts = run(slots)
+                break
+            except torch.OutOfMemoryError as err:
+                if slots == 1:
+                    raise torch.OutOfMemoryError(
+                        f"the rollout ran out of device memory even with one slot ({field}): the model and "
+                        f"one sequence of up to max_new_tokens={self.config.max_new_tokens} tokens after its "
+                        "prompt do not fit. Lower model.sampler.max_new_tokens or data.max_prompt_length, "
+                        f"or load the model in 4-bit (model.load_in_4bit). Cause: {err}"
+                    ) from None
+                message = str(err).splitlines()[0] if str(err) else "out of memory"
+            # outside the except block: the traceback's frames (and their tensors) are released
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            smaller = max(1, slots // 2)
+            warnings.warn(
+                f"[infgrpo] the rollout ran out of device memory with {slots} slots ({message}); retrying with "
+                f"{smaller}. Set {field} to {smaller} or less to skip this.",
+                stacklevel=3,
+            )
+            slots = self.slot_cap = smaller
+            retries += 1
+        rollouts.stats["oom_retries"] = retries
+        return rollouts
 
     def _sample_engine(
         self,
