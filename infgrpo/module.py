@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import time
+import warnings
 from typing import Any
 
 import lightning as L
@@ -39,7 +41,13 @@ from infgrpo.ranks import Ranks
 from infgrpo.rewards import check_rewards, compute_rewards
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.sampler.sampling import derive_seed
-from infgrpo.update import LossConfig, accumulate_policy_gradients, frozen_logprobs, prepare_microbatches
+from infgrpo.update import (
+    LossConfig,
+    accumulate_policy_gradients,
+    frozen_logprobs,
+    prepare_microbatches,
+    split_microbatches,
+)
 
 SCHEDULE_METRICS = (
     "bubble_fraction",
@@ -86,7 +94,8 @@ class GRPOModule(L.LightningModule):
         beta: KL coefficient against the reference policy (0 = no reference is loaded).
         kl_estimator: ``k3`` (default, TRL's; multiplied by the importance ratio), ``k1`` or ``k2``.
         num_iterations: optimizer steps per rollout (mu); > 1 reuses the rollout with old log-probs.
-        token_budget: padded tokens per update micro-batch; bounds training memory for any B*G.
+        token_budget: padded tokens per update micro-batch; bounds training memory for any B*G. An update
+            that runs out of device memory is retried on micro-batches of half the size (one process).
         learning_rate: AdamW learning rate.
         weight_decay: AdamW weight decay.
         warmup_steps: linear learning-rate warmup in optimizer steps.
@@ -206,6 +215,8 @@ class GRPOModule(L.LightningModule):
         self.val_accuracy = MeanMetric()
         self._rollout: Rollouts | None = None
         self.ranks = Ranks()  # the data-parallel ranks, known once fit starts
+        # after an update ran out of device memory: the token budget that fit (see _after_update_oom)
+        self.token_budget_cap: int | None = None
 
     @property
     def ref_model(self) -> torch.nn.Module | None:
@@ -286,15 +297,21 @@ class GRPOModule(L.LightningModule):
         lengths = torch.tensor(rollouts.lengths, dtype=rewards.dtype)
         table = self.ranks.gather(torch.stack([rewards, lengths, *parts.values()], dim=1))  # (N_global, 2 + parts)
         advantages = ADVANTAGES.get(hp.advantage)(rewards, hp.group_size, hp.scale_rewards, batch_rewards=table[:, 0])
-        # 2) micro-batches within the token budget; frozen log-probs where needed
+        # 2) micro-batches within the token budget; frozen log-probs where needed. Out of device
+        # memory (one process): again with half the budget; later steps keep the budget that fit.
         prompts = [rollouts.prompt_ids[i] for i in rollouts.prompt_index]
-        mbs = [
-            mb.to(self.device)
-            for mb in prepare_microbatches(prompts, rollouts.completion_ids, hp.token_budget, self.sampler.pad_id)
-        ]
         temp = self.loss_cfg.temperature
-        ref = frozen_logprobs(self.policy, mbs, temp, self.ref_model, reference=True) if hp.beta > 0 else None
-        old = frozen_logprobs(self.policy, mbs, temp) if hp.num_iterations > 1 else None
+        budget = min(hp.token_budget, self.token_budget_cap or hp.token_budget)
+        mbs, oom_retries = self._pack(prompts, rollouts.completion_ids, budget), 0
+        while True:
+            try:
+                ref = frozen_logprobs(self.policy, mbs, temp, self.ref_model, reference=True) if hp.beta > 0 else None
+                old = frozen_logprobs(self.policy, mbs, temp) if hp.num_iterations > 1 else None
+                break
+            except torch.OutOfMemoryError as err:
+                message, ref, old = str(err), None, None
+            budget = self._after_update_oom(message, mbs)
+            mbs, oom_retries = self._pack(prompts, rollouts.completion_ids, budget), oom_retries + 1
         # 3) mu optimizer steps, each accumulating gradients over the micro-batches
         opt = self.optimizers()
         sched = self.lr_schedulers()
@@ -302,14 +319,26 @@ class GRPOModule(L.LightningModule):
         self.policy.train()
         lr = sched.get_last_lr()[0]  # the rate of this step's (first) update, logged below
         for _ in range(hp.num_iterations):
-            opt.zero_grad(set_to_none=True)
-            stats = accumulate_policy_gradients(
-                self.policy, mbs, advantages, self.loss_cfg, self.manual_backward, old, ref, self.ranks, no_sync
-            )
+            while True:
+                opt.zero_grad(set_to_none=True)
+                try:
+                    stats = accumulate_policy_gradients(
+                        self.policy, mbs, advantages, self.loss_cfg, self.manual_backward, old, ref, self.ranks, no_sync
+                    )
+                    break
+                except torch.OutOfMemoryError as err:
+                    message = str(err)
+                # nothing was stepped yet: drop the partial gradients, split every micro-batch in two
+                opt.zero_grad(set_to_none=True)
+                self._after_update_oom(message, mbs)
+                mbs, old, ref = split_microbatches(mbs, old, ref)
+                oom_retries += 1
             if hp.max_grad_norm > 0:
                 self.clip_gradients(opt, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()
             sched.step()
+        if oom_retries:  # later steps pack within what fit
+            self.token_budget_cap = budget = max(len(mb.rows) * mb.input_ids.shape[1] for mb in mbs)
         update_time = time.perf_counter() - start
         # 4) metrics of the global batch (identical on every rank); times and steps of the slowest rank
         all_rewards, all_lengths = table[:, 0], table[:, 1]
@@ -328,6 +357,8 @@ class GRPOModule(L.LightningModule):
             "rollout/decode_steps": per_rank[:, 2].max(),
             "rollout/slot_utilization": per_rank[:, 3].mean(),
             "lr": lr,
+            "update/oom_retries": oom_retries,
+            "update/token_budget": budget,
             **stats,
         }
         if hp.accuracy_reward is not None:
@@ -359,6 +390,42 @@ class GRPOModule(L.LightningModule):
             row.update({name: float(v[i]) for name, v in parts.items() if len(parts) > 1})
             rows.append(row)
         log_completions(self.trainer.loggers, self.global_step, rows)
+
+    def _pack(self, prompts: list[list[int]], completions: list[list[int]], budget: int) -> list:
+        """The rollout's micro-batches within ``budget`` padded tokens, on this module's device."""
+        return [mb.to(self.device) for mb in prepare_microbatches(prompts, completions, budget, self.sampler.pad_id)]
+
+    def _after_update_oom(self, message: str, mbs: list) -> int:
+        """Frees cached memory after the update ran out of device memory with ``mbs``; returns half their size.
+
+        The size of a micro-batch is its padded tokens (rows x columns). Raises a ``torch.OutOfMemoryError``
+        that says what to lower when halving cannot help (every micro-batch is one sequence already) or
+        when ranks would disagree (data parallel).
+        """
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        first = message.splitlines()[0] if message else "out of memory"
+        largest = max(len(mb.rows) * mb.input_ids.shape[1] for mb in mbs)
+        if self.ranks.world_size > 1:
+            raise torch.OutOfMemoryError(
+                f"the update ran out of device memory on rank {self.ranks.rank} with micro-batches of up to "
+                f"{largest} tokens ({first}). With several ranks the budget is not lowered automatically (ranks "
+                f"must agree): set model.token_budget to {largest // 2} or less."
+            )
+        if all(len(mb.rows) == 1 for mb in mbs):
+            raise torch.OutOfMemoryError(
+                f"the update ran out of device memory with one sequence per micro-batch ({first}): a single "
+                f"prompt + completion of up to {largest} tokens does not fit. Enable model.gradient_checkpointing, "
+                "use LoRA (model.lora_r) or 4-bit weights (model.load_in_4bit), or lower "
+                "model.sampler.max_new_tokens."
+            )
+        warnings.warn(
+            f"[infgrpo] the update ran out of device memory with micro-batches of up to {largest} tokens ({first}); "
+            f"retrying with half. Set model.token_budget to {largest // 2} or less to skip this.",
+            stacklevel=2,
+        )
+        return max(1, largest // 2)
 
     def on_train_end(self) -> None:
         """Writes the trained adapter (LoRA) or model to ``output_dir``, when set, from global rank 0."""

@@ -1,8 +1,14 @@
 """The policy update: token-budget micro-batches, log-probs and gradient accumulation."""
 
-from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget
+from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget, split_rows
 from infgrpo.update.logprobs import completion_logprobs
-from infgrpo.update.step import LossConfig, accumulate_policy_gradients, frozen_logprobs, prepare_microbatches
+from infgrpo.update.step import (
+    LossConfig,
+    accumulate_policy_gradients,
+    frozen_logprobs,
+    prepare_microbatches,
+    split_microbatches,
+)
 
 __all__ = [
     "LossConfig",
@@ -13,4 +19,6 @@ __all__ = [
     "frozen_logprobs",
     "pack_by_token_budget",
     "prepare_microbatches",
+    "split_microbatches",
+    "split_rows",
 ]

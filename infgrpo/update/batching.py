@@ -78,3 +78,34 @@ def collate(rows: list[int], prompts: list[list[int]], completions: list[list[in
         comp_mask[r, : len(c)] = 1.0
     position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)
     return MicroBatch(rows, input_ids, attention, position_ids, comp_ids, comp_mask)
+
+
+def split_rows(
+    mb: MicroBatch, per_row: list[torch.Tensor | None]
+) -> list[tuple[MicroBatch, list[torch.Tensor | None]]]:
+    """``mb`` as two micro-batches of half its rows each, with the (n, C) tensors of ``per_row`` split alike.
+
+    Columns that become all padding are dropped (prompt padding on the left, completion padding on
+    the right), so each half costs at most half the tokens. A one-row micro-batch is returned as is.
+    Used to retry an update that ran out of memory with smaller micro-batches.
+    """
+    n = len(mb.rows)
+    if n < 2:
+        return [(mb, per_row)]
+    halves = []
+    for lo, hi in ((0, n // 2), (n // 2, n)):
+        c_len = int(mb.completion_mask[lo:hi].sum(dim=1).max().item())
+        c_full = mb.completion_ids.shape[1]
+        p_full = mb.input_ids.shape[1] - c_full
+        p_start = int((mb.attention_mask[lo:hi, :p_full].sum(dim=0) > 0).nonzero().min().item()) if p_full else 0
+        cols = slice(p_start, p_full + c_len)
+        half = MicroBatch(
+            mb.rows[lo:hi],
+            mb.input_ids[lo:hi, cols],
+            mb.attention_mask[lo:hi, cols],
+            mb.position_ids[lo:hi, cols],
+            mb.completion_ids[lo:hi, :c_len],
+            mb.completion_mask[lo:hi, :c_len],
+        )
+        halves.append((half, [t[lo:hi, :c_len] if t is not None else None for t in per_row]))
+    return halves

@@ -24,7 +24,7 @@ from transformers import PreTrainedModel
 
 from infgrpo.algo import LossNorm, clipped_surrogate, policy_loss
 from infgrpo.ranks import Ranks
-from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget
+from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget, split_rows
 from infgrpo.update.logprobs import completion_logprobs
 
 
@@ -47,6 +47,26 @@ def prepare_microbatches(
     """Packs rollouts (prompt i, completion i) into micro-batches within ``token_budget``."""
     lengths = [len(p) + len(c) for p, c in zip(prompts, completions, strict=True)]
     return [collate(rows, prompts, completions, pad_id) for rows in pack_by_token_budget(lengths, token_budget)]
+
+
+def split_microbatches(
+    mbs: list[MicroBatch], old: list[torch.Tensor] | None, ref: list[torch.Tensor] | None
+) -> tuple[list[MicroBatch], list[torch.Tensor] | None, list[torch.Tensor] | None]:
+    """Every micro-batch of two or more rows in two halves, with its frozen log-probs (n, C) split alike.
+
+    The accumulated gradient does not depend on the packing (the loss is normalized by whole-batch
+    counts), so an update retried on the halves computes the same gradient in less memory.
+    """
+    out_mbs: list[MicroBatch] = []
+    out_old: list[torch.Tensor] = []
+    out_ref: list[torch.Tensor] = []
+    for k, mb in enumerate(mbs):
+        per_row = [old[k] if old is not None else None, ref[k] if ref is not None else None]
+        for half, (o, r) in split_rows(mb, per_row):
+            out_mbs.append(half)
+            out_old.append(o)
+            out_ref.append(r)
+    return out_mbs, out_old if old is not None else None, out_ref if ref is not None else None
 
 
 def reference_context(model: PreTrainedModel, ref_model: PreTrainedModel | None) -> contextlib.AbstractContextManager:

@@ -7,7 +7,9 @@ from infgrpo.update import (
     frozen_logprobs,
     pack_by_token_budget,
     prepare_microbatches,
+    split_microbatches,
 )
+from infgrpo.update.batching import collate
 from tests.conftest import random_model
 
 
@@ -75,3 +77,41 @@ def test_padded_microbatches_match_unpadded_per_sequence_recomputation():
     assert stats["loss"] == pytest.approx(total, abs=1e-12)
     for k, p in model.named_parameters():
         assert torch.allclose(grads[k], p.grad, atol=1e-10), k
+
+
+def test_split_halves_equal_freshly_collated_halves_with_their_logprobs():
+    prompts, comps, _ = _rollout(seed=3, n=7)
+    mb = collate(list(range(7)), prompts, comps, pad_id=0)
+    old = torch.randn(7, mb.completion_ids.shape[1], dtype=torch.float64)
+    halves, olds, refs = split_microbatches([mb], [old], None)
+    assert [h.rows for h in halves] == [[0, 1, 2], [3, 4, 5, 6]] and refs is None
+    for half, o in zip(halves, olds, strict=True):
+        fresh = collate(half.rows, prompts, comps, pad_id=0)  # trimmed to the half's own padding
+        for name in ("input_ids", "attention_mask", "position_ids", "completion_ids", "completion_mask"):
+            assert torch.equal(getattr(half, name), getattr(fresh, name)), name
+        assert torch.equal(o, old[half.rows, : fresh.completion_ids.shape[1]])
+    one = collate([2], prompts, comps, pad_id=0)
+    assert split_microbatches([one], None, None)[0] == [one]  # a single row cannot be split
+
+
+def test_gradients_after_splitting_equal_the_unsplit_ones_float64():
+    model = random_model("llama", torch.float64).train()
+    prompts, comps, adv = _rollout(seed=4)
+    cfg = LossConfig(loss_type="dapo", beta=0.04, max_completion_length=16)
+    mbs = prepare_microbatches(prompts, comps, 10_000, pad_id=0)
+    old = [lp - 0.05 for lp in frozen_logprobs(model, mbs, 1.0)]
+    ref = [lp + 0.1 for lp in frozen_logprobs(model, mbs, 1.0)]
+
+    def grads(mbs, old, ref):
+        model.zero_grad(set_to_none=True)
+        stats = accumulate_policy_gradients(model, mbs, adv, cfg, lambda loss: loss.backward(), old, ref)
+        return stats, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+    whole, g_whole = grads(mbs, old, ref)
+    for _ in range(2):  # 1 -> 2 -> 4 micro-batches
+        mbs, old, ref = split_microbatches(mbs, old, ref)
+    assert len(mbs) == 4
+    split, g_split = grads(mbs, old, ref)
+    assert split["loss"] == pytest.approx(whole["loss"], abs=1e-12) and split["kl"] == pytest.approx(whole["kl"])
+    for k in g_whole:
+        assert torch.allclose(g_whole[k], g_split[k], atol=1e-12, rtol=1e-9), k
