@@ -11,6 +11,7 @@ import torch
 
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
+from tests.test_module import trainer as make_trainer
 
 SETTINGS = dict(
     dtype="float64", group_size=4, sampler=SamplerConfig(num_slots=4, max_new_tokens=16), learning_rate=1e-3
@@ -44,17 +45,7 @@ def train(tmp_path, steps, limit=None, only_with_grad=True, **kw):
     if limit is not None:
         token_limit(module.policy, limit, only_with_grad)
     logged = Logged()
-    trainer = L.Trainer(
-        max_steps=steps,
-        accelerator="cpu",
-        default_root_dir=tmp_path,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        limit_val_batches=0,
-        callbacks=[logged],
-    )
+    trainer = make_trainer(tmp_path, steps, enable_checkpointing=False, callbacks=[logged])
     trainer.fit(module, PromptDataModule(path="tiny", batch_size=2, eval_split=None))
     return module, logged.rows
 
