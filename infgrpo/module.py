@@ -92,7 +92,9 @@ class GRPOModule(L.LightningModule):
         epsilon_low: lower clip range: the ratio is clipped below at 1 - epsilon_low.
         epsilon_high: upper clip range: the ratio is clipped above at 1 + epsilon_high (DAPO uses 0.28).
         beta: KL coefficient against the reference policy (0 = no reference is loaded).
-        kl_estimator: ``k3`` (default, TRL's; multiplied by the importance ratio), ``k1`` or ``k2``.
+        kl_estimator: ``k3`` (default, TRL's), ``k1`` or ``k2``.
+        kl_bias_correction: multiply the KL estimate by the importance ratio (DeepSeek-V3.2's unbiased
+            estimator under off-policy samples; TRL's ``use_bias_correction_kl``, also off by default).
         num_iterations: optimizer steps per rollout (mu); > 1 reuses the rollout with old log-probs.
         token_budget: padded tokens per update micro-batch; bounds training memory for any B*G. An update
             that runs out of device memory is retried on micro-batches of half the size (one process).
@@ -134,6 +136,7 @@ class GRPOModule(L.LightningModule):
         epsilon_high: float = 0.2,
         beta: float = 0.0,
         kl_estimator: str = "k3",
+        kl_bias_correction: bool = False,
         num_iterations: int = 1,
         token_budget: int = 4096,
         learning_rate: float = 1e-4,
@@ -209,6 +212,7 @@ class GRPOModule(L.LightningModule):
             kl_estimator,
             sampler.temperature if sampler.temperature > 0 else 1.0,
             sampler.max_new_tokens,
+            kl_bias_correction,
         )
         self.rewards = rewards
         self.val_reward = MeanMetric()

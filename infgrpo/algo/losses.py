@@ -4,7 +4,9 @@ Per token (shapes (N, T): N sequences, T completion positions; ``mask`` 1 on rea
 
     ratio = exp(logp - old_logp)
     loss  = -min(ratio * A, clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) * A)
-          + beta * kl(logp, ref_logp) * ratio        # k3 by default, times the ratio as in TRL
+          + beta * kl(logp, ref_logp)                # k3 by default, as in TRL
+          (x ratio with kl_times_ratio: the importance-sampling correction of DeepSeek-V3.2, TRL's
+           opt-in use_bias_correction_kl)
 
 Aggregation (``loss_type``), with batch-wide counts in :class:`LossNorm` so that the sum of the
 losses of any split of the batch into micro-batches equals the loss of the whole batch:
@@ -58,9 +60,12 @@ def clipped_surrogate(
     beta: float = 0.0,
     ref_logp: torch.Tensor | None = None,
     kl_estimator: str = "k3",
-    kl_times_ratio: bool = True,
+    kl_times_ratio: bool = False,
 ) -> SurrogateTerms:
-    """Per-token clipped surrogate loss. ``logp``/``old_logp``/``ref_logp`` (N, T), ``advantages`` (N,)."""
+    """Per-token clipped surrogate loss. ``logp``/``old_logp``/``ref_logp`` (N, T), ``advantages`` (N,).
+
+    ``kl_times_ratio`` multiplies the KL estimate by the (unclipped) ratio; off by default, as in TRL.
+    """
     ratio = torch.exp(logp - old_logp)  # (N, T)
     clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
     adv = advantages.unsqueeze(1)  # (N, 1)

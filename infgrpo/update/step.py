@@ -39,6 +39,7 @@ class LossConfig:
     kl_estimator: str = "k3"
     temperature: float = 1.0
     max_completion_length: int = 128
+    kl_bias_correction: bool = False
 
 
 def prepare_microbatches(
@@ -131,6 +132,7 @@ def accumulate_policy_gradients(
             cfg.beta,
             ref,
             cfg.kl_estimator,
+            cfg.kl_bias_correction,
         )
         mask = mb.completion_mask.to(device=device, dtype=logp.dtype)
         loss = policy_loss(cfg.loss_type, terms.loss, mask, norm)  # this rank's share of the global loss

@@ -17,21 +17,35 @@ def test_clipped_surrogate_hand_computed():
     assert t.low_clipped.flatten().tolist() == [False, False, True, False]
 
 
-def test_two_sided_clipping_uses_each_epsilon():
+def test_asymmetric_clipping_uses_each_epsilon():
     logp = torch.tensor([[math.log(1.5)], [math.log(0.5)]])
     t = clipped_surrogate(logp, torch.zeros(2, 1), torch.tensor([1.0, -1.0]), epsilon_low=0.1, epsilon_high=0.28)
     assert torch.allclose(t.loss.flatten(), torch.tensor([-1.28, 0.9]))
 
 
-def test_k3_kl_times_ratio():
+def test_k3_kl_alone_by_default_and_times_the_ratio_with_bias_correction():
     logp, ref = torch.tensor([[-1.0]]), torch.tensor([[-1.5]])
-    t = clipped_surrogate(logp, logp.detach() - 0.1, torch.tensor([0.0]), 0.2, 0.2, beta=0.5, ref_logp=ref)
     d = -0.5
     k3 = math.exp(d) - d - 1
+    t = clipped_surrogate(logp, logp.detach() - 0.1, torch.tensor([0.0]), 0.2, 0.2, beta=0.5, ref_logp=ref)
+    assert t.kl.item() == pytest.approx(k3) and t.loss.item() == pytest.approx(0.5 * k3)  # TRL's default
+    t = clipped_surrogate(
+        logp, logp.detach() - 0.1, torch.tensor([0.0]), 0.2, 0.2, beta=0.5, ref_logp=ref, kl_times_ratio=True
+    )
     assert t.kl.item() == pytest.approx(k3 * math.exp(0.1))
     assert t.loss.item() == pytest.approx(0.5 * k3 * math.exp(0.1))
     assert KL_ESTIMATORS.get("k1")(logp, ref).item() == pytest.approx(0.5)
     assert KL_ESTIMATORS.get("k2")(logp, ref).item() == pytest.approx(0.125)
+
+
+def test_kl_gradient_without_correction_is_beta_times_the_k3_gradient():
+    # at ratio 1 (first iteration) the corrected form adds kl * dlogp; the default must not
+    logp = torch.tensor([[-1.0, -0.3]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-1.5, -0.2]], dtype=torch.float64)
+    t = clipped_surrogate(logp, logp.detach(), torch.tensor([0.0], dtype=torch.float64), 0.2, 0.2, 0.1, ref)
+    t.loss.sum().backward()
+    expected = 0.1 * (1 - torch.exp(ref - logp.detach()))  # d/dlogp of exp(ref - logp) - (ref - logp) - 1
+    assert torch.allclose(logp.grad, expected, atol=1e-15)
 
 
 def reference_loss(loss_type, per_token, mask, max_len):
