@@ -39,23 +39,31 @@ class MicroBatch:
         )
 
 
-def pack_by_token_budget(lengths: list[int], token_budget: int) -> list[list[int]]:
-    """Groups row indices so each group's padded size (rows x longest row) stays within the budget.
+def pack_by_token_budget(
+    prompt_lengths: list[int], completion_lengths: list[int], token_budget: int
+) -> list[list[int]]:
+    """Groups row indices so each group's padded size stays within ``token_budget`` tokens.
 
-    Rows are taken longest first, which keeps padding low; a row longer than the budget on its own
-    forms a micro-batch alone. Returns lists of row indices covering every row exactly once.
+    A micro-batch pads every row to the longest prompt plus the longest completion in it (see
+    :func:`collate`), so a group of n rows costs n x (max prompt + max completion). Rows are taken
+    longest first, which keeps padding low; a row longer than the budget on its own forms a
+    micro-batch alone. Returns lists of row indices covering every row exactly once.
     """
     if token_budget < 1:
         raise ValueError(f"token_budget={token_budget} must be >= 1")
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    if len(prompt_lengths) != len(completion_lengths):
+        raise ValueError(f"{len(prompt_lengths)} prompt lengths but {len(completion_lengths)} completion lengths")
+    order = sorted(range(len(prompt_lengths)), key=lambda i: -(prompt_lengths[i] + completion_lengths[i]))
     groups: list[list[int]] = []
     current: list[int] = []
+    max_p = max_c = 0
     for i in order:
-        longest = lengths[current[0]] if current else lengths[i]
-        if current and (len(current) + 1) * longest > token_budget:
+        p, c = max(max_p, prompt_lengths[i]), max(max_c, completion_lengths[i])
+        if current and (len(current) + 1) * (p + c) > token_budget:
             groups.append(current)
-            current = []
+            current, p, c = [], prompt_lengths[i], completion_lengths[i]
         current.append(i)
+        max_p, max_c = p, c
     if current:
         groups.append(current)
     return groups

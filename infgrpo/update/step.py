@@ -46,8 +46,8 @@ def prepare_microbatches(
     prompts: list[list[int]], completions: list[list[int]], token_budget: int, pad_id: int
 ) -> list[MicroBatch]:
     """Packs rollouts (prompt i, completion i) into micro-batches within ``token_budget``."""
-    lengths = [len(p) + len(c) for p, c in zip(prompts, completions, strict=True)]
-    return [collate(rows, prompts, completions, pad_id) for rows in pack_by_token_budget(lengths, token_budget)]
+    groups = pack_by_token_budget([len(p) for p in prompts], [len(c) for c in completions], token_budget)
+    return [collate(rows, prompts, completions, pad_id) for rows in groups]
 
 
 def split_microbatches(

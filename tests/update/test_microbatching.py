@@ -14,13 +14,32 @@ from tests.conftest import random_model
 
 
 def test_pack_respects_budget_and_covers_every_row():
-    lengths = [5, 17, 3, 9, 9, 30, 1, 12]
-    groups = pack_by_token_budget(lengths, token_budget=30)
+    prompt_lengths = [5, 17, 3, 9, 9, 30, 1, 12]
+    completion_lengths = [4, 1, 20, 9, 2, 6, 3, 12]
+    groups = pack_by_token_budget(prompt_lengths, completion_lengths, token_budget=40)
     assert sorted(i for g in groups for i in g) == list(range(8))
     for g in groups:
-        assert len(g) * max(lengths[i] for i in g) <= 30 or len(g) == 1
+        padded = len(g) * (max(prompt_lengths[i] for i in g) + max(completion_lengths[i] for i in g))
+        assert padded <= 40 or len(g) == 1
     with pytest.raises(ValueError, match="token_budget=0 must be >= 1"):
-        pack_by_token_budget(lengths, 0)
+        pack_by_token_budget(prompt_lengths, completion_lengths, 0)
+
+
+def test_padded_size_of_collated_microbatches_stays_within_the_budget():
+    # long prompts with short completions beside short prompts with long completions: padding to the
+    # longest prompt *and* the longest completion is what costs memory
+    g = torch.Generator().manual_seed(0)
+    for budget in (100, 200, 400):
+        prompts = [[5] * int(torch.randint(1, 91, (1,), generator=g)) for _ in range(40)]
+        comps = [[7] * int(torch.randint(1, 91, (1,), generator=g)) for _ in range(40)]
+        mbs = prepare_microbatches(prompts, comps, budget, pad_id=0)
+        assert sorted(r for mb in mbs for r in mb.rows) == list(range(40))
+        for mb in mbs:
+            assert mb.input_ids.numel() <= budget or len(mb.rows) == 1
+    long_prompt, short_prompt, long_answer, short_answer = [5] * 90, [5] * 10, [7] * 90, [7] * 10
+    prompts, comps = [long_prompt] * 2 + [short_prompt] * 2, [short_answer] * 2 + [long_answer] * 2
+    mixed = prepare_microbatches(prompts, comps, 400, pad_id=0)  # was one micro-batch of 720 tokens
+    assert max(mb.input_ids.numel() for mb in mixed) <= 400
 
 
 def _rollout(seed=0, n=12):
