@@ -5,8 +5,9 @@ A reward function has the signature::
     def my_reward(completions: list[str], metadata: list[dict], **info) -> list[float]: ...
 
 ``completions[i]`` is the decoded text of completion i (stop token removed) and ``metadata[i]`` the
-dataset row of its prompt (e.g. ``{"answer": "42"}``). ``**info`` is optional; when the function
-accepts it, it receives ``completion_lengths`` (tokens, list[int]) and ``max_completion_length``.
+dataset row of its prompt (e.g. ``{"answer": "42"}``). ``**info`` is optional: a function that
+takes ``**info`` receives ``completion_lengths`` (tokens, list[int]) and ``max_completion_length``;
+one that names either of them as a parameter receives the ones it names.
 Select built-ins by name or any importable callable as ``"package.module:function"``.
 """
 
@@ -29,13 +30,19 @@ class RewardError(ValueError):
     """A reward function raised, returned the wrong count, or returned a non-finite value."""
 
 
-def accepts_info(fn: RewardFn) -> bool:
-    """Whether ``fn`` takes ``**info`` (or the named extras)."""
+INFO_KEYS = ("completion_lengths", "max_completion_length")
+
+
+def info_for(fn: RewardFn, info: dict) -> dict:
+    """The entries of ``info`` that ``fn`` takes: all with ``**info``, else those it names."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        return False
-    return any(p.kind is p.VAR_KEYWORD or p.name == "completion_lengths" for p in params)
+        return {}
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return info
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return {k: v for k, v in info.items() if k in named}
 
 
 def resolve_reward(name: str) -> RewardFn:
@@ -89,7 +96,7 @@ def compute_rewards(
         fn = resolve_reward(name)
         info = {"completion_lengths": completion_lengths, "max_completion_length": max_completion_length}
         try:
-            values = list(fn(completions, metadata, **info) if accepts_info(fn) else fn(completions, metadata))
+            values = list(fn(completions, metadata, **info_for(fn, info)))
         except Exception as err:
             if on_error == "zero":
                 values = [0.0] * n

@@ -70,6 +70,48 @@ def test_numeric_extraction_gsm8k_boxed_last_number_commas_units():
     assert total.tolist() == [1.0, 1.0, 1.0, 0.0]
 
 
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        (r"so \boxed{1{,}000}", 1000.0),  # LaTeX thousands separator inside the box
+        (r"\boxed{1\,000}", 1000.0),
+        (r"\boxed{\frac{1}{2}}", 0.5),  # nested braces: the box, not the last number (2)
+        (r"\boxed{-\dfrac{3}{4}} at last", -0.75),
+        (r"\boxed{12\%}", 12.0),
+        ("pages 10-20", 20.0),  # a hyphen between numbers is no minus sign
+        ("in 2023-2024", 2024.0),
+        ("items 1,2,3", 3.0),  # commas that do not group thousands separate numbers
+        ("\u22125 degrees", -5.0),  # Unicode minus
+        ("x = -7.", -7.0),
+    ],
+)
+def test_numeric_extraction_latex_and_separators(text, value):
+    from infgrpo.rewards.math import extract_number
+
+    assert extract_number(text) == pytest.approx(value)
+
+
+def brevity(completions, metadata, completion_lengths):
+    return [-n / 10 for n in completion_lengths]
+
+
+def budget_used(completions, metadata, max_completion_length=None):
+    return [float(max_completion_length or -1)] * len(completions)
+
+
+def everything(completions, metadata, **info):
+    return [float(len(info))] * len(completions)
+
+
+def test_reward_functions_receive_the_extras_they_name():
+    kw = dict(completion_lengths=[3, 5], max_completion_length=8)
+    rewards = {f"{__name__}:{f}": 1.0 for f in ("brevity", "budget_used", "everything")}
+    _, parts = compute_rewards(rewards, ["a", "b"], [{}, {}], **kw)
+    assert parts[f"{__name__}:brevity"].tolist() == pytest.approx([-0.3, -0.5])
+    assert parts[f"{__name__}:budget_used"].tolist() == [8.0, 8.0]
+    assert parts[f"{__name__}:everything"].tolist() == [2.0, 2.0]
+
+
 def test_format_reward():
     total, _ = compute_rewards(
         {"format": 1.0},
