@@ -81,7 +81,7 @@ class PromptDataModule(L.LightningDataModule):
         max_prompt_length: prompts longer than this many tokens are reported and handled by
             ``long_prompts``; they are never truncated.
         long_prompts: ``"error"`` (stop with a message) or ``"skip"`` (drop them, with a warning).
-        system_prompt: optional system message put before each prompt.
+        system_prompt: optional system message put before each prompt (needs the chat template).
         chat_template: wrap prompts in the tokenizer's chat template.
         seed: seed of the shuffled order.
     """
@@ -120,6 +120,12 @@ class PromptDataModule(L.LightningDataModule):
 
     def _encode(self, tokenizer: PreTrainedTokenizerBase, rows: list[dict], split: str) -> list[dict]:
         hp = self.hparams
+        if hp.system_prompt and not (hp.chat_template and tokenizer.chat_template):
+            why = "data.chat_template is false" if not hp.chat_template else "the tokenizer has no chat template"
+            raise ValueError(
+                f"data.system_prompt={hp.system_prompt[:40]!r} is set but {why}, so there is no system message "
+                "to put it in; drop it, or put the instructions into data.prompt_template"
+            )
         items, too_long = [], []
         for i, row in enumerate(rows):
             if hp.prompt_column not in row:

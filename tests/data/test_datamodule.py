@@ -4,6 +4,7 @@ import pytest
 
 from infgrpo.data import PromptDataModule
 from infgrpo.data.resumable import ResumableBatchSampler
+from infgrpo.models import load_tokenizer
 
 
 def test_resumable_sampler_continues_mid_epoch_exactly():
@@ -39,6 +40,22 @@ def test_local_jsonl_folder_with_chat_template(tmp_path):
     batch = next(iter(dm.train_dataloader()))
     assert len(batch) == 2 and batch[0]["meta"]["answer"] == "x"
     assert batch[0]["prompt_ids"][0] == 1  # <|im_start|>
+
+
+def test_system_prompt_goes_into_the_chat_template_or_is_an_error_without_one(tmp_path):
+    write_split(tmp_path, "train", [{"prompt": "rev ab"}, {"prompt": "dup cd"}])
+    plain = PromptDataModule(path=str(tmp_path), eval_split=None, batch_size=1)
+    plain.setup("fit")
+    system = PromptDataModule(path=str(tmp_path), eval_split=None, batch_size=1, system_prompt="Be brief.")
+    system.setup("fit")
+    with_system = system.train_items[0]["prompt_ids"]
+    assert len(with_system) > len(plain.train_items[0]["prompt_ids"])
+    assert "Be brief." in load_tokenizer("tiny").decode(with_system)
+    no_template = PromptDataModule(
+        path=str(tmp_path), eval_split=None, batch_size=1, system_prompt="Be brief.", chat_template=False
+    )
+    with pytest.raises(ValueError, match="data.system_prompt='Be brief.' is set but data.chat_template is false"):
+        no_template.setup("fit")
 
 
 def test_long_prompts_are_reported_never_truncated(tmp_path):
