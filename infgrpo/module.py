@@ -100,7 +100,8 @@ class GRPOModule(L.LightningModule):
             that runs out of device memory is retried on micro-batches of half the size (one process).
         learning_rate: AdamW learning rate.
         weight_decay: AdamW weight decay.
-        warmup_steps: linear learning-rate warmup in optimizer steps.
+        warmup_steps: linear learning-rate warmup in optimizer steps: optimizer step k (from 0) uses
+            (k + 1) / (warmup_steps + 1) of the rate until the full rate at step ``warmup_steps``.
         max_grad_norm: gradient clipping norm (0 disables).
         eval_temperature: temperature of held-out evaluation (0 = greedy).
         log_completions_every_n_steps: every N steps, log a table of prompts, completions and

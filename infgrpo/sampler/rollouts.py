@@ -13,8 +13,9 @@ class Rollouts:
     """Completions of ``num_prompts`` prompts x ``group_size`` samples, prompt-major.
 
     Entry ``i`` belongs to prompt ``i // group_size``. ``completion_ids[i]`` includes the stop token
-    when ``finish_reasons[i] == "stop"``; ``logprobs[i]`` (len(completion_ids[i]),) holds the
-    behaviour policy's log-prob of each generated token (at the sampling temperature).
+    when ``finish_reasons[i] == "stop"``; ``logprobs[i]`` (len(completion_ids[i]),) holds each
+    generated token's log-prob under the model's distribution at the sampling temperature, before
+    top-k / top-p filtering (the same quantity the training forward computes).
     """
 
     prompt_ids: list[list[int]]

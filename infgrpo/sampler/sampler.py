@@ -41,6 +41,18 @@ def max_positions(model: PreTrainedModel) -> int | None:
     return getattr(cfg, "max_position_embeddings", None)
 
 
+def stop_token_ids(model: PreTrainedModel, eos_id: int, extra: list[int]) -> list[int]:
+    """The tokens that end a completion: ``eos_id``, the model's ``generation_config`` EOS ids, ``extra``.
+
+    Chat models often list several (Qwen3: ``<|im_end|>`` and ``<|endoftext|>``); HF ``generate``
+    stops on all of them, and so does the sampler. Order kept, duplicates dropped.
+    """
+    gen = getattr(model, "generation_config", None)
+    listed = getattr(gen, "eos_token_id", None) if gen is not None else None
+    listed = [] if listed is None else [listed] if isinstance(listed, int) else list(listed)
+    return list(dict.fromkeys([eos_id, *listed, *extra]))
+
+
 class MicroGroupSampler:
     """Decodes groups of completions in micro-groups of ``config.num_slots`` sequences.
 
@@ -62,7 +74,7 @@ class MicroGroupSampler:
             self.eos_id = tokenizer_or_eos.eos_token_id
             pad = tokenizer_or_eos.pad_token_id
             self.pad_id = self.eos_id if pad is None else pad
-        self.stop_ids = [self.eos_id] + [t for t in config.stop_token_ids if t != self.eos_id]
+        self.stop_ids = stop_token_ids(model, self.eos_id, config.stop_token_ids)
         self.calls = 0
         # After a rollout ran out of device memory, the slot count that worked: later rollouts start
         # there instead of failing again (see _oom_backoff).

@@ -24,6 +24,11 @@ def completion_logprobs(
         logits_to_keep=c_len + 1,
         use_cache=False,
     )
+    if out.logits.shape[1] != c_len + 1:
+        raise ValueError(
+            f"{type(model).__name__} returned logits for {out.logits.shape[1]} positions, not the last {c_len + 1}: "
+            "it ignores logits_to_keep, which infgrpo needs to align completion tokens with their log-probs"
+        )
     logits = out.logits[:, :-1]  # (n, C, V): position t predicts completion token t
     scale = temperature if temperature > 0 else 1.0
     pieces = []

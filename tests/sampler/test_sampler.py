@@ -75,6 +75,22 @@ def test_extra_stop_token_ends_completions(tiny_model, tokenizer, prompts):
     assert set(out.finish_reasons) == {"stop"}
 
 
+def test_generation_config_eos_ids_stop_like_hf_generate(tokenizer, prompts):
+    # chat models list several EOS ids in generation_config (Qwen3: <|im_end|> and <|endoftext|>)
+    from infgrpo.models import load_policy
+
+    model = load_policy("tiny").eval()
+    space = tokenizer.convert_tokens_to_ids(" ")
+    model.generation_config.eos_token_id = [tokenizer.eos_token_id, space]
+    out = MicroGroupSampler(model, tokenizer, SamplerConfig(max_new_tokens=40, temperature=0.0)).generate_one(prompts)
+    for p, got in zip(prompts, out.completion_ids, strict=True):
+        ref = model.generate(torch.tensor([p]), do_sample=False, max_new_tokens=40, pad_token_id=0)[0, len(p) :]
+        want = ref.tolist()
+        ends = [k for k, t in enumerate(want) if t in (tokenizer.eos_token_id, space)]
+        assert got == (want[: ends[0] + 1] if ends else want)
+    assert any(ids[-1] == space for ids in out.completion_ids)  # the second EOS id did end a completion
+
+
 def test_group_larger_than_pool_and_pool_larger_than_group(tiny_model, tokenizer, prompts):
     small = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(num_slots=2, max_new_tokens=20))
     big = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(num_slots=64, max_new_tokens=20))
