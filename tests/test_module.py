@@ -143,6 +143,46 @@ def test_resume_from_checkpoint_is_exact(tmp_path):
     assert want.predict(keys) == got.predict(keys)
 
 
+class SeenPrompts(L.Callback):
+    """The (Lightning epoch, prompts) of every training batch."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.seen.append((trainer.current_epoch, tuple(b["meta"]["prompt"] for b in batch)))
+
+
+def test_resume_from_an_end_of_epoch_checkpoint_continues_with_the_next_epoch(tmp_path):
+    # 8 prompts, 2 a step: 4 steps an epoch; ModelCheckpoint saves at each epoch's end
+    import json
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    rows = [{"prompt": f"rev {chr(97 + i)}{chr(98 + i)}"} for i in range(8)]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    settings = {**SMALL, "sampler": SamplerConfig(num_slots=4, max_new_tokens=4)}
+
+    def run(root, steps, ckpt=None):
+        seen = SeenPrompts()
+        t = trainer(root, steps, callbacks=[ModelCheckpoint(dirpath=root, save_top_k=-1), seen])
+        t.fit(
+            GRPOModule(**settings),
+            PromptDataModule(path=str(tmp_path / "data"), batch_size=2, eval_split=None),
+            ckpt_path=ckpt,
+        )
+        return [prompts for _, prompts in seen.seen]
+
+    straight = run(tmp_path / "a", 10)
+    assert len({p for b in straight[4:8] for p in b}) == 8  # epoch 1 visits every prompt once
+    run(tmp_path / "b", 4)  # stops at the end of epoch 0 and its checkpoint
+    resumed = run(tmp_path / "c", 10, ckpt=str(tmp_path / "b" / "epoch=0-step=4.ckpt"))
+    # Lightning counts the first resumed batch in epoch 0 and starts its epoch 1 after it; the data
+    # order must not follow that: epoch 1's four batches, then epoch 2's
+    assert resumed == straight[4:]
+
+
 def test_gradient_checkpointing_and_lora_train(tmp_path):
     module = GRPOModule(**SMALL, lora_r=4, gradient_checkpointing=True)
     assert module.policy.base_model.model.is_gradient_checkpointing

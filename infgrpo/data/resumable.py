@@ -10,6 +10,11 @@ of each *global* batch of ``batch_size * num_replicas`` prompts: rank ``r`` gets
 ``r*batch_size .. (r+1)*batch_size - 1``. So ``num_replicas`` ranks of ``batch_size`` prompts see
 exactly the prompts, in the same global order, of one process with ``num_replicas * batch_size``.
 The state counts prompts consumed, so a checkpoint resumes on any number of ranks.
+
+A new iteration continues the current epoch when the last one stopped early (training used fewer
+batches than it had), and starts the next epoch otherwise. Lightning, resumed from a checkpoint
+written at an epoch's end, first runs one more batch in the old epoch before starting its next one;
+with this rule those are the next epoch's first batch and then its remaining ones, in order.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
         self.start = 0  # position in the epoch's order where this iteration began
         self.consumed = 0  # global batches of `epoch` that training used since `start`
         self._resume: tuple[int, int] | None = None  # (epoch, prompts consumed)
+        self.exhausted = True  # the last iteration yielded all its batches
 
     def __len__(self) -> int:
         return self.num_items // self.global_batch
@@ -58,11 +64,13 @@ class ResumableBatchSampler(Sampler[list[int]]):
     def __iter__(self) -> Iterator[list[int]]:
         if self._resume is not None:
             (self.epoch, skip), self._resume = self._resume, None
+        elif self.epoch >= 0 and not self.exhausted:  # the last iteration stopped early: continue it
+            skip = self.start + self.consumed * self.global_batch
         else:
             self.epoch, skip = self.epoch + 1, 0
-        if skip + self.global_batch > self.num_items:  # the checkpoint was taken at the end of an epoch
+        if skip + self.global_batch > self.num_items:  # every batch of the epoch was used: the next one
             self.epoch, skip = self.epoch + 1, 0
-        self.start, self.consumed = skip, 0
+        self.start, self.consumed, self.exhausted = skip, 0, False
         if self.shuffle:
             gen = torch.Generator().manual_seed(self.seed + self.epoch)
             order = torch.randperm(self.num_items, generator=gen)
@@ -71,6 +79,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
         for begin in range(skip, self.num_items - self.global_batch + 1, self.global_batch):
             mine = begin + self.rank * self.batch_size  # this rank's contiguous share of the global batch
             yield order[mine : mine + self.batch_size].tolist()
+        self.exhausted = True
 
     def mark_consumed(self) -> None:
         """Called once per batch that training actually used."""
