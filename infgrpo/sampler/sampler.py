@@ -37,8 +37,37 @@ def kv_bytes_per_token(model: PreTrainedModel) -> int:
 
 def max_positions(model: PreTrainedModel) -> int | None:
     """The model's context length (``max_position_embeddings`` of its text config); None when it has none."""
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    return getattr(cfg, "max_position_embeddings", None)
+    return getattr(text_config(model), "max_position_embeddings", None)
+
+
+ENGINE_ATTENTION = ("eager", "sdpa")
+
+
+def text_config(model: PreTrainedModel) -> Any:
+    """The (text) config of ``model``: the language model's part of a multimodal config."""
+    return model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+
+
+def sliding_window(model: PreTrainedModel) -> int | None:
+    """The attention window of ``model``'s sliding-window layers, or None when every layer attends fully."""
+    cfg = text_config(model)
+    window = getattr(cfg, "sliding_window", None)
+    layer_types = getattr(cfg, "layer_types", None)
+    if not window:
+        return None
+    if layer_types is not None and all(t == "full_attention" for t in layer_types):
+        return None
+    return int(window)
+
+
+def check_engine_support(model: PreTrainedModel) -> None:
+    """Refuses attention implementations the slot-pool engine cannot drive (it passes a 4D mask)."""
+    impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    if impl not in ENGINE_ATTENTION:
+        raise ValueError(
+            f"the model uses attn_implementation={impl!r}; the slot-pool engine needs 'sdpa' or 'eager' (it "
+            "passes its own 4D attention mask over the slot pool). Load the model with attn_implementation='sdpa'."
+        )
 
 
 def stop_token_ids(model: PreTrainedModel, eos_id: int, extra: list[int]) -> list[int]:
@@ -66,6 +95,14 @@ class MicroGroupSampler:
     def __init__(
         self, model: PreTrainedModel, tokenizer_or_eos: PreTrainedTokenizerBase | int, config: SamplerConfig
     ) -> None:
+        check_engine_support(model)
+        window = sliding_window(model)
+        if window is not None and config.max_new_tokens >= window:
+            raise ValueError(
+                f"max_new_tokens={config.max_new_tokens} does not fit the model's sliding attention window "
+                f"(sliding_window={window}): the slot-pool engine attends over whole sequences, which equals "
+                f"windowed attention only below {window} positions (prompt included)"
+            )
         self.model = model
         self.config = config
         if isinstance(tokenizer_or_eos, int):
@@ -94,10 +131,20 @@ class MicroGroupSampler:
     # -- validation -------------------------------------------------------------------------
     def check_prompts(self, prompt_ids: list[list[int]]) -> None:
         """Raises a ValueError naming the prompt that is empty or cannot fit the model's context."""
+        if not prompt_ids:
+            raise ValueError("prompt_ids is empty; give at least one prompt")
         limit = max_positions(self.model)
+        window = sliding_window(self.model)
         for i, p in enumerate(prompt_ids):
             if len(p) == 0:
                 raise ValueError(f"prompt_ids[{i}] is empty; every prompt needs at least one token")
+            if window is not None and len(p) + self.config.max_new_tokens >= window:
+                raise ValueError(
+                    f"prompt_ids[{i}] has {len(p)} tokens; with max_new_tokens={self.config.max_new_tokens} a "
+                    f"sequence reaches {len(p) + self.config.max_new_tokens} positions, but the model has "
+                    f"sliding-window attention layers (sliding_window={window}) and the slot-pool engine attends "
+                    f"over whole sequences. Keep prompt + max_new_tokens below {window}."
+                )
             if limit is not None and len(p) + self.config.max_new_tokens > limit:
                 raise ValueError(
                     f"prompt_ids[{i}] has {len(p)} tokens; with max_new_tokens="

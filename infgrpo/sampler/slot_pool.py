@@ -7,7 +7,9 @@ mask (num_slots, 1, 1, max_len) that opens positions ``0 .. lengths[slot]``.
 
 The model sees an ordinary ``Cache``: with an explicit 4D mask and explicit ``position_ids`` it only
 calls :meth:`SlotPool.update`, so any Hugging Face causal LM of the Llama / Qwen3 families (plain,
-peft-wrapped or 4-bit) decodes over the pool unchanged.
+peft-wrapped or 4-bit) with full attention and ``sdpa`` or ``eager`` attention decodes over the pool
+unchanged. Sliding-window layers are exact only below their window (the sampler refuses longer
+sequences); other attention implementations are refused (see ``sampler.check_engine_support``).
 """
 
 from __future__ import annotations

@@ -127,3 +127,48 @@ def test_prompt_longer_than_context_is_a_clear_error(tiny_model, tokenizer):
 def test_config_validation(field, value, match):
     with pytest.raises(ValueError, match=match):
         SamplerConfig(**{field: value})
+
+
+def sliding_qwen3(window):
+    """A tiny Qwen3 whose second layer attends within ``window`` positions (float64, eos 2)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(
+        vocab_size=103,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        eos_token_id=2,
+        pad_token_id=0,
+        use_sliding_window=True,
+        sliding_window=window,
+        max_window_layers=1,
+    )
+    return Qwen3ForCausalLM(cfg).to(torch.float64).eval()
+
+
+def test_sliding_window_models_decode_like_hf_below_the_window_and_are_refused_beyond():
+    model = sliding_qwen3(window=12)
+    prompt = [5, 9, 11, 40]
+    s = MicroGroupSampler(model, 2, SamplerConfig(num_slots=2, max_new_tokens=7, temperature=0.0))
+    got = s.sample([prompt], group_size=2).completion_ids[0]
+    ref = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=7, eos_token_id=2, pad_token_id=0)
+    want = ref[0, len(prompt) :].tolist()
+    assert got == (want[: want.index(2) + 1] if 2 in want else want)
+    with pytest.raises(ValueError, match=r"prompt_ids\[0\] has 6 tokens; .*\(sliding_window=12\)"):
+        s.sample([prompt + [7, 8]], group_size=2)
+    with pytest.raises(ValueError, match=r"max_new_tokens=12 does not fit .*\(sliding_window=12\)"):
+        MicroGroupSampler(model, 2, SamplerConfig(max_new_tokens=12))
+
+
+def test_attention_implementations_the_engine_cannot_drive_are_refused():
+    model = random_model("llama")
+    model.config._attn_implementation = "flex_attention"
+    with pytest.raises(ValueError, match="attn_implementation='flex_attention'; the slot-pool engine needs 'sdpa'"):
+        MicroGroupSampler(model, 2, SamplerConfig())
+    with pytest.raises(ValueError, match="prompt_ids is empty"):
+        MicroGroupSampler(random_model("llama"), 2, SamplerConfig()).sample([], 2)
