@@ -16,15 +16,24 @@ def evaluate(
     accuracy_reward: str | None = None,
     max_new_tokens: int = 128,
     temperature: float = 0.0,
+    batch_size: int = 128,
 ) -> dict[str, float]:
     """Mean reward (and accuracy: share with ``accuracy_reward >= 1``) over ``items``.
 
-    ``items`` are ``{"prompt_ids": list[int], "meta": dict}`` as produced by the data module.
+    ``items`` are ``{"prompt_ids": list[int], "meta": dict}`` as produced by the data module;
+    ``batch_size`` prompts decode at once. Rewards get ``completion_lengths`` and
+    ``max_completion_length`` (= ``max_new_tokens``) like in training.
     """
     sampler = MicroGroupSampler(model, tokenizer, SamplerConfig(max_new_tokens=max_new_tokens, temperature=temperature))
-    out = sampler.generate_one([it["prompt_ids"] for it in items])
+    out = sampler.generate_one([it["prompt_ids"] for it in items], batch_size=batch_size)
     texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-    total, parts = compute_rewards(rewards, texts, [it["meta"] for it in items])
+    total, parts = compute_rewards(
+        rewards,
+        texts,
+        [it["meta"] for it in items],
+        completion_lengths=out.lengths,
+        max_completion_length=max_new_tokens,
+    )
     result = {"reward": total.mean().item(), "completion_length": sum(out.lengths) / len(out)}
     if accuracy_reward is not None:
         result["accuracy"] = (parts[accuracy_reward] >= 1.0).float().mean().item()

@@ -2,7 +2,7 @@
 
     python -m infgrpo.fit --config configs/tiny.yaml
     python -m infgrpo.fit --config configs/tiny.yaml --model.group_size 16 --trainer.max_steps 50
-    python -m infgrpo.fit --config configs/tiny.yaml --ckpt_path runs/tiny/version_0/checkpoints/last.ckpt
+    python -m infgrpo.fit --config configs/tiny.yaml --ckpt_path runs/tiny/grpo/version_0/checkpoints/last.ckpt
     python -m infgrpo.fit --help
     python -m infgrpo.fit --config configs/tiny.yaml --trainer.strategy ddp --trainer.devices 2   # data parallel
 

@@ -441,7 +441,7 @@ class GRPOModule(L.LightningModule):
     # -- evaluation -------------------------------------------------------------------------
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         """Decodes one completion per held-out prompt (``eval_temperature``) and accumulates reward and accuracy."""
-        rollouts = self.eval_sampler.generate_one([b["prompt_ids"] for b in batch])
+        rollouts = self.eval_sampler.generate_one([b["prompt_ids"] for b in batch], batch_size=len(batch))
         rewards, parts, _ = self.score(rollouts, [b["meta"] for b in batch])
         self.val_reward.update(rewards)
         if self.hparams.accuracy_reward is not None:

@@ -128,6 +128,7 @@ class LengthPredictor:
         self.A = torch.zeros(dim + 1, dim + 1, dtype=torch.float64)  # sum of x x^T (bias last)
         self.b = torch.zeros(dim + 1, dtype=torch.float64)  # sum of x y
         self.rows = 0.0  # decayed count of prompts seen by the head
+        self.seen = 0  # prompts seen, not decayed: the head is trusted from min_rows on
         self.y_sum = 0.0  # decayed sum of targets (the running mean's numerator)
         self.history: OrderedDict[str, tuple[float, int]] = OrderedDict()  # key -> (ema of y, count)
         self._w: torch.Tensor | None = None
@@ -165,7 +166,7 @@ class LengthPredictor:
         if self.rows == 0 and not self.history:
             return [self.max_length / 2] * len(keys)  # cold start: no information, equal predictions
         mean = self.y_sum / self.rows if self.rows > 0 else math.log(self.max_length / 2)
-        if self.mode == "learned" and features is not None and self.rows >= self.min_rows:
+        if self.mode == "learned" and features is not None and self.seen >= self.min_rows:
             base = (self.design(features) @ self.weights()).tolist()
         else:
             base = [mean] * len(keys)
@@ -197,6 +198,7 @@ class LengthPredictor:
             self.A += delta["A"]
             self.b += delta["b"]
         self.rows = self.rows * self.decay + delta["rows"]
+        self.seen += int(delta["rows"])
         self.y_sum = self.y_sum * self.decay + delta["y_sum"]
         for key, y in zip(delta["keys"], delta["y"], strict=True):
             h, count = self.history.pop(key, (y, 0))
@@ -212,6 +214,7 @@ class LengthPredictor:
             "A": self.A.clone(),
             "b": self.b.clone(),
             "rows": self.rows,
+            "seen": self.seen,
             "y_sum": self.y_sum,
             "history_keys": list(self.history),
             "history_values": [list(v) for v in self.history.values()],
@@ -221,6 +224,8 @@ class LengthPredictor:
         """Restores a :meth:`state_dict`; the head's weights are solved again on the next prediction."""
         self.A, self.b = state["A"].clone().double(), state["b"].clone().double()
         self.rows, self.y_sum = float(state["rows"]), float(state["y_sum"])
+        # written before "seen" existed: the decayed count is a lower bound of the prompts seen
+        self.seen = int(state.get("seen", math.ceil(self.rows)))
         self.history = OrderedDict(
             (k, (float(v[0]), int(v[1]))) for k, v in zip(state["history_keys"], state["history_values"], strict=True)
         )

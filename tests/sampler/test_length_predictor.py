@@ -61,6 +61,19 @@ def test_learned_head_ranks_unseen_prompts():
     assert spearman(pred.predict(keys, x), truth) > 0.9
 
 
+def test_head_is_trusted_after_min_rows_prompts_even_one_per_rollout():
+    # with decay 0.9 and one prompt per rollout the decayed count levels off at 10 < min_rows
+    pred = LengthPredictor("learned", max_length=4096, dim=64, ridge=0.1, decay=0.9, min_rows=16)
+    for keys, x, lengths in fake_batches(15, prompts=1, d=48):
+        pred.update(keys, x, lengths)
+    unseen, features, _ = fake_batches(1, prompts=8, d=48, seed=1)[0]
+    assert len(set(pred.predict(unseen, features))) == 1  # 15 prompts: the running mean for every one
+    for keys, x, lengths in fake_batches(40, prompts=1, d=48)[15:]:
+        pred.update(keys, x, lengths)
+    assert pred.seen == 40 and pred.rows < 10
+    assert len(set(pred.predict(unseen, features))) == 8  # the head now tells unseen prompts apart
+
+
 def test_history_learns_a_prompts_own_length():
     pred = LengthPredictor("history", max_length=500)
     for _ in range(6):

@@ -1,0 +1,25 @@
+"""Held-out evaluation: greedy completions scored like training, length rewards included."""
+
+import pytest
+import torch
+
+from infgrpo.evaluation import evaluate
+from infgrpo.rewards import compute_rewards
+
+
+def test_evaluate_scores_greedy_completions_with_length_rewards(tiny_model, tokenizer, prompts):
+    items = [{"prompt_ids": p, "meta": {"prompt": tokenizer.decode(p)}} for p in prompts]
+    rewards = {"overlong": 1.0}  # needs completion_lengths and max_completion_length
+    got = evaluate(tiny_model, tokenizer, items, rewards, max_new_tokens=6, batch_size=2)
+    # reference: HF greedy decoding of each prompt, scored by the same reward functions (before the
+    # fix, evaluate() gave the rewards no lengths and 'overlong' raised)
+    texts, lengths = [], []
+    for p in prompts:
+        out = tiny_model.generate(torch.tensor([p]), do_sample=False, max_new_tokens=6, pad_token_id=0)[0, len(p) :]
+        ids = out.tolist()
+        ids = ids[: ids.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in ids else ids
+        texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+        lengths.append(len(ids))
+    total, _ = compute_rewards(rewards, texts, [it["meta"] for it in items], "raise", lengths, 6)
+    assert got["reward"] == pytest.approx(total.mean().item())
+    assert got["completion_length"] == pytest.approx(sum(lengths) / len(lengths))
