@@ -469,10 +469,29 @@ class GRPOModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": sched}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Adds the sampler's state (rollout count, length predictor) to the checkpoint as ``infgrpo_sampler``."""
+        """Adds the sampler's state (rollout count, length predictor) as ``infgrpo_sampler``, and every
+        rank's torch random state (dropout masks) as ``infgrpo_rng`` (all ranks call this hook)."""
         checkpoint["infgrpo_sampler"] = self.sampler.state_dict()
+        rng = {"cpu": self.ranks.gather(torch.get_rng_state()[None].to(self.device)).cpu()}  # (world, n)
+        if torch.cuda.is_available() and self.device.type == "cuda":
+            rng["cuda"] = self.ranks.gather(torch.cuda.get_rng_state(self.device)[None].to(self.device)).cpu()
+        checkpoint["infgrpo_rng"] = rng
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Restores the sampler's state from ``infgrpo_sampler`` when the checkpoint has one."""
+        """Restores the sampler's state; keeps the random states for :meth:`on_train_start`."""
         if "infgrpo_sampler" in checkpoint:
             self.sampler.load_state_dict(checkpoint["infgrpo_sampler"])
+        self._pending_rng = checkpoint.get("infgrpo_rng")
+
+    def on_train_start(self) -> None:
+        """Restores this rank's random state from a resumed checkpoint, so dropout continues exactly.
+
+        Runs after :meth:`on_fit_start` (which seeds each rank); with another number of ranks than the
+        checkpoint's, the freshly seeded states are kept.
+        """
+        rng, self._pending_rng = getattr(self, "_pending_rng", None), None
+        if rng is None or rng["cpu"].shape[0] != self.ranks.world_size:
+            return
+        torch.set_rng_state(rng["cpu"][self.ranks.rank].to(torch.uint8))
+        if "cuda" in rng and self.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"][self.ranks.rank].to(torch.uint8), self.device)

@@ -115,21 +115,22 @@ def test_prompt_longer_than_context_is_a_clear_error(tmp_path):
         trainer(tmp_path, 1).fit(module, data())
 
 
-def test_resume_from_checkpoint_is_exact(tmp_path):
-    """2 + 2 steps with a checkpoint in between equal 4 uninterrupted steps, bit for bit."""
+@pytest.mark.parametrize("extra", [{}, {"lora_r": 4, "lora_dropout": 0.3}], ids=["full", "lora-dropout"])
+def test_resume_from_checkpoint_is_exact(tmp_path, extra):
+    """2 + 2 steps with a checkpoint in between equal 4 uninterrupted steps, bit for bit (dropout too)."""
     L.seed_everything(0)
-    straight = GRPOModule(**SMALL)
+    straight = GRPOModule(**SMALL, **extra)
     trainer(tmp_path / "a", 4).fit(straight, data())
 
     L.seed_everything(0)
-    first = GRPOModule(**SMALL)
+    first = GRPOModule(**SMALL, **extra)
     t = trainer(tmp_path / "b", 2)
     t.fit(first, data())
     ckpt = tmp_path / "b" / "mid.ckpt"
     t.save_checkpoint(ckpt)
 
     L.seed_everything(123)  # resuming must not depend on the global seed
-    resumed = GRPOModule(**SMALL)
+    resumed = GRPOModule(**SMALL, **extra)
     t2 = trainer(tmp_path / "c", 4)
     t2.fit(resumed, data(), ckpt_path=ckpt)
     assert resumed.sampler.calls == 4
