@@ -5,7 +5,7 @@ Per token (shapes (N, T): N sequences, T completion positions; ``mask`` 1 on rea
     ratio = exp(logp - old_logp)
     loss  = -min(ratio * A, clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) * A)
           + beta * kl(logp, ref_logp)                # k3 by default, as in TRL
-          (x ratio with kl_times_ratio: the importance-sampling correction of DeepSeek-V3.2, TRL's
+          (x ratio with kl_bias_correction: the importance-sampling correction of DeepSeek-V3.2, TRL's
            opt-in use_bias_correction_kl)
 
 Aggregation (``loss_type``), with batch-wide counts in :class:`LossNorm` so that the sum of the
@@ -60,11 +60,11 @@ def clipped_surrogate(
     beta: float = 0.0,
     ref_logp: torch.Tensor | None = None,
     kl_estimator: str = "k3",
-    kl_times_ratio: bool = False,
+    kl_bias_correction: bool = False,
 ) -> SurrogateTerms:
     """Per-token clipped surrogate loss. ``logp``/``old_logp``/``ref_logp`` (N, T), ``advantages`` (N,).
 
-    ``kl_times_ratio`` multiplies the KL estimate by the (unclipped) ratio; off by default, as in TRL.
+    ``kl_bias_correction`` multiplies the KL estimate by the (unclipped) ratio; off by default, as in TRL.
     """
     ratio = torch.exp(logp - old_logp)  # (N, T)
     clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
@@ -75,7 +75,7 @@ def clipped_surrogate(
         if ref_logp is None:
             raise ValueError("beta != 0 needs reference log-probs (ref_logp)")
         kl = KL_ESTIMATORS.get(kl_estimator)(logp, ref_logp)
-        if kl_times_ratio:
+        if kl_bias_correction:
             kl = kl * ratio
         loss = loss + beta * kl
     low = (ratio < 1.0 - epsilon_low) & (adv < 0)

@@ -30,7 +30,7 @@ def test_k3_kl_alone_by_default_and_times_the_ratio_with_bias_correction():
     t = clipped_surrogate(logp, logp.detach() - 0.1, torch.tensor([0.0]), 0.2, 0.2, beta=0.5, ref_logp=ref)
     assert t.kl.item() == pytest.approx(k3) and t.loss.item() == pytest.approx(0.5 * k3)  # TRL's default
     t = clipped_surrogate(
-        logp, logp.detach() - 0.1, torch.tensor([0.0]), 0.2, 0.2, beta=0.5, ref_logp=ref, kl_times_ratio=True
+        logp, logp.detach() - 0.1, torch.tensor([0.0]), 0.2, 0.2, beta=0.5, ref_logp=ref, kl_bias_correction=True
     )
     assert t.kl.item() == pytest.approx(k3 * math.exp(0.1))
     assert t.loss.item() == pytest.approx(0.5 * k3 * math.exp(0.1))
