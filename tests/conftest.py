@@ -22,8 +22,8 @@ def tiny_model():
     return load_policy("tiny").eval()
 
 
-def random_model(arch: str, dtype: torch.dtype = torch.float32, vocab: int = 103, seed: int = 0):
-    """A freshly initialized tiny model of the given architecture (eos id 2, pad id 0)."""
+def random_model(arch: str, dtype: torch.dtype = torch.float32, vocab: int = 103, seed: int = 0, **config):
+    """A freshly initialized tiny model of the given architecture (eos id 2, pad id 0); ``config`` overrides."""
     torch.manual_seed(seed)
     common = dict(
         vocab_size=vocab,
@@ -36,6 +36,7 @@ def random_model(arch: str, dtype: torch.dtype = torch.float32, vocab: int = 103
         eos_token_id=2,
         pad_token_id=0,
     )
+    common.update(config)
     if arch == "qwen3":
         model = Qwen3ForCausalLM(Qwen3Config(head_dim=16, **common))
     else:

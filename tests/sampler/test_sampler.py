@@ -131,24 +131,7 @@ def test_config_validation(field, value, match):
 
 def sliding_qwen3(window):
     """A tiny Qwen3 whose second layer attends within ``window`` positions (float64, eos 2)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen3Config(
-        vocab_size=103,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        eos_token_id=2,
-        pad_token_id=0,
-        use_sliding_window=True,
-        sliding_window=window,
-        max_window_layers=1,
-    )
-    return Qwen3ForCausalLM(cfg).to(torch.float64).eval()
+    return random_model("qwen3", torch.float64, use_sliding_window=True, sliding_window=window, max_window_layers=1)
 
 
 def test_sliding_window_models_decode_like_hf_below_the_window_and_are_refused_beyond():
