@@ -95,6 +95,8 @@ class GRPOModule(L.LightningModule):
         kl_estimator: ``k3`` (default, TRL's), ``k1`` or ``k2``.
         kl_bias_correction: multiply the KL estimate by the importance ratio (DeepSeek-V3.2's unbiased
             estimator under off-policy samples; TRL's ``use_bias_correction_kl``, also off by default).
+        mask_truncated_completions: leave completions cut at ``max_new_tokens`` out of the loss (DAPO's
+            overlong filtering; TRL's option of the same name). They still count in the group's advantages.
         num_iterations: optimizer steps per rollout (mu); > 1 reuses the rollout with old log-probs.
         token_budget: padded tokens per update micro-batch; bounds training memory for any B*G. An update
             that runs out of device memory is retried on micro-batches of half the size (one process).
@@ -138,6 +140,7 @@ class GRPOModule(L.LightningModule):
         beta: float = 0.0,
         kl_estimator: str = "k3",
         kl_bias_correction: bool = False,
+        mask_truncated_completions: bool = False,
         num_iterations: int = 1,
         token_budget: int = 4096,
         learning_rate: float = 1e-4,
@@ -300,14 +303,17 @@ class GRPOModule(L.LightningModule):
         # is every rank's rows, gathered in global order
         rewards, parts, texts = self.score(rollouts, [b["meta"] for b in batch])
         lengths = torch.tensor(rollouts.lengths, dtype=rewards.dtype)
-        table = self.ranks.gather(torch.stack([rewards, lengths, *parts.values()], dim=1))  # (N_global, 2 + parts)
+        truncated = torch.tensor([r == "length" for r in rollouts.finish_reasons], dtype=rewards.dtype)
+        columns = [rewards, lengths, truncated, *parts.values()]
+        table = self.ranks.gather(torch.stack(columns, dim=1))  # (N_global, 3 + parts)
         advantages = ADVANTAGES.get(hp.advantage)(rewards, hp.group_size, hp.scale_rewards, batch_rewards=table[:, 0])
         # 2) micro-batches within the token budget; frozen log-probs where needed. Out of device
         # memory (one process): again with half the budget; later steps keep the budget that fit.
         prompts = [rollouts.prompt_ids[i] for i in rollouts.prompt_index]
         temp = self.loss_cfg.temperature
         budget = min(hp.token_budget, self.token_budget_cap or hp.token_budget)
-        mbs, oom_retries = self._pack(prompts, rollouts.completion_ids, budget), 0
+        masked = rollouts.finish_reasons if hp.mask_truncated_completions else None
+        mbs, oom_retries = self._pack(prompts, rollouts.completion_ids, budget, masked), 0
         while True:
             try:
                 ref = frozen_logprobs(self.policy, mbs, temp, self.ref_model, reference=True) if hp.beta > 0 else None
@@ -316,7 +322,7 @@ class GRPOModule(L.LightningModule):
             except torch.OutOfMemoryError as err:
                 message, ref, old = str(err), None, None
             budget = self._after_update_oom(message, mbs)
-            mbs, oom_retries = self._pack(prompts, rollouts.completion_ids, budget), oom_retries + 1
+            mbs, oom_retries = self._pack(prompts, rollouts.completion_ids, budget, masked), oom_retries + 1
         # 3) mu optimizer steps, each accumulating gradients over the micro-batches
         opt = self.optimizers()
         sched = self.lr_schedulers()
@@ -347,7 +353,7 @@ class GRPOModule(L.LightningModule):
         update_time = time.perf_counter() - start
         # 4) metrics of the global batch (identical on every rank); times and steps of the slowest rank
         all_rewards, all_lengths = table[:, 0], table[:, 1]
-        all_parts = {name: table[:, 2 + i] for i, name in enumerate(parts)}
+        all_parts = {name: table[:, 3 + i] for i, name in enumerate(parts)}
         st = rollouts.stats
         local = [st["wall_time_s"], update_time, float(st["decode_steps"]), st["slot_utilization"]]
         per_rank = self.ranks.gather(torch.tensor([local], dtype=torch.float64))  # (world, 4)
@@ -356,6 +362,7 @@ class GRPOModule(L.LightningModule):
             "reward_std": all_rewards.std(),
             "completion_length": all_lengths.mean(),
             "completion_length_max": all_lengths.max(),
+            "completions_truncated": table[:, 2].mean(),  # share that hit max_new_tokens
             "frac_reward_zero_std": zero_std_fraction(all_rewards, hp.group_size),
             "time/rollout_s": per_rank[:, 0].max(),
             "time/update_s": per_rank[:, 1].max(),
@@ -396,9 +403,21 @@ class GRPOModule(L.LightningModule):
             rows.append(row)
         log_completions(self.trainer.loggers, self.global_step, rows)
 
-    def _pack(self, prompts: list[list[int]], completions: list[list[int]], budget: int) -> list:
-        """The rollout's micro-batches within ``budget`` padded tokens, on this module's device."""
-        return [mb.to(self.device) for mb in prepare_microbatches(prompts, completions, budget, self.sampler.pad_id)]
+    def _pack(
+        self, prompts: list[list[int]], completions: list[list[int]], budget: int, finish_reasons: list[str] | None
+    ) -> list:
+        """The rollout's micro-batches within ``budget`` padded tokens, on this module's device.
+
+        With ``finish_reasons``, completions cut at ``max_new_tokens`` (reason ``length``) get an all-zero
+        loss mask: they keep their place in the group's advantages but add nothing to the loss.
+        """
+        mbs = prepare_microbatches(prompts, completions, budget, self.sampler.pad_id)
+        if finish_reasons is not None:
+            for mb in mbs:
+                for r, row in enumerate(mb.rows):
+                    if finish_reasons[row] == "length":
+                        mb.completion_mask[r] = 0.0
+        return [mb.to(self.device) for mb in mbs]
 
     def _after_update_oom(self, message: str, mbs: list) -> int:
         """Frees cached memory after the update ran out of device memory with ``mbs``; returns half their size.

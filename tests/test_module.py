@@ -96,6 +96,34 @@ def test_logged_learning_rate_is_the_one_the_step_used(tmp_path):
     assert t.callback_metrics["train/lr"].item() == pytest.approx(1e-3 * 2 / 4)
 
 
+@pytest.mark.parametrize("mask", [False, True])
+def test_mask_truncated_completions_leaves_cut_completions_out_of_the_loss(tmp_path, tokenizer, mask):
+    from tests.test_models import save_base
+
+    # a random model: diverse completions that never stop within 4 tokens, so every one is cut
+    base = save_base("qwen3", tokenizer, tmp_path / "base")
+    module = GRPOModule(
+        model=base,
+        **{**SMALL, "sampler": SamplerConfig(num_slots=4, max_new_tokens=4)},
+        rewards={f"{__name__}:parity": 1.0},
+        accuracy_reward=None,
+        mask_truncated_completions=mask,
+    )
+    before = {k: v.clone() for k, v in module.policy.state_dict().items()}
+    t = trainer(tmp_path, 1)
+    t.fit(module, PromptDataModule(path="tiny", tokenizer=base, batch_size=2, eval_split=None))
+    assert t.callback_metrics["train/completions_truncated"] == 1.0
+    assert t.callback_metrics["train/frac_reward_zero_std"] < 1.0  # there is something to learn
+    changed = any(not torch.equal(v, before[k]) for k, v in module.policy.state_dict().items())
+    assert changed != mask  # masked: zero loss, zero gradients, AdamW (no decay) leaves the weights
+
+
+def parity(completions, metadata):
+    import zlib
+
+    return [float(zlib.crc32(c.encode()) % 2) for c in completions]
+
+
 def test_num_iterations_takes_several_optimizer_steps_per_rollout(tmp_path):
     module = GRPOModule(**SMALL, num_iterations=2, beta=0.04, epsilon_high=0.28)
     t = trainer(tmp_path, 4)
