@@ -349,7 +349,7 @@ class GRPOModule(L.LightningModule):
             opt.step()
             sched.step()
         if oom_retries:  # later steps pack within what fit
-            self.token_budget_cap = budget = max(len(mb.rows) * mb.input_ids.shape[1] for mb in mbs)
+            self.token_budget_cap = budget = max(mb.input_ids.numel() for mb in mbs)
         update_time = time.perf_counter() - start
         # 4) metrics of the global batch (identical on every rank); times and steps of the slowest rank
         all_rewards, all_lengths = table[:, 0], table[:, 1]
@@ -430,7 +430,7 @@ class GRPOModule(L.LightningModule):
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
         first = message.splitlines()[0] if message else "out of memory"
-        largest = max(len(mb.rows) * mb.input_ids.shape[1] for mb in mbs)
+        largest = max(mb.input_ids.numel() for mb in mbs)
         if self.ranks.world_size > 1:
             raise torch.OutOfMemoryError(
                 f"the update ran out of device memory on rank {self.ranks.rank} with micro-batches of up to "

@@ -192,24 +192,29 @@ def auto_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def config(args: argparse.Namespace, prompts: int, group_size: int, decoder: str, **extra: object) -> dict:
+    """One configuration for :func:`spawn`: the command line's settings for (prompts, G, decoder)."""
+    return dict(
+        model=args.model,
+        prompts=prompts,
+        group_size=group_size,
+        decoder=decoder,
+        seed=args.seed,
+        num_slots=args.num_slots,
+        max_new_tokens=args.max_new_tokens,
+        threads=args.threads,
+        stop_fraction=args.stop_fraction,
+        **extra,
+    )
+
+
 def run_budgets(args: argparse.Namespace) -> list[dict]:
     """``--rollout-memory``: the engine with ``num_slots: auto`` under each budget, each in a fresh process."""
     rows = []
     for prompts in args.prompts:
         for g in args.group_sizes:
             for budget in args.rollout_memory:
-                cfg = dict(
-                    model=args.model,
-                    prompts=prompts,
-                    group_size=g,
-                    decoder="engine",
-                    seed=args.seed,
-                    num_slots=args.num_slots,
-                    rollout_memory=budget,
-                    max_new_tokens=args.max_new_tokens,
-                    threads=args.threads,
-                    stop_fraction=args.stop_fraction,
-                )
+                cfg = config(args, prompts, g, "engine", rollout_memory=budget)
                 rows.append(spawn(cfg, args.timeout))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(auto_table(rows))
@@ -260,17 +265,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for prompts in args.prompts:
         for g in args.group_sizes:
             for decoder in args.decoders:
-                cfg = dict(
-                    model=args.model,
-                    prompts=prompts,
-                    group_size=g,
-                    decoder=decoder,
-                    seed=args.seed,
-                    num_slots=args.num_slots,
-                    max_new_tokens=args.max_new_tokens,
-                    threads=args.threads,
-                    stop_fraction=args.stop_fraction,
-                )
+                cfg = config(args, prompts, g, decoder)
                 if prompts * g > args.max_sequences:
                     rows.append({**cfg, "skipped": f"{prompts * g} sequences > --max-sequences"})
                     continue

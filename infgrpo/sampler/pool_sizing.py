@@ -136,9 +136,9 @@ class PoolPlan:
 
 def pool_shape(model: torch.nn.Module) -> PoolShape:
     """The :class:`PoolShape` of a Hugging Face causal LM (plain, peft-wrapped or quantized)."""
-    from infgrpo.sampler.slot_pool import kv_shape
+    from infgrpo.sampler.slot_pool import kv_shape, text_config
 
-    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    cfg = text_config(model.config)
     layers, kv_heads, head_dim = kv_shape(cfg)
     emb = model.get_input_embeddings().weight
     kv_dtype = emb.dtype if emb.is_floating_point() else torch.float32  # as Engine.kv_dtype

@@ -26,7 +26,7 @@ from infgrpo.sampler.length_predictor import LengthPredictor, pool_over_ranks, p
 from infgrpo.sampler.pool_sizing import PoolSizer
 from infgrpo.sampler.rollouts import Rollouts
 from infgrpo.sampler.schedule_metrics import lower_bound_steps, prediction_errors
-from infgrpo.sampler.slot_pool import kv_shape
+from infgrpo.sampler.slot_pool import kv_shape, text_config
 
 
 def kv_bytes_per_token(model: PreTrainedModel) -> int:
@@ -37,20 +37,15 @@ def kv_bytes_per_token(model: PreTrainedModel) -> int:
 
 def max_positions(model: PreTrainedModel) -> int | None:
     """The model's context length (``max_position_embeddings`` of its text config); None when it has none."""
-    return getattr(text_config(model), "max_position_embeddings", None)
+    return getattr(text_config(model.config), "max_position_embeddings", None)
 
 
 ENGINE_ATTENTION = ("eager", "sdpa")
 
 
-def text_config(model: PreTrainedModel) -> Any:
-    """The (text) config of ``model``: the language model's part of a multimodal config."""
-    return model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-
-
 def sliding_window(model: PreTrainedModel) -> int | None:
     """The attention window of ``model``'s sliding-window layers, or None when every layer attends fully."""
-    cfg = text_config(model)
+    cfg = text_config(model.config)
     window = getattr(cfg, "sliding_window", None)
     layer_types = getattr(cfg, "layer_types", None)
     if not window:

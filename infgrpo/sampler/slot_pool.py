@@ -18,9 +18,14 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 
+def text_config(config):  # noqa: ANN001, ANN201 - a transformers PretrainedConfig
+    """The language model's part of a (possibly multimodal) config; the config itself otherwise."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def kv_shape(config) -> tuple[int, int, int]:  # noqa: ANN001 - a transformers PretrainedConfig
     """(num_layers, kv_heads, head_dim) of a decoder config."""
-    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    cfg = text_config(config)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
     return cfg.num_hidden_layers, kv_heads, head_dim
