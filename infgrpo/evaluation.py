@@ -24,7 +24,8 @@ def evaluate(
     ``batch_size`` prompts decode at once. Rewards get ``completion_lengths`` and
     ``max_completion_length`` (= ``max_new_tokens``) like in training.
     """
-    sampler = MicroGroupSampler(model, tokenizer, SamplerConfig(max_new_tokens=max_new_tokens, temperature=temperature))
+    cfg = SamplerConfig(max_new_tokens=max_new_tokens, temperature=temperature, keep_pool=False)
+    sampler = MicroGroupSampler(model, tokenizer, cfg)
     out = sampler.generate_one([it["prompt_ids"] for it in items], batch_size=batch_size)
     texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
     total, parts = compute_rewards(

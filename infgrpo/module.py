@@ -206,6 +206,9 @@ class GRPOModule(L.LightningModule):
                 max_new_tokens=sampler.max_new_tokens,
                 temperature=eval_temperature,
                 stop_token_ids=sampler.stop_token_ids,
+                cuda_graphs=sampler.cuda_graphs,
+                decode_attention=sampler.decode_attention,
+                keep_pool=False,  # evaluation is rare: its pool would only hold memory between runs
             ),
         )
         self.loss_cfg = LossConfig(

@@ -12,6 +12,8 @@ BENCHMARKS = {
     "rollout": "infgrpo.bench.rollout",
     "step": "infgrpo.bench.step",
     "schedule": "infgrpo.bench.schedule",
+    "decode-step": "infgrpo.bench.decode_step",
+    "paper": "infgrpo.bench.paper",
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, Qwen3Config, Qwen3ForCausalLM
@@ -77,8 +78,14 @@ def bench_setup(
     if name == "qwen3-42m":
         model = random_qwen3()
     elif name == "qwen3-1.7b-shape":
-        model = paper_shape_qwen3()
+        model = paper_shape_qwen3(device="cuda" if torch.cuda.is_available() else "cpu")
+    elif Path(name).is_dir():  # a user's own weights: the tiny task's prompts in its tokenizer, its own EOS
+        tok = load_tokenizer(name)
+        dtype = "bfloat16" if torch.cuda.is_available() else "float32"
+        rows = load_rows("tiny", "eval")
+        prompts = [encode_prompt(tok, rows[rng.randrange(len(rows))]["prompt"], None, True) for _ in range(num_prompts)]
+        return load_policy(name, dtype=dtype).eval(), prompts, tok.pad_token_id, [tok.eos_token_id]
     else:
-        raise ValueError(f"model={name!r}; valid: tiny, qwen3-42m, qwen3-1.7b-shape")
+        raise ValueError(f"model={name!r}; valid: tiny, qwen3-42m, qwen3-1.7b-shape or a local model folder")
     prompts = [[rng.randrange(5000, QWEN3_VOCAB) for _ in range(rng.randint(16, 48))] for _ in range(num_prompts)]
     return model, prompts, 0, list(range(1, max(2, round(QWEN3_VOCAB * stop_fraction))))

@@ -76,6 +76,8 @@ def run_one(cfg: dict) -> dict:
         decoder=cfg["decoder"],
         stop_token_ids=stop_ids[1:],
         temperature=1.0,
+        cuda_graphs=cfg.get("cuda_graphs", "auto"),
+        decode_attention=cfg.get("decode_attention", "efficient"),
     )
     sampler = MicroGroupSampler(model, stop_ids[0], sc)
     sampler.pad_id = pad_id
@@ -102,6 +104,8 @@ def run_one(cfg: dict) -> dict:
         "slots_used": st["num_slots"],
         "peak_rss_delta_bytes": rss.peak - rss.base,
         "mean_length": sum(lengths) / len(lengths),
+        "ms_per_step": 1000 * st["wall_time_s"] / max(st["decode_steps"], 1),
+        "graph_captures": st.get("graph_captures", 0),
         "device": device,
     }
     if device == "cuda":

@@ -11,6 +11,8 @@ DECODERS = ("engine", "micro_groups", "hf_micro", "hf_full")
 REFILL_POLICIES = ("fifo", "sjf", "lpt", "planned")
 PLANNERS = ("auto", "lpt", "ptas")
 LENGTH_PREDICTORS = ("learned", "history", "none")
+CUDA_GRAPHS = ("auto", "on", "off")
+DECODE_ATTENTION = ("efficient", "cudnn", "math", "auto")
 
 
 @dataclass
@@ -66,6 +68,20 @@ class SamplerConfig:
     with each prompt's own history), 'history' (per-prompt history only) or 'none' (no prediction:
     every policy then runs in prompt-major order)."""
 
+    cuda_graphs: str = "auto"
+    """Run the engine's decode step as a captured CUDA graph: 'auto' (on CUDA devices; if capture fails,
+    eager with one warning), 'on' (error if it cannot be captured) or 'off'. A graph replays the step
+    (forward + sampling over every slot) in one launch; it is recaptured when parameters move to other
+    storage or peft adapters are toggled. CPU runs the same static step eagerly."""
+    decode_attention: str = "efficient"
+    """SDPA kernel of the engine's decode step on CUDA: 'efficient' (memory-efficient attention: takes the
+    slot pool's additive mask, no per-shape planning), 'cudnn', 'math', or 'auto' (PyTorch's choice).
+    Ignored on CPU."""
+    keep_pool: bool = True
+    """Keep the KV slot pool (and its CUDA graph) allocated between rollouts, re-allocating only when a
+    rollout needs more positions or another slot count. False frees it after each rollout, which gives
+    its memory to the policy update at the cost of allocating (and capturing) again every rollout."""
+
     def __post_init__(self) -> None:
         if self.num_slots != "auto" and (
             isinstance(self.num_slots, bool) or not isinstance(self.num_slots, int) or self.num_slots < 1
@@ -87,6 +103,8 @@ class SamplerConfig:
             ("refill", self.refill, REFILL_POLICIES),
             ("planner", self.planner, PLANNERS),
             ("length_predictor", self.length_predictor, LENGTH_PREDICTORS),
+            ("cuda_graphs", self.cuda_graphs, CUDA_GRAPHS),
+            ("decode_attention", self.decode_attention, DECODE_ATTENTION),
         ):
             if value not in valid:
                 raise ValueError(f"{name}={value!r} is not known; valid: {', '.join(valid)}")

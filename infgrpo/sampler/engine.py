@@ -1,58 +1,78 @@
 """Engine: decodes many sequences over a fixed slot pool with continuous refill.
 
-    engine = Engine(model, num_slots=16, max_new_tokens=256, stop_ids=[eos], temperature=1.0)
-    finished = engine.run(prompts, group_size=64, seed=0)
+    engine = Engine(model, num_slots=16, max_new_tokens=256, stop_ids=[eos], pad_id=0, temperature=1.0)
+    finished, stats = engine.run(prompts, group_size=64, seed=0)
 
 One step reads like a sentence::
 
-    self.admit()                        # refill every free slot from the waiting queue
-    logits = self.decode_step()         # one batched forward over the pool
-    self.postprocess(logits)            # sample, append, finish, free slots
+    self.admit()                        # refill free slots; new prompts prefilled together
+    out = self.step()                   # one static forward + sampling over the whole pool
+    self.postprocess(out)               # append, finish, free slots (host bookkeeping only)
 
-Each prompt is prefilled **once** (its K/V kept while some of its samples still wait) and copied
-into every slot that runs one of its samples; the prompt's last logits give each sample its first
-token, so a sample costs no prefill of its own. Micro sampling groups are the special case of a
-pool smaller than the group; groups of several prompts interleave in the pool.
+Each prompt is prefilled **once** (batched with the other prompts admitted in the same round, see
+:mod:`infgrpo.sampler.prefill`), its K/V kept while some of its samples still wait and copied into
+every slot that runs one of them; the prefill's last logits give every sample its first token, so a
+sample costs no prefill of its own. Micro sampling groups are the special case of a pool smaller
+than the group; groups of several prompts interleave in the pool.
+
+The device side of a step (:class:`~infgrpo.sampler.step_runner.DecodeStep`) has one shape for the
+whole rollout, reads nothing back but its (2, S) result, and runs as a CUDA graph on CUDA. The host
+side keeps the schedule: who runs where (the refill policy, :mod:`infgrpo.sampler.admission`), each
+slot's length and stream, stop checks. Sequence j of prompt i samples its t-th token with the
+uniform of (seed, prompt_offset + i, j, t) (:mod:`infgrpo.sampler.counter_rng`), so its tokens do
+not depend on the slot, the neighbours or the schedule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel
 
+from infgrpo.sampler.admission import admit
+from infgrpo.sampler.counter_rng import counter_uniform, stream_key
+from infgrpo.sampler.prefill import prefill
 from infgrpo.sampler.refill import REFILL_POLICIES
-from infgrpo.sampler.sampling import derive_seed, sample_tokens
 from infgrpo.sampler.sequence import Sequence, SequenceStatus
-from infgrpo.sampler.slot_pool import SlotPool
+from infgrpo.sampler.slot_pool import PoolCache, SlotPool
+from infgrpo.sampler.step_runner import DecodeStep
 
 
 @dataclass
 class PromptState:
-    """A prefilled prompt: per-layer K/V (kv_heads, L, head_dim), its last logits (V,), samples left."""
+    """A prefilled prompt: K/V (2, layers, kv_heads, L, head_dim), first tokens and log-probs, samples left."""
 
-    kv: list[tuple[torch.Tensor, torch.Tensor]]
-    last_logits: torch.Tensor
+    kv: torch.Tensor
+    first_tokens: list[int]
+    first_logps: list[float]
     waiting: int
 
 
 @dataclass
 class EngineStats:
-    """Counters of one :meth:`Engine.run`: steps, prefilled tokens, busy slot-steps, K/V bytes and replans."""
+    """Counters of one :meth:`Engine.run`: steps, prefills, busy slot-steps, K/V bytes and replans."""
 
     decode_steps: int = 0
     prefill_tokens: int = 0
+    prefill_calls: int = 0
     busy_slot_steps: int = 0
     pool_bytes: int = 0
     prompt_kv_bytes_peak: int = 0
     replans: int = 0
+    graph_captures: int = 0
     timeline: list[tuple[int, int, int, int, int]] = field(default_factory=list)
     """(slot, prompt_idx, sample_idx, start_step, end_step) of every sequence."""
 
 
 class Engine:
-    """Slot-pool decoder for one HF causal LM; see the module docstring."""
+    """Slot-pool decoder for one HF causal LM; see the module docstring.
+
+    ``pools`` keeps the slot pool (and its captured step) for the next run; without one, each run
+    allocates its own. ``cuda_graphs`` and ``attention`` configure the decode step
+    (:class:`~infgrpo.sampler.step_runner.DecodeStep`).
+    """
 
     def __init__(
         self,
@@ -67,6 +87,9 @@ class Engine:
         refill: str = "fifo",
         planner: str = "auto",
         planner_epsilon: float = 0.1,
+        pools: PoolCache | None = None,
+        cuda_graphs: str = "auto",
+        attention: str = "efficient",
     ) -> None:
         self.model = model
         self.num_slots, self.max_new_tokens = num_slots, max_new_tokens
@@ -75,6 +98,8 @@ class Engine:
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
         self.policy_cls = REFILL_POLICIES.get(refill)
         self.planner, self.planner_epsilon = planner, planner_epsilon
+        self.pools = pools if pools is not None else PoolCache()
+        self.step_settings = (temperature, top_k, top_p, pad_id, cuda_graphs, attention)
         self.device = next(model.parameters()).device
 
     # -- public -----------------------------------------------------------------------------
@@ -90,37 +115,38 @@ class Engine:
         """Decodes ``group_size`` samples of each prompt; returns them prompt-major, and stats.
 
         ``predicted_lengths`` (one per prompt) order the work for the length-aware refill policies;
-        ``prompt_offset`` is added to each prompt's index in its random stream's seed (the global
+        ``prompt_offset`` is added to each prompt's index in its random stream's key (the global
         index of ``prompts[0]`` when a batch is split across ranks).
         """
         # 1) the waiting queue (prompt-major), each sequence with its own random stream
         seqs = [Sequence(p, j) for p in range(len(prompts)) for j in range(group_size)]
-        if predicted_lengths is not None:
-            for s in seqs:
+        for s in seqs:
+            s.key = stream_key(seed, prompt_offset + s.prompt_idx, s.sample_idx)
+            if predicted_lengths is not None:
                 s.predicted_length = float(predicted_lengths[s.prompt_idx])
-        self.prompt_offset = prompt_offset
-        self.seed = seed
-        self.gen_device = self.device if self.device.type == "cuda" else torch.device("cpu")
-        self.prompts = prompts
+        self.prompts, self.group_size = prompts, group_size
+        self.by_prompt = [seqs[i * group_size : (i + 1) * group_size] for i in range(len(prompts))]
         self.running: dict[int, Sequence] = {}
         self.prefilled: dict[int, PromptState] = {}
-        self.group_size = group_size
         # 2) a pool no larger than the work, each slot long enough for any prompt + completion
         slots = min(self.num_slots, len(seqs))
-        max_len = max(map(len, prompts)) + self.max_new_tokens
         self.dtype = self.kv_dtype()
-        self.pool = SlotPool(self.model.config, slots, max_len, self.dtype, self.device)
+        positions = max(map(len, prompts)) + self.max_new_tokens
+        self.pool = self.pools.get(self.model.config, slots, positions, self.dtype, self.device)
+        self.runner = self.decode_step(self.pool)
         self.stats = EngineStats(pool_bytes=self.pool.nbytes())
         self.waiting = self.policy_cls(seqs, slots, planner=self.planner, epsilon=self.planner_epsilon)
-        self.inputs = torch.full((slots, 1), self.pad_id, dtype=torch.long, device=self.device)
         # 3) decode until every sequence finished
-        self.admit()
-        while self.running:
-            logits = self.decode_step()
-            self.postprocess(logits)
+        try:
             self.admit()
-        self.pool = None  # release the K/V
+            while self.running:
+                self.postprocess(self.step())
+                self.admit()
+        finally:
+            self.pool = None
+            self.prefilled = {}
         self.stats.replans = getattr(self.waiting, "replans", 0)
+        self.stats.graph_captures = self.runner.captures
         return seqs, self.stats
 
     def kv_dtype(self) -> torch.dtype:
@@ -128,98 +154,95 @@ class Engine:
         emb = self.model.get_input_embeddings()
         return emb.weight.dtype if emb.weight.is_floating_point() else torch.float32
 
+    def decode_step(self, pool: SlotPool) -> DecodeStep:
+        """The pool's decode step for this engine's settings (kept with the pool, so a graph is reused)."""
+        runner = pool.runner
+        if runner is None or runner.model is not self.model or runner.settings != self.step_settings:
+            temperature, top_k, top_p, pad_id, cuda_graphs, attention = self.step_settings
+            runner = pool.runner = DecodeStep(
+                self.model, pool, temperature, top_k, top_p, pad_id, cuda_graphs, attention
+            )
+        runner.host[:] = 0
+        runner.host[0] = self.pad_id
+        runner.prepare()
+        return runner
+
     # -- the three phases of a step ---------------------------------------------------------
     def admit(self) -> None:
-        """Fills free slots; the refill policy picks which waiting sequence runs in each."""
-        idle = []  # slots the policy leaves empty for now
-        while len(self.waiting) and self.pool.can_allocate():
-            slot = self.pool.allocate()
-            while len(self.waiting):
-                seq = self.waiting.pop(slot, self.stats.decode_steps)
-                if seq is None:
-                    idle.append(slot)
-                    break
-                state = self.prefill(seq.prompt_idx)
-                # its random stream exists only while it runs (a generator's state is ~5 KB)
-                seq.generator = torch.Generator(device=self.gen_device).manual_seed(
-                    derive_seed(self.seed, self.prompt_offset + seq.prompt_idx, seq.sample_idx)
-                )
-                # the first token comes from the prompt's last logits: no decode step needed for it
-                token, logp = self.sample(state.last_logits[None], [seq.generator])
-                self.append(seq, int(token), float(logp))
-                state.waiting -= 1
-                if state.waiting == 0:
-                    del self.prefilled[seq.prompt_idx]
-                seq.start_step = self.stats.decode_steps
-                if seq.status is SequenceStatus.FINISHED:  # a one-token completion never takes the slot
-                    self.finish(seq, slot)
-                    continue
-                self.pool.load_prompt(slot, state.kv)
-                seq.slot, seq.status = slot, SequenceStatus.RUNNING
-                self.running[slot] = seq
-                self.inputs[slot, 0] = token
-                break
-            else:  # nothing left to run in it
-                self.pool.deallocate(slot)
-        for slot in reversed(idle):  # back on the free stack in the order they came off it
-            self.pool.deallocate(slot)
+        """Fills free slots (the refill policy picks who runs in each; see :mod:`infgrpo.sampler.admission`)."""
+        now = self.stats.decode_steps
+        for slot, seq in admit(self.waiting, self.pool.free, now, self.first_tokens, self.finish):
+            state = self.prefilled[seq.prompt_idx]
+            self.pool.load_prompt(slot, state.kv)
+            self.release_prompt(seq.prompt_idx)
+            seq.slot, seq.status = slot, SequenceStatus.RUNNING
+            self.running[slot] = seq
+            self.runner.host[:, slot] = (seq.last_token, len(self.prompts[seq.prompt_idx]), *seq.key, len(seq))
 
-    def decode_step(self) -> torch.Tensor:
-        """One batched forward over every slot; returns logits (S, V) of the running ones' next token."""
-        pool = self.pool
-        window = max(len(self.prompts[s.prompt_idx]) + len(s) for s in self.running.values())
-        mask = pool.attention_mask(self.dtype, window)  # (S, 1, 1, window)
-        out = self.model(
-            input_ids=self.inputs,
-            position_ids=pool.lengths.unsqueeze(1),
-            attention_mask=mask,
-            cache=pool,
-            use_cache=True,
-        )
-        running = torch.tensor(sorted(self.running), device=self.device)
-        pool.lengths[running] += 1  # the step's token now sits in the cache
+    def step(self) -> np.ndarray:
+        """One decode step over the whole pool; returns the (S, 2) host array of tokens and log-probs."""
+        out = self.runner()
         self.stats.decode_steps += 1
         self.stats.busy_slot_steps += len(self.running)
-        return out.logits[:, -1]
+        return out
 
-    def postprocess(self, logits: torch.Tensor) -> None:
-        """Samples each running sequence's next token; finished sequences free their slots."""
-        slots = sorted(self.running)
-        seqs = [self.running[s] for s in slots]
-        if len(slots) < logits.shape[0]:  # idle slots: keep the running rows only
-            logits = logits[torch.tensor(slots, device=logits.device)]
-        tokens, logps = self.sample(logits, [s.generator for s in seqs])
-        for slot, seq, tok, lp in zip(slots, seqs, tokens.tolist(), logps.tolist(), strict=True):
-            self.append(seq, tok, lp)
+    def postprocess(self, out: np.ndarray) -> None:
+        """Appends each running slot's token; finished sequences free their slots (in slot order)."""
+        host = self.runner.host
+        for slot in sorted(self.running):
+            seq = self.running[slot]
+            self.append(seq, int(out[slot, 0]), float(out[slot, 1]))
             if seq.status is SequenceStatus.FINISHED:
                 del self.running[slot]
                 self.pool.deallocate(slot)
-                self.inputs[slot, 0] = self.pad_id
+                host[:, slot] = (self.pad_id, 0, 0, 0, 0)
                 self.finish(seq, slot)
             else:
-                self.inputs[slot, 0] = tok
+                host[0, slot] = seq.last_token
+                host[1, slot] += 1  # the fed token's K/V now sit at the old position
+                host[4, slot] += 1
+                self.pool.lengths[slot] += 1
 
     # -- helpers ----------------------------------------------------------------------------
-    def prefill(self, prompt_idx: int) -> PromptState:
-        """The prompt's K/V and last logits, computed once per prompt and run."""
-        if prompt_idx in self.prefilled:
-            return self.prefilled[prompt_idx]
-        ids = torch.tensor([self.prompts[prompt_idx]], device=self.device)
-        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1)
-        kv = [(layer.keys[0], layer.values[0]) for layer in out.cache.layers]
-        state = PromptState(kv, out.logits[0, -1], self.group_size)
-        self.prefilled[prompt_idx] = state
-        self.stats.prefill_tokens += ids.shape[1]
-        held = sum(k.numel() * k.element_size() * 2 for st in self.prefilled.values() for k, _ in st.kv)
+    def first_tokens(self, batch: list[Sequence]) -> list[bool]:
+        """Gives each sequence of ``batch`` its first token (prefilling new prompts together); which ended."""
+        todo = sorted({s.prompt_idx for s in batch if s.prompt_idx not in self.prefilled})
+        if todo:
+            self.prefill(todo)
+        ended = []
+        for seq in batch:
+            state = self.prefilled[seq.prompt_idx]
+            self.append(seq, state.first_tokens[seq.sample_idx], state.first_logps[seq.sample_idx])
+            seq.start_step = self.stats.decode_steps
+            ended.append(seq.status is SequenceStatus.FINISHED)
+            if ended[-1]:  # a one-token completion never takes the slot: its prompt may be done with
+                self.release_prompt(seq.prompt_idx)
+        return ended
+
+    def prefill(self, prompt_indices: list[int]) -> None:
+        """Prefills these prompts in one forward; keeps their K/V and all their samples' first tokens."""
+        prompts = [self.prompts[i] for i in prompt_indices]
+        keys = torch.tensor([[s.key for s in self.by_prompt[i]] for i in prompt_indices])  # (P, G, 2)
+        t0 = torch.zeros(keys.shape[:2], dtype=torch.long)
+        u_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
+        uniforms = counter_uniform(keys[..., 0], keys[..., 1], t0, u_dtype).to(self.device)  # (P, G)
+        kv, tokens, logps = prefill(
+            self.model, prompts, uniforms, self.dtype, self.temperature, self.top_k, self.top_p, self.pad_id
+        )
+        tokens, logps = tokens.cpu().numpy().tolist(), logps.double().cpu().numpy().tolist()  # its read-back
+        for k, i in enumerate(prompt_indices):
+            self.prefilled[i] = PromptState(kv[k], tokens[k], logps[k], self.group_size)
+        self.stats.prefill_tokens += sum(map(len, prompts))
+        self.stats.prefill_calls += 1
+        held = sum(st.kv.numel() * st.kv.element_size() for st in self.prefilled.values())
         self.stats.prompt_kv_bytes_peak = max(self.stats.prompt_kv_bytes_peak, held)
-        return state
 
-    def sample(self, logits: torch.Tensor, generators: list[torch.Generator]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Next tokens (A,) and their log-probs (A,) from logits (A, V), row i drawn from ``generators[i]``.
-
-        Uses the engine's temperature, top-k and top-p (:func:`~infgrpo.sampler.sampling.sample_tokens`).
-        """
-        return sample_tokens(logits, generators, self.temperature, self.top_k, self.top_p)
+    def release_prompt(self, prompt_idx: int) -> None:
+        """One more sample of the prompt has its first token and a slot (or ended): drops the K/V after the last."""
+        state = self.prefilled[prompt_idx]
+        state.waiting -= 1
+        if state.waiting == 0:
+            del self.prefilled[prompt_idx]
 
     def append(self, seq: Sequence, token: int, logp: float) -> None:
         """Appends a token and its log-prob to ``seq``; finishes it on a stop token or at ``max_new_tokens``."""
@@ -231,13 +254,14 @@ class Engine:
             seq.status, seq.finish_reason = SequenceStatus.FINISHED, "length"
 
     def finish(self, seq: Sequence, slot: int) -> None:
-        """Closes a finished sequence: tells the refill policy, drops its generator, records it on the timeline.
+        """Closes a finished sequence: tells the refill policy, records it on the timeline.
 
         Its log-probs become a float32 tensor (len(seq),). ``slot`` is the one it was popped for; a one-token
-        completion never took it, so its timeline entry has slot -1.
+        completion never took it, so its timeline entry has slot -1. (A sequence that ends on its first
+        token was already reported to the policy by :func:`~infgrpo.sampler.admission.admit`.)
         """
         seq.end_step = self.stats.decode_steps
-        self.waiting.finished(seq, slot, seq.end_step)
-        seq.generator = None
+        if seq.slot >= 0:
+            self.waiting.finished(seq, slot, seq.end_step)
         seq.logprobs = torch.tensor(seq.logprobs, dtype=torch.float32)
         self.stats.timeline.append((seq.slot, seq.prompt_idx, seq.sample_idx, seq.start_step, seq.end_step))

@@ -214,7 +214,9 @@ class PoolSizer:
             return int(self.num_slots)
         if self.budget is None:
             self.budget = budget_bytes(self.rollout_memory, next(model.parameters()).device)
-        max_len = max(map(len, prompt_ids)) + self.max_new_tokens
+        from infgrpo.sampler.slot_pool import pool_width
+
+        max_len = pool_width(max(map(len, prompt_ids)) + self.max_new_tokens)  # as the engine allocates it
         prompt_tokens = sum(map(len, prompt_ids))
         plan = plan_pool(
             self.budget, pool_shape(model), max_len, prompt_tokens, self.top_k, self.top_p, self.rollout_memory

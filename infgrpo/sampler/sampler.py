@@ -26,7 +26,7 @@ from infgrpo.sampler.length_predictor import LengthPredictor, pool_over_ranks, p
 from infgrpo.sampler.pool_sizing import PoolSizer
 from infgrpo.sampler.rollouts import Rollouts
 from infgrpo.sampler.schedule_metrics import lower_bound_steps, prediction_errors
-from infgrpo.sampler.slot_pool import kv_shape, text_config
+from infgrpo.sampler.slot_pool import PoolCache, kv_shape, pool_width, text_config
 
 
 def kv_bytes_per_token(model: PreTrainedModel) -> int:
@@ -117,6 +117,8 @@ class MicroGroupSampler:
         # Data-parallel ranks (set by the trainer's module); state learned from rollouts (the length
         # predictor) can pool it over ranks with ``self.ranks.gather`` / ``self.ranks.sum``.
         self.ranks = Ranks()
+        # The KV slot pool and its decode step (CUDA graph), kept between rollouts (config.keep_pool).
+        self.pools = PoolCache()
         self.predictor = (
             LengthPredictor(config.length_predictor, config.max_new_tokens)
             if config.length_predictor != "none"
@@ -178,12 +180,23 @@ class MicroGroupSampler:
                 rollouts = self._sample_hf(prompt_ids, group_size, seed, prompt_offset)
         finally:
             self.model.train(was_training)
+            if not cfg.keep_pool:
+                self.release()
         self.calls += 1
         rollouts.stats["wall_time_s"] = wall = time.perf_counter() - start
         rollouts.stats["tokens_per_s"] = rollouts.stats["generated_tokens"] / wall if wall > 0 else 0.0
         if torch.cuda.is_available():
             rollouts.stats["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
         return rollouts
+
+    def release(self) -> None:
+        """Frees the KV slot pool and its captured decode step now; the next rollout allocates them again."""
+        self.pools.release()
+
+    @staticmethod
+    def pool_width(positions: int) -> int:
+        """Positions a slot of the pool holds for sequences of up to ``positions`` tokens (multiple of 128)."""
+        return pool_width(positions)
 
     @torch.no_grad()
     def generate_one(self, prompt_ids: list[list[int]], batch_size: int = 128) -> Rollouts:
@@ -197,6 +210,8 @@ class MicroGroupSampler:
             )
         finally:
             self.model.train(was_training)
+            if not self.config.keep_pool:
+                self.release()
 
     def _oom_backoff(self, run: Callable[[int], Rollouts], slots: int, field: str) -> Rollouts:
         """``run(slots)``; when it runs out of device memory, again with half the slots, down to one.
@@ -223,6 +238,7 @@ class MicroGroupSampler:
                     ) from None
                 message = str(err).splitlines()[0] if str(err) else "out of memory"
             # outside the except block: the traceback's frames (and their tensors) are released
+            self.pools.release()
             gc.collect()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
@@ -268,6 +284,9 @@ class MicroGroupSampler:
             cfg.refill if learn else "fifo",
             cfg.planner,
             cfg.planner_epsilon,
+            pools=self.pools,
+            cuda_graphs=cfg.cuda_graphs,
+            attention=cfg.decode_attention,
         )
         # 2) decode
         seqs, st = engine.run(prompt_ids, group_size, seed, preds, prompt_offset)
@@ -286,6 +305,9 @@ class MicroGroupSampler:
             "slot_utilization": st.busy_slot_steps / (slots * st.decode_steps) if st.decode_steps else 1.0,
             "kv_bytes_peak": st.pool_bytes + st.prompt_kv_bytes_peak,
             "num_slots": slots,
+            "pool_positions": engine.pools.pool.max_len if engine.pools.pool is not None else 0,
+            "prefill_calls": st.prefill_calls,
+            "graph_captures": st.graph_captures,
             "timeline": st.timeline,
         }
         # 3) schedule telemetry, and the predictor learns from what the policy actually generated

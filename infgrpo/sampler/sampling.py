@@ -1,8 +1,10 @@
-"""Token sampling with one random stream per sequence (schedule invariance).
+"""Token sampling from given uniforms, every row at once (schedule invariance).
 
-Each sequence owns a ``torch.Generator`` seeded from (seed, prompt index, sample index); its t-th
-token consumes the t-th uniform of that stream. A completion therefore depends only on
-(seed, prompt, sample index), never on the slot, the round or the other sequences in the batch.
+The t-th token of a sequence is drawn by inverse CDF with one uniform that depends only on
+(seed, prompt index, sample index, t) (:mod:`infgrpo.sampler.counter_rng`). A completion therefore
+depends only on (seed, prompt, sample index), never on the slot, the round or the other sequences
+in the batch, and sampling needs no random-number kernel of its own: no host synchronization, no
+per-sequence work, the same operators whatever the batch.
 """
 
 from __future__ import annotations
@@ -34,30 +36,33 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
 
 def sample_tokens(
     logits: torch.Tensor,
-    generators: list[torch.Generator],
+    uniforms: torch.Tensor,
     temperature: float,
     top_k: int = 0,
     top_p: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next tokens (A,) and their log-probs (A,) at ``temperature`` from (A, V) logits.
+    """Next tokens (A, K) and their log-probs (A, K) at ``temperature``: K draws from each row of (A, V) logits.
 
-    Sampling is by inverse CDF with **one** uniform per token from each row's own generator:
-    ``token = first i with cumsum(p)[i] > u * sum(p)``. One draw per token
-    (instead of V exponentials for the exponential race) keeps the per-sequence streams cheap at a
-    150k vocabulary; zero-probability (filtered) tokens can never be chosen. The log-prob is that of
-    the tempered, unfiltered distribution, as the training forward computes it.
+    ``uniforms`` (A, K) in [0, 1): draw k of row a is ``token = first i with cdf[i] > u * cdf[-1]``,
+    the inverse CDF of the tempered, filtered distribution (one uniform per token instead of V
+    exponentials for the exponential race keeps a 150k vocabulary cheap). A token of zero
+    probability (filtered out) is never chosen: ``cdf`` does not rise at it, and the rare ``u * cdf[-1]``
+    that rounds up to ``cdf[-1]`` takes the last token of positive probability. The decode step uses
+    K = 1; a prefill draws the first tokens of all K samples of a prompt from its one row of logits.
+    ``temperature`` 0 is greedy (``uniforms`` unused). The log-prob is that of the tempered,
+    unfiltered distribution, as the training forward computes it.
     """
     logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
     scaled = logits / temperature if temperature not in (0.0, 1.0) else logits
+    lse = torch.logsumexp(scaled, dim=-1, keepdim=True)  # (A, 1)
     if temperature == 0:
-        tokens = torch.argmax(logits, dim=-1)
+        tokens = torch.argmax(logits, dim=-1, keepdim=True).expand(-1, uniforms.shape[-1])  # (A, K)
     else:
-        # Few full-vocabulary temporaries (one softmax, cumulated in place): at a 150k vocabulary
-        # each is ~0.6 MB a row, and fewer, same-sized allocations keep the heap from fragmenting.
-        # A float32 running sum moves each token's share of the CDF by at most one ulp (~6e-8).
-        cdf = torch.softmax(filter_logits(scaled, top_k, top_p), dim=-1).cumsum_(dim=-1)  # (A, V)
-        u = torch.cat([torch.rand(1, generator=g, device=g.device) for g in generators]).to(cdf.device)
-        target = (u * cdf[:, -1]).unsqueeze(-1)  # (A, 1)
-        tokens = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=logits.shape[-1] - 1)
-    chosen = scaled.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-    return tokens, chosen - torch.logsumexp(scaled, dim=-1)  # log-softmax of the chosen tokens only
+        # Few full-vocabulary temporaries (one exp, cumulated in place): at a 150k vocabulary each is
+        # ~0.6 MB a row. A float32 running sum moves each token's share of the CDF by at most one ulp.
+        cdf = torch.exp(filter_logits(scaled, top_k, top_p) - lse).cumsum_(dim=-1)  # (A, V)
+        total = cdf[:, -1:]  # (A, 1)
+        drawn = torch.searchsorted(cdf, uniforms.to(cdf.dtype) * total, right=True)  # (A, K)
+        last = torch.searchsorted(cdf, total, right=False)  # (A, 1): the last token of positive probability
+        tokens = torch.minimum(drawn, last)
+    return tokens, scaled.gather(-1, tokens) - lse  # log-softmax of the chosen tokens only

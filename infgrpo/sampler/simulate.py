@@ -1,9 +1,9 @@
 """Trace simulator: the engine's schedule for known lengths, without a model.
 
 ``simulate`` makes exactly the engine's decisions (same refill policy objects, same free-slot
-order, same admission rule) for sequences whose lengths are given, so a policy can be measured on
-65,536 sequences x 1,024 slots in seconds. It jumps from one finishing event to the next instead of
-stepping, O(n log S) plus the policy's own cost.
+order, the same admission function :func:`infgrpo.sampler.admission.admit`) for sequences whose
+lengths are given, so a policy can be measured on 65,536 sequences x 1,024 slots in seconds. It
+jumps from one finishing event to the next instead of stepping, O(n log S) plus the policy's own cost.
 
     result = simulate(lengths, predicted, num_slots=8, policy="lpt")
     result.decode_steps / lower_bound_steps(result.durations, 8)
@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from infgrpo.sampler.admission import admit as admit_round
 from infgrpo.sampler.refill import REFILL_POLICIES
 from infgrpo.sampler.sequence import Sequence
 
@@ -68,24 +69,15 @@ def simulate(
     out = SimResult(0, durations, sum(durations), slots)
 
     def admit(now: int) -> None:
-        idle = []
-        while len(waiting) and free:
-            slot = free.pop()
-            while len(waiting):
-                seq = waiting.pop(slot, now)
-                if seq is None:
-                    idle.append(slot)
-                    break
-                i = index[id(seq)]
-                if durations[i] == 0:  # ends on its first token without taking the slot
-                    out.timeline.append((-1, seq.prompt_idx, seq.sample_idx, now, now))
-                    waiting.finished(seq, slot, now)
-                    continue
-                heapq.heappush(events, (now + durations[i], slot, i))
-                break
-            else:
-                free.append(slot)
-        free.extend(reversed(idle))
+        def ends_at_once(batch: list[Sequence]) -> list[bool]:
+            return [durations[index[id(seq)]] == 0 for seq in batch]
+
+        def record(seq: Sequence, slot: int) -> None:  # ends on its first token without taking the slot
+            out.timeline.append((-1, seq.prompt_idx, seq.sample_idx, now, now))
+
+        for slot, seq in admit_round(waiting, free, now, ends_at_once, record):
+            i = index[id(seq)]
+            heapq.heappush(events, (now + durations[i], slot, i))
 
     admit(0)
     while events:

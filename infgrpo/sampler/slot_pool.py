@@ -1,21 +1,35 @@
-"""SlotPool: preallocated K/V for ``num_slots`` sequences, as a transformers ``Cache``.
+"""SlotPool: preallocated K/V for ``num_slots`` sequences, as a transformers ``Cache`` of static shape.
 
-Per layer the pool holds ``keys`` and ``values`` of shape (num_slots, kv_heads, max_len, head_dim),
-allocated once with zeros (NaN/inf in masked positions would corrupt sdpa). Each slot has its own
-length; a decode step writes one K/V per slot at ``lengths[slot]`` and attends through an additive
-mask (num_slots, 1, 1, max_len) that opens positions ``0 .. lengths[slot]``.
+All K/V live in one tensor ``kv`` (2, layers, num_slots, kv_heads, max_len, head_dim), allocated
+once with zeros (NaN/inf in masked positions would corrupt sdpa); layer ``l`` sees the views
+``kv[0, l]`` and ``kv[1, l]`` (S, kv_heads, T, head_dim). ``max_len`` is rounded up to a multiple of
+128 (:func:`pool_width`), so rollouts of similar lengths reuse one pool and one shape.
+
+A decode step runs over **every** slot and the **whole** width, so its shapes never change: each
+slot writes its new K/V at ``positions[slot]`` (one ``scatter_`` per layer and K/V, tensor
+indices, no per-slot loop) and attends through an additive mask (S, 1, 1, T) built on the device
+from ``positions`` (:meth:`SlotPool.decode_mask`: 0 on ``0 .. positions[s]``, the dtype's finite
+minimum elsewhere, never -inf). An idle slot runs at position 0 and sees only that position: its
+output is finite and unused.
 
 The model sees an ordinary ``Cache``: with an explicit 4D mask and explicit ``position_ids`` it only
-calls :meth:`SlotPool.update`, so any Hugging Face causal LM of the Llama / Qwen3 families (plain,
+calls :meth:`SlotLayer.update`, so any Hugging Face causal LM of the Llama / Qwen3 families (plain,
 peft-wrapped or 4-bit) with full attention and ``sdpa`` or ``eager`` attention decodes over the pool
 unchanged. Sliding-window layers are exact only below their window (the sampler refuses longer
 sequences); other attention implementations are refused (see ``sampler.check_engine_support``).
+
+The host owns the bookkeeping (which slots are free, each slot's length); the device tensors
+``positions`` and ``kv`` are only written by copies and by the step itself, so nothing is read back.
 """
 
 from __future__ import annotations
 
+import gc
+
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
+
+WIDTH_MULTIPLE = 128
 
 
 def text_config(config):  # noqa: ANN001, ANN201 - a transformers PretrainedConfig
@@ -31,15 +45,20 @@ def kv_shape(config) -> tuple[int, int, int]:  # noqa: ANN001 - a transformers P
     return cfg.num_hidden_layers, kv_heads, head_dim
 
 
+def pool_width(positions: int) -> int:
+    """Positions a slot gets for sequences of up to ``positions`` tokens: rounded up to a multiple of 128."""
+    return -(-positions // WIDTH_MULTIPLE) * WIDTH_MULTIPLE
+
+
 class SlotLayer(CacheLayerMixin):
-    """One layer's K/V pool; writes go to each slot's own position."""
+    """One layer's K/V pool; each slot writes at its own position."""
 
     is_compileable = False
 
     def __init__(self, pool: SlotPool, keys: torch.Tensor, values: torch.Tensor) -> None:
         super().__init__()
         self.pool = pool
-        self.keys, self.values = keys, values  # (S, kv_heads, T, head_dim)
+        self.keys, self.values = keys, values  # (S, kv_heads, T, head_dim) views of pool.kv
         self.is_initialized = True
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -47,21 +66,19 @@ class SlotLayer(CacheLayerMixin):
         return None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):  # noqa: ANN002, ANN003
-        """Writes the step's K/V (S, kv_heads, 1, head_dim) at each slot's position; returns the pool."""
-        slots = self.pool.slot_index
-        pos = self.pool.lengths
-        self.keys[slots, :, pos] = key_states[:, :, 0].to(self.keys.dtype)
-        self.values[slots, :, pos] = value_states[:, :, 0].to(self.values.dtype)
-        window = self.pool.window  # attend only over positions some slot uses (a view, no copy)
-        return self.keys[:, :, :window], self.values[:, :, :window]
+        """Writes the step's K/V (S, kv_heads, 1, head_dim) at each slot's position; returns the whole pool."""
+        index = self.pool.write_index  # (S, kv_heads, 1, head_dim), set by decode_mask for this step
+        self.keys.scatter_(2, index, key_states.to(self.keys.dtype))
+        self.values.scatter_(2, index, value_states.to(self.values.dtype))
+        return self.keys, self.values
 
     def get_mask_sizes(self, query_length: int, *args, **kwargs) -> tuple[int, int]:  # noqa: ANN002, ANN003
-        """(kv_length, kv_offset) of the mask: the pool's attention ``window`` (set by the engine each step) and 0."""
-        return self.pool.window, 0
+        """(kv_length, kv_offset) of the mask: the pool's whole width, and 0."""
+        return self.pool.max_len, 0
 
     def get_seq_length(self) -> int:
-        """Positions cached in the fullest slot, ``max(pool.lengths)`` (a device-to-host read)."""
-        return int(self.pool.lengths.max())
+        """Positions cached in the fullest slot (host bookkeeping, no device read)."""
+        return self.pool.get_seq_length()
 
     def get_max_length(self) -> int:
         """Positions per slot, ``max_len``: the most any slot can hold."""
@@ -74,24 +91,29 @@ class SlotPool(Cache):
     Args:
         config: the model's config (layers, KV heads, head dim are read from it).
         num_slots: sequences held at once.
-        max_len: positions per slot (longest prompt + max_new_tokens).
+        max_len: positions per slot (callers round it with :func:`pool_width`).
         dtype, device: must equal the model's K/V dtype and device.
     """
 
     def __init__(self, config, num_slots: int, max_len: int, dtype: torch.dtype, device: torch.device) -> None:  # noqa: ANN001
         n_layers, kv_heads, head_dim = kv_shape(config)
-        self.num_slots, self.max_len = num_slots, max_len
-        self.lengths = torch.zeros(num_slots, dtype=torch.long, device=device)  # valid positions per slot
-        self.slot_index = torch.arange(num_slots, device=device)
-        layers = []
-        for _ in range(n_layers):
-            k = torch.zeros(num_slots, kv_heads, max_len, head_dim, dtype=dtype, device=device)
-            layers.append(SlotLayer(self, k, torch.zeros_like(k)))
-        super().__init__(layers=layers)
+        self.num_slots, self.max_len, self.dtype = num_slots, max_len, dtype
+        self.kv = torch.zeros(2, n_layers, num_slots, kv_heads, max_len, head_dim, dtype=dtype, device=device)
+        super().__init__(layers=[SlotLayer(self, self.kv[0, i], self.kv[1, i]) for i in range(n_layers)])
+        self.arange = torch.arange(max_len, device=device).view(1, 1, 1, max_len)  # (1, 1, 1, T)
+        self.write_index = torch.zeros(num_slots, kv_heads, 1, head_dim, dtype=torch.long, device=device)
+        self.mask_open = torch.zeros((), dtype=dtype, device=device)
+        self.mask_closed = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)  # finite, never -inf
         self.free: list[int] = list(range(num_slots))[::-1]
-        self.window = max_len  # positions attended this step: max(lengths) + 1, set by the engine
+        self.lengths = [0] * num_slots  # valid positions per slot (host bookkeeping)
+        self.runner = None  # the decode step compiled for this pool (see infgrpo.sampler.step_runner)
 
     # -- slots ------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Every slot free with length 0 (a new rollout; stale K/V stay in place, masked out)."""
+        self.free = list(range(self.num_slots))[::-1]
+        self.lengths = [0] * self.num_slots
+
     def can_allocate(self) -> bool:
         """Whether some slot is free."""
         return bool(self.free)
@@ -109,41 +131,76 @@ class SlotPool(Cache):
         self.lengths[slot] = 0
         self.free.append(slot)
 
-    def load_prompt(self, slot: int, prompt_kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Copies a prefilled prompt's K/V (per layer (kv_heads, L, head_dim)) into ``slot``."""
-        length = prompt_kv[0][0].shape[1]
-        for layer, (k, v) in zip(self.layers, prompt_kv, strict=True):
-            layer.keys[slot, :, :length] = k
-            layer.values[slot, :, :length] = v
+    def load_prompt(self, slot: int, prompt_kv: torch.Tensor) -> None:
+        """Copies a prefilled prompt's K/V (2, layers, kv_heads, L, head_dim) into ``slot``: one copy, all layers."""
+        length = prompt_kv.shape[3]
+        self.kv[:, :, slot, :, :length] = prompt_kv
         self.lengths[slot] = length
 
     # -- decode step inputs -----------------------------------------------------------------
-    def attention_mask(self, dtype: torch.dtype, window: int) -> torch.Tensor:
-        """Additive mask (S, 1, 1, window): 0 on positions 0..lengths[s] (the new token included).
+    def decode_mask(self, positions: torch.Tensor) -> torch.Tensor:
+        """Additive mask (S, 1, 1, T) for a step writing at ``positions`` (S, 1): 0 on ``0 .. positions[s]``.
 
-        ``window`` (max(lengths) + 1, known to the caller without a device sync) limits attention
-        to the positions some slot uses; K/V beyond it are never read.
+        Also points this step's K/V writes at ``positions`` (``write_index``). Four device ops, no
+        read-back: the shapes are the pool's, whatever the slots' lengths.
         """
-        self.window = window
-        pos = torch.arange(window, device=self.lengths.device)
-        visible = pos.unsqueeze(0) <= self.lengths.unsqueeze(1)  # (S, T)
-        mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
-        mask.masked_fill_(~visible, torch.finfo(dtype).min)
-        return mask[:, None, None, :]
+        pos = positions.view(-1, 1, 1, 1)  # (S, 1, 1, 1)
+        self.write_index = pos.expand(self.write_index.shape)  # (S, kv_heads, 1, head_dim), a view
+        return torch.where(self.arange <= pos, self.mask_open, self.mask_closed)  # (S, 1, 1, T)
 
     def nbytes(self) -> int:
         """Bytes of K/V held by the pool."""
-        return sum(layer.keys.numel() * layer.keys.element_size() * 2 for layer in self.layers)
+        return self.kv.numel() * self.kv.element_size()
 
     # -- what transformers may ask of a Cache -----------------------------------------------
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        """Positions cached in the fullest slot, ``max(lengths)``, for any layer (a device-to-host read)."""
-        return int(self.lengths.max())
+        """Positions cached in the fullest slot, ``max(lengths)``, for any layer (host bookkeeping, no device read)."""
+        return max(self.lengths)
 
     def get_mask_sizes(self, query_length: int, layer_idx: int = 0, *args, **kwargs) -> tuple[int, int]:  # noqa: ANN002, ANN003
-        """(kv_length, kv_offset) of the mask for any layer: this step's attention ``window``, and 0."""
-        return self.window, 0
+        """(kv_length, kv_offset) of the mask for any layer: the pool's whole width, and 0."""
+        return self.max_len, 0
 
     def get_max_cache_shape(self, layer_idx: int = 0) -> int:
         """Positions per slot, ``max_len``, for any layer."""
         return self.max_len
+
+
+class PoolCache:
+    """Keeps one :class:`SlotPool` between rollouts, re-allocated only when a rollout needs another one.
+
+    A pool is reused while its slot count, dtype and device are the ones asked for and its slots are
+    long enough; otherwise the old pool (and its captured decode step) is released first, then a new
+    one allocated, so the two never coexist.
+    """
+
+    def __init__(self) -> None:
+        self.pool: SlotPool | None = None
+        self.allocations = 0
+
+    def get(self, config, num_slots: int, positions: int, dtype: torch.dtype, device: torch.device) -> SlotPool:  # noqa: ANN001
+        """A pool of ``num_slots`` slots of at least ``positions`` positions (rounded by :func:`pool_width`)."""
+        pool = self.pool
+        width = pool_width(positions)
+        fits = (
+            pool is not None
+            and pool.num_slots == num_slots
+            and pool.max_len >= width
+            and pool.dtype == dtype
+            and pool.kv.device == torch.device(device)
+        )
+        if not fits:
+            self.release()
+            self.pool = SlotPool(config, num_slots, width, dtype, device)
+            self.allocations += 1
+        self.pool.reset()
+        return self.pool
+
+    def release(self) -> None:
+        """Frees the pool and its decode step (their device memory returns to the allocator)."""
+        if self.pool is not None:
+            self.pool.runner = None
+            self.pool = None
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()

@@ -61,25 +61,26 @@ def test_plan_is_the_largest_pool_within_budget_and_its_kv_matches_a_real_pool(m
 
 def test_auto_sampler_holds_its_budget_and_draws_the_same_completions(model, capsys):
     prompts = [[5, 6, 7, 8, 9], [10, 11, 12], [13, 14, 15, 16]]
-    auto = MicroGroupSampler(model, 2, SamplerConfig(num_slots="auto", rollout_memory=600_000, max_new_tokens=20))
+    auto = MicroGroupSampler(model, 2, SamplerConfig(num_slots="auto", rollout_memory=1_000_000, max_new_tokens=20))
     out = auto.sample(prompts, group_size=6, seed=1)
     plan = auto.sizer.plan
-    assert plan.max_len == 5 + 20 and plan.prompt_kv_bytes == 12 * pool_shape(model).kv_bytes_per_token
+    # slots as wide as the engine allocates them: 5 + 20 positions rounded up to 128
+    assert plan.max_len == 128 and plan.prompt_kv_bytes == 12 * pool_shape(model).kv_bytes_per_token
     assert 1 < plan.num_slots < 18 and out.stats["num_slots"] == plan.num_slots  # a real limit, not the work
     assert out.stats["kv_bytes_peak"] <= plan.num_slots * plan.kv_bytes_per_slot + plan.prompt_kv_bytes
-    assert f"rollout pool: {plan.num_slots} slots x 25 tokens" in capsys.readouterr().out
+    assert f"rollout pool: {plan.num_slots} slots x 128 tokens" in capsys.readouterr().out
     fixed = MicroGroupSampler(model, 2, SamplerConfig(num_slots=4, max_new_tokens=20)).sample(prompts, 6, seed=1)
     assert out.completion_ids == fixed.completion_ids  # the slot count never changes the data
 
 
 def test_budget_too_small_for_one_slot_names_the_setting_and_the_bytes(model):
     sampler = MicroGroupSampler(model, 2, SamplerConfig(num_slots="auto", rollout_memory="20kB", max_new_tokens=20))
-    kv = 2 * 2 * 2 * 16 * 4 * 25  # K and V x layers x KV heads x head dim x float32 x (5 + 20) positions
+    kv = 2 * 2 * 2 * 16 * 4 * 128  # K and V x layers x KV heads x head dim x float32 x (5 + 20 -> 128) positions
     with pytest.raises(ValueError) as err:
         sampler.sample([[5, 6, 7, 8, 9]], group_size=2)
     msg = str(err.value)
     assert msg.startswith("rollout_memory='20kB' gives a budget of 20,000 bytes, too small for one slot")
-    assert f"a slot of 25 tokens needs {plan_bytes(model, 25):,} bytes ({kv:,} K/V + " in msg
+    assert f"a slot of 128 tokens needs {plan_bytes(model, 128):,} bytes ({kv:,} K/V + " in msg
 
 
 def plan_bytes(model, max_len: int) -> int:

@@ -3,6 +3,7 @@ import torch
 
 from infgrpo import MicroGroupSampler, SamplerConfig
 from infgrpo.sampler.sampler import kv_bytes_per_token
+from infgrpo.sampler.slot_pool import pool_width
 from infgrpo.update import collate, completion_logprobs
 from tests.conftest import random_model
 
@@ -96,8 +97,8 @@ def test_group_larger_than_pool_and_pool_larger_than_group(tiny_model, tokenizer
     big = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(num_slots=64, max_new_tokens=20))
     a, b = small.sample(prompts, 5, seed=0), big.sample(prompts, 5, seed=0)
     assert len(a) == len(b) == 15
-    # the pool bounds the KV held: 2 slots of prompt + max_new_tokens, plus one prompt's prefix
-    per_slot = (max(map(len, prompts)) + 20) * kv_bytes_per_token(tiny_model)
+    # the pool bounds the KV held: 2 slots of prompt + max_new_tokens (rounded up to 128), plus one prompt's prefix
+    per_slot = pool_width(max(map(len, prompts)) + 20) * kv_bytes_per_token(tiny_model)
     assert a.stats["kv_bytes_peak"] <= 3 * per_slot < b.stats["kv_bytes_peak"]
     assert 0 < a.stats["slot_utilization"] <= 1
 
