@@ -1,0 +1,34 @@
+"""The paper-scale suite and the decode-step counters run end to end on a CPU, shrunk (so they cannot rot)."""
+
+import json
+
+from infgrpo.bench import decode_step, paper
+
+
+def test_paper_suite_small_runs_every_part_and_writes_each_json(tmp_path, capsys):
+    parts = paper.main(["--small", "--model", "tiny", "--json-dir", str(tmp_path), "--threads", "1"])
+    assert set(parts) == {"checks", "a", "b", "c"}
+    assert parts["checks"][0]["skipped"] == "no CUDA device"  # the CUDA checks need a GPU
+    for name in ("a", "b", "c"):
+        assert all("skipped" not in r for r in parts[name]), parts[name]
+        assert json.loads((tmp_path / f"paper_{name}.json").read_text())["rows"] == parts[name]
+    decoders = [r["decoder"] for r in parts["a"]]
+    assert decoders == ["engine", "engine", "hf_full", "hf_micro"]
+    for r in parts["a"] + parts["c"]:
+        assert 0 < r["lower_bound_steps"] <= r["decode_steps"] and r["ms_per_step"] > 0
+    engine_small, engine_big = parts["a"][:2]
+    assert engine_big["slots_used"] == 8 and engine_small["slots_used"] == 4
+    (step,) = parts["b"]
+    assert step["decode_steps"] > 0 and step["rollout_s"] > 0 and step["update_s"] > 0
+    assert step["generated_tokens"] >= step["group_size"]
+    table = capsys.readouterr().out
+    assert "| a | engine G=16 | 4 |" in table and "| b | GRPO step (rollout" in table
+
+
+def test_decode_step_counters_see_one_shape_and_no_random_or_scalar_calls(tmp_path):
+    r = decode_step.main(["--model", "tiny", "--group-size", "12", "--num-slots", "4", "--max-new-tokens", "24"])
+    assert r["decode_steps"] > 0 and r["num_slots"] == 4
+    assert r["input_shapes"] == 1  # every decode step of the rollout has the pool's shape
+    assert r["random_calls_per_step"] == 0  # uniforms come from the counter-based hash
+    assert r["scalar_reads_per_step"] == 0  # nothing read back but the step's (S, 2) result
+    assert 1.0 < r["ops_vs_bare_forward"] < 1.25  # the model's forward plus a bounded sampling tail
