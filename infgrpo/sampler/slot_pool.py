@@ -166,6 +166,16 @@ class SlotPool(Cache):
         return self.max_len
 
 
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether two devices are one (``cuda`` without an index means the current CUDA device)."""
+    if a.type != b.type:
+        return False
+    if a.type != "cuda" or a.index == b.index:
+        return True
+    current = torch.cuda.current_device()
+    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
+
+
 class PoolCache:
     """Keeps one :class:`SlotPool` between rollouts, re-allocated only when a rollout needs another one.
 
@@ -187,7 +197,7 @@ class PoolCache:
             and pool.num_slots == num_slots
             and pool.max_len >= width
             and pool.dtype == dtype
-            and pool.kv.device == torch.device(device)
+            and same_device(pool.kv.device, torch.device(device))
         )
         if not fits:
             self.release()

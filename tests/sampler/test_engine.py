@@ -124,3 +124,30 @@ def test_bfloat16_behaviour_logprobs_match_a_bfloat16_training_forward():
     for i in range(len(res)):
         n = res.lengths[i]
         assert torch.allclose(lp[i, :n], res.logprobs[i].float(), atol=0.1)
+
+
+def test_the_pool_is_kept_between_rollouts_and_grows_only_when_slots_must_be_longer():
+    model = random_model("qwen3", torch.float32, seed=8)
+    sampler = MicroGroupSampler(model, 2, SamplerConfig(num_slots=4, max_new_tokens=40))
+    first = sampler.sample(PROMPTS, 3, seed=0)
+    pool = sampler.pools.pool
+    second = sampler.sample(PROMPTS[:2], 3, seed=1)
+    assert sampler.pools.pool is pool and sampler.pools.allocations == 1  # reused, same shape
+    assert first.stats["pool_positions"] == second.stats["pool_positions"] == 128
+    sampler.sample([[5] * 100], 4, seed=2)  # 100 + 40 positions: the slots must grow to 256
+    assert sampler.pools.allocations == 2 and sampler.pools.pool.max_len == 256
+    again = sampler.sample(PROMPTS, 3, seed=0)  # the longer pool serves shorter rollouts unchanged
+    assert sampler.pools.allocations == 2 and again.completion_ids == first.completion_ids
+    lean = MicroGroupSampler(model, 2, SamplerConfig(num_slots=4, max_new_tokens=40, keep_pool=False))
+    assert lean.sample(PROMPTS, 3, seed=0).completion_ids == first.completion_ids
+    assert lean.pools.pool is None  # freed after the rollout
+
+
+def test_cuda_graphs_on_without_cuda_is_a_clear_error_and_bad_names_are_refused():
+    model = random_model("llama", torch.float32)
+    with pytest.raises(ValueError, match="cuda_graphs='on' needs a CUDA device; the model is on cpu"):
+        MicroGroupSampler(model, 2, SamplerConfig(cuda_graphs="on")).sample(PROMPTS[:1], 2)
+    with pytest.raises(ValueError, match="cuda_graphs='yes' is not known; valid: auto, on, off"):
+        SamplerConfig(cuda_graphs="yes")
+    with pytest.raises(ValueError, match="decode_attention='flash' is not known; valid: efficient, cudnn, math, auto"):
+        SamplerConfig(decode_attention="flash")
