@@ -49,10 +49,11 @@ from infgrpo.sampler.counter_rng import counter_uniform
 from infgrpo.sampler.sampling import sample_tokens
 from infgrpo.sampler.slot_pool import SlotPool
 
+# The pinned kernel first; the math kernel behind it only for inputs the pinned one refuses (it takes any mask).
 ATTENTION_BACKENDS = {
     "auto": None,
-    "efficient": [SDPBackend.EFFICIENT_ATTENTION],
-    "cudnn": [SDPBackend.CUDNN_ATTENTION],
+    "efficient": [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
+    "cudnn": [SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH],
     "math": [SDPBackend.MATH],
 }
 CUDA_GRAPHS = ("auto", "on", "off")
@@ -140,7 +141,7 @@ class DecodeStep:
 
     def kernels(self) -> contextlib.AbstractContextManager:
         """The pinned SDPA backend (CUDA), or no constraint."""
-        return sdpa_kernel(self.backends) if self.backends else contextlib.nullcontext()
+        return sdpa_kernel(self.backends, set_priority=True) if self.backends else contextlib.nullcontext()
 
     # -- CUDA graphs ----------------------------------------------------------------------------
     def prepare(self) -> None:
