@@ -151,3 +151,15 @@ def test_cuda_graphs_on_without_cuda_is_a_clear_error_and_bad_names_are_refused(
         SamplerConfig(cuda_graphs="yes")
     with pytest.raises(ValueError, match="decode_attention='flash' is not known; valid: efficient, cudnn, math, auto"):
         SamplerConfig(decode_attention="flash")
+
+
+def test_prompts_admitted_together_are_prefilled_in_one_forward_and_decode_like_alone():
+    model = random_model("llama", torch.float64, seed=9)
+    cfg = SamplerConfig(num_slots=16, max_new_tokens=9, temperature=1.0, top_k=30)
+    together = MicroGroupSampler(model, 2, cfg).sample(PROMPTS, 4, seed=3)  # 16 sequences, one round
+    assert together.stats["prefill_calls"] == 1 and together.stats["prefill_tokens"] == sum(map(len, PROMPTS))
+    for i, p in enumerate(PROMPTS):  # left-padded batch vs each prompt alone (its global index as offset)
+        alone = MicroGroupSampler(model, 2, cfg).sample([p], 4, seed=3, prompt_offset=i)
+        assert alone.completion_ids == together.completion_ids[i * 4 : (i + 1) * 4]
+        for a, b in zip(alone.logprobs, together.logprobs[i * 4 : (i + 1) * 4], strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
