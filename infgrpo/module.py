@@ -48,6 +48,8 @@ from infgrpo.update import (
     prepare_microbatches,
     split_microbatches,
 )
+from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
+from infgrpo.update.logprobs import check_chunked_head
 
 SCHEDULE_METRICS = (
     "bubble_fraction",
@@ -100,6 +102,12 @@ class GRPOModule(L.LightningModule):
         num_iterations: optimizer steps per rollout (mu); > 1 reuses the rollout with old log-probs.
         token_budget: padded tokens per update micro-batch; bounds training memory for any B*G. An update
             that runs out of device memory is retried on micro-batches of half the size (one process).
+        logit_chunk_tokens: completion positions that go through the LM head at a time when computing
+            log-probs (forward and backward recompute each chunk), so the update never holds logits for a
+            whole micro-batch: extra memory ~ chunk x vocabulary x 10 bytes (about 1.5 GB at 1,024 positions
+            and Qwen3's 151,936 tokens), at about the speed of full logits. Smaller saves memory, larger
+            uses bigger matmuls. 0 = full logits from the model's own forward (O(micro-batch x vocabulary)
+            memory; needed for models that change their logits after the head, e.g. soft-capping).
         learning_rate: AdamW learning rate.
         weight_decay: AdamW weight decay.
         warmup_steps: linear learning-rate warmup in optimizer steps: optimizer step k (from 0) uses
@@ -143,6 +151,7 @@ class GRPOModule(L.LightningModule):
         mask_truncated_completions: bool = False,
         num_iterations: int = 1,
         token_budget: int = 4096,
+        logit_chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
         learning_rate: float = 1e-4,
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
@@ -163,6 +172,11 @@ class GRPOModule(L.LightningModule):
             raise ValueError(f"num_iterations={num_iterations} must be >= 1")
         if token_budget < 1:
             raise ValueError(f"token_budget={token_budget} must be >= 1")
+        if isinstance(logit_chunk_tokens, bool) or not isinstance(logit_chunk_tokens, int) or logit_chunk_tokens < 0:
+            raise ValueError(
+                f"logit_chunk_tokens={logit_chunk_tokens!r} must be an integer >= 1 (positions through the LM head "
+                "at a time) or 0 (full logits)"
+            )
         if epsilon_low < 0 or epsilon_high < 0:
             raise ValueError(f"epsilon_low={epsilon_low}, epsilon_high={epsilon_high} must be >= 0")
         if beta < 0:
@@ -197,6 +211,7 @@ class GRPOModule(L.LightningModule):
             bnb_4bit_compute_dtype,
             gradient_checkpointing,
         ).train()
+        check_chunked_head(self.policy, logit_chunk_tokens)  # refuses models whose logits it cannot reproduce
         self._ref: list = [frozen_reference(self.policy)] if beta > 0 and lora_r == 0 else []
         self.sampler = MicroGroupSampler(self.policy, self.tokenizer, sampler)
         self.eval_sampler = MicroGroupSampler(
@@ -217,6 +232,7 @@ class GRPOModule(L.LightningModule):
             sampler.temperature if sampler.temperature > 0 else 1.0,
             sampler.max_new_tokens,
             kl_bias_correction,
+            logit_chunk_tokens,
         )
         self.rewards = rewards
         self.val_reward = MeanMetric()
@@ -316,8 +332,9 @@ class GRPOModule(L.LightningModule):
         mbs, oom_retries = self._pack(prompts, rollouts.completion_ids, budget, masked), 0
         while True:
             try:
-                ref = frozen_logprobs(self.policy, mbs, temp, self.ref_model, reference=True) if hp.beta > 0 else None
-                old = frozen_logprobs(self.policy, mbs, temp) if hp.num_iterations > 1 else None
+                chunk = hp.logit_chunk_tokens
+                ref = frozen_logprobs(self.policy, mbs, temp, self.ref_model, True, chunk) if hp.beta > 0 else None
+                old = frozen_logprobs(self.policy, mbs, temp, chunk_tokens=chunk) if hp.num_iterations > 1 else None
                 break
             except torch.OutOfMemoryError as err:
                 message, ref, old = str(err), None, None
