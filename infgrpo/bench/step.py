@@ -34,6 +34,7 @@ import torch
 
 from infgrpo.bench.results import write_json
 from infgrpo.bench.rollout import mib, spawn
+from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 
 VARIANTS = {
     "float-full": dict(lora_r=0),
@@ -44,6 +45,7 @@ MODEL_DEFAULTS = {  # per model: group size, prompts, slots, max new tokens, tok
     "tiny": dict(group_size=8, prompts=4, num_slots=8, max_new_tokens=64, token_budget=4096),
     "qwen3-42m": dict(group_size=16, prompts=1, num_slots=16, max_new_tokens=512, token_budget=8192),
 }
+DEFAULT_VARIANTS = {"tiny": list(VARIANTS), "qwen3-42m": ["float-full"]}  # qwen3-42m: ~10 min a process on 2 cores
 
 
 class RSSTimeline:
@@ -277,9 +279,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     """Runs each configuration in a fresh process, prints a Markdown table, writes ``--json`` and returns the rows."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="tiny", help="tiny or qwen3-42m")
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    ap.add_argument("--variants", nargs="+", default=None, help="default: tiny all, qwen3-42m float-full")
     ap.add_argument(
-        "--logit-chunk-tokens", nargs="+", type=int, default=[1024, 0], help="log-prob paths; 0 = full logits"
+        "--logit-chunk-tokens", nargs="+", type=int, default=[DEFAULT_LOGIT_CHUNK_TOKENS, 0], help="0 = full logits"
     )
     ap.add_argument("--group-size", type=int, default=None, help="default: per model (tiny 8, qwen3-42m 16)")
     ap.add_argument("--prompts", type=int, default=None, help="default: per model (tiny 4, qwen3-42m 1)")
@@ -299,7 +301,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if shared["token_budget"] != "auto":
         shared["token_budget"] = int(shared["token_budget"])
     rows = []
-    for variant in args.variants:
+    for variant in args.variants or DEFAULT_VARIANTS.get(args.model, list(VARIANTS)):
         for chunk in args.logit_chunk_tokens:
             cfg = dict(model=args.model, variant=variant, logit_chunk_tokens=chunk, **shared)
             cfg.update(num_iterations=args.num_iterations, threads=args.threads)

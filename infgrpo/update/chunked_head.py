@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-DEFAULT_LOGIT_CHUNK_TOKENS = 1024
+DEFAULT_LOGIT_CHUNK_TOKENS = 512
 """Positions per chunk by default: on a 151,936-token vocabulary one float32 chunk of logits is
 0.62 GB, and the chunked update costs about the same time per token as the full one from 256
 positions up (``benchmarks/RESULTS.md``, issue #13)."""
@@ -37,6 +37,12 @@ def _logits(xs: list[torch.Tensor], ws: list[torch.Tensor], bias: torch.Tensor |
     for x, w in zip(xs[1:], ws[1:], strict=True):
         z = z + F.linear(x[s:e], w).to(z.dtype)
     return z
+
+
+def _scaled(z: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
+    """``z.to(dtype) / scale``, in place on the new logits (a fresh matmul output nobody else holds)."""
+    z = z.to(dtype)
+    return z.div_(scale) if scale != 1.0 else z
 
 
 class ChunkedLogprobs(torch.autograd.Function):
@@ -57,8 +63,8 @@ class ChunkedLogprobs(torch.autograd.Function):
         lse = torch.empty(n, dtype=out_dtype, device=targets.device)
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
-            z = _logits(xs, ws, bias, s, e).to(out_dtype) / scale  # (c, V)
-            lse[s:e] = torch.logsumexp(z, dim=-1)
+            z = _scaled(_logits(xs, ws, bias, s, e), out_dtype, scale)  # (c, V) float32
+            lse[s:e] = torch.logsumexp(z, dim=-1)  # one more (c, V) buffer inside
             logp[s:e] = z.gather(-1, targets[s:e, None]).squeeze(-1) - lse[s:e]
             del z
         ctx.scale, ctx.chunk, ctx.num_terms = scale, chunk, len(xs)
@@ -79,9 +85,9 @@ class ChunkedLogprobs(torch.autograd.Function):
             e = min(n, s + ctx.chunk)
             z = _logits(list(xs), list(ws), bias, s, e)  # (c, V) recomputed, the head's dtype
             logit_dtype = z.dtype
-            p = z.to(lse.dtype) / ctx.scale  # (c, V) float32: a new buffer, z is dropped next
+            p = _scaled(z, lse.dtype, ctx.scale)  # (c, V) float32 (z itself when the head is float32)
             del z
-            p.sub_(lse[s:e, None]).exp_()  # softmax(z / T)
+            p.sub_(lse[s:e, None]).exp_()  # softmax(z / T), in place
             g = grad[s:e, None].to(p.dtype)  # (c, 1)
             p.mul_(-g).scatter_add_(-1, targets[s:e, None], g)  # g * (onehot - softmax)
             gz = p.div_(ctx.scale).to(logit_dtype)  # (c, V): dlogp/dz, the head's dtype
