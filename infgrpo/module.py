@@ -112,7 +112,7 @@ class GRPOModule(L.LightningModule):
             update starts (after the rollout; weights, gradients and optimizer state are outside it).
         logit_chunk_tokens: completion positions that go through the LM head at a time when computing
             log-probs (forward and backward recompute each chunk), so the update never holds logits for a
-            whole micro-batch: extra memory ~ chunk x vocabulary x 10 bytes (about 1.5 GB at 1,024 positions
+            whole micro-batch: extra memory ~ chunk x vocabulary x 8-12 bytes (0.6-0.9 GB at 512 positions
             and Qwen3's 151,936 tokens), at about the speed of full logits. Smaller saves memory, larger
             uses bigger matmuls. 0 = full logits from the model's own forward (O(micro-batch x vocabulary)
             memory; needed for models that change their logits after the head, e.g. soft-capping).
