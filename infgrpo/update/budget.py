@@ -9,7 +9,7 @@ micro-batch plus the LM head's logits. Per padded token, with hidden size H, MLP
     per_token    = L layer_bytes                        # every layer's activations kept, or
                  = L H a + layer_bytes                  # gradient checkpointing: layer inputs + one layer
                  + 3 H a                                # final hidden states, their gradient, the head input
-                 + V (logit_bytes + 8)  (full logits)   # logits kept + float32 log-softmax, every token
+                 + V (logit_bytes + 16) (full logits)   # logits kept, float32 log-softmax and gradients
     fixed        = 3 chunk V max(logit_bytes, 4)        # chunked head: one chunk's logits, float32 copy, grad
     token_budget = floor((budget - fixed) / per_token)
 
@@ -17,6 +17,9 @@ micro-batch plus the LM head's logits. Per padded token, with hidden size H, MLP
 normed and rotated copies, the attention output and o_proj's input/output (~10-12 H with grouped K/V),
 and the MLP's gate, up, activation and product (4 I) with its input and output. CUDA's
 memory-efficient attention keeps no (T x T) scores, so the attention term counts on CPU only.
+Checked on CPU against ``bench step`` (42M Qwen3, 8 x 525 tokens, ``benchmarks/RESULTS.md``): the
+chunked update is planned at 1.33 GiB and rose 1.00 GiB; full logits rose 11.6 GiB, 20 bytes per
+logit, which the ``+ 16`` reproduces.
 
 The budget (``update_memory``) is bytes (``"8GB"``) or a share of the memory free when the first
 update starts, after the rollout (CUDA: free device memory plus what torch's allocator caches
@@ -117,7 +120,7 @@ def per_token_bytes(shape: UpdateShape, max_len: int, chunk_tokens: int) -> tupl
     per_token = (shape.layers * h * a + layer) if shape.checkpointing else shape.layers * layer
     per_token += 3 * h * a
     if chunk_tokens == 0:
-        return per_token + shape.vocab_size * (shape.logit_bytes + 8), 0
+        return per_token + shape.vocab_size * (shape.logit_bytes + 16), 0
     return per_token, 3 * chunk_tokens * shape.vocab_size * max(shape.logit_bytes, 4)
 
 

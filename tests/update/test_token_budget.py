@@ -52,7 +52,7 @@ def test_plan_is_the_most_tokens_within_the_budget():
     plan = plan_token_budget(10**8, shape, 200, 64)
     assert plan.planned_bytes(plan.token_budget) <= 10**8 < plan.planned_bytes(plan.token_budget + 1)
     full_per_token, full_fixed = per_token_bytes(shape, 200, 0)
-    assert full_fixed == 0 and full_per_token == per_token + 5000 * (4 + 8)  # full logits cost per token
+    assert full_fixed == 0 and full_per_token == per_token + 5000 * (4 + 16)  # full logits cost per token
     with pytest.raises(ValueError, match="update_memory gives 1,000,000 bytes .* too small for one sequence of 200"):
         plan_token_budget(10**6, shape, 200, 64)
 
