@@ -37,6 +37,7 @@ from infgrpo.algo import ADVANTAGES, KL_ESTIMATORS, LOSS_TYPES, zero_std_fractio
 from infgrpo.algo.advantages import check_scale_rewards
 from infgrpo.completion_log import log_completions
 from infgrpo.models import check_dtype, check_loading, frozen_reference, load_policy, load_tokenizer, save_trained
+from infgrpo.phase_memory import PhaseMemory
 from infgrpo.ranks import Ranks
 from infgrpo.rewards import check_rewards, compute_rewards
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
@@ -48,6 +49,9 @@ from infgrpo.update import (
     prepare_microbatches,
     split_microbatches,
 )
+from infgrpo.update.budget import UpdateSizer, check_token_budget, parse_update_memory
+from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
+from infgrpo.update.logprobs import check_chunked_head
 
 SCHEDULE_METRICS = (
     "bubble_fraction",
@@ -98,8 +102,20 @@ class GRPOModule(L.LightningModule):
         mask_truncated_completions: leave completions cut at ``max_new_tokens`` out of the loss (DAPO's
             overlong filtering; TRL's option of the same name). They still count in the group's advantages.
         num_iterations: optimizer steps per rollout (mu); > 1 reuses the rollout with old log-probs.
-        token_budget: padded tokens per update micro-batch; bounds training memory for any B*G. An update
-            that runs out of device memory is retried on micro-batches of half the size (one process).
+        token_budget: padded tokens per update micro-batch; bounds training memory for any B*G. ``auto``: as
+            many as ``update_memory`` holds, from a per-token cost of the model's activations plus one logit
+            chunk (:mod:`infgrpo.update.budget`), planned per update from its longest sequence and printed;
+            on CUDA checked against the first update's measured peak. An update that runs out of device
+            memory is retried on micro-batches of half the size (one process).
+        update_memory: the update's memory budget under ``token_budget: auto``: bytes (an integer, or a
+            string such as ``"8GB"``) or a float in (0, 1]: that share of the memory free when the first
+            update starts (after the rollout; weights, gradients and optimizer state are outside it).
+        logit_chunk_tokens: completion positions that go through the LM head at a time when computing
+            log-probs (forward and backward recompute each chunk), so the update never holds logits for a
+            whole micro-batch: extra memory ~ chunk x vocabulary x 8-12 bytes (0.6-0.9 GB at 512 positions
+            and Qwen3's 151,936 tokens), at about the speed of full logits. Smaller saves memory, larger
+            uses bigger matmuls. 0 = full logits from the model's own forward (O(micro-batch x vocabulary)
+            memory; needed for models that change their logits after the head, e.g. soft-capping).
         learning_rate: AdamW learning rate.
         weight_decay: AdamW weight decay.
         warmup_steps: linear learning-rate warmup in optimizer steps: optimizer step k (from 0) uses
@@ -142,7 +158,9 @@ class GRPOModule(L.LightningModule):
         kl_bias_correction: bool = False,
         mask_truncated_completions: bool = False,
         num_iterations: int = 1,
-        token_budget: int = 4096,
+        token_budget: int | str = 4096,
+        update_memory: int | float | str = 0.7,
+        logit_chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
         learning_rate: float = 1e-4,
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
@@ -161,8 +179,14 @@ class GRPOModule(L.LightningModule):
             raise ValueError(f"group_size={group_size!r} must be an integer >= 2 (GRPO compares samples of a group)")
         if num_iterations < 1:
             raise ValueError(f"num_iterations={num_iterations} must be >= 1")
-        if token_budget < 1:
-            raise ValueError(f"token_budget={token_budget} must be >= 1")
+        check_token_budget(token_budget)
+        if token_budget == "auto":
+            parse_update_memory(update_memory)
+        if isinstance(logit_chunk_tokens, bool) or not isinstance(logit_chunk_tokens, int) or logit_chunk_tokens < 0:
+            raise ValueError(
+                f"logit_chunk_tokens={logit_chunk_tokens!r} must be an integer >= 1 (positions through the LM head "
+                "at a time) or 0 (full logits)"
+            )
         if epsilon_low < 0 or epsilon_high < 0:
             raise ValueError(f"epsilon_low={epsilon_low}, epsilon_high={epsilon_high} must be >= 0")
         if beta < 0:
@@ -197,6 +221,7 @@ class GRPOModule(L.LightningModule):
             bnb_4bit_compute_dtype,
             gradient_checkpointing,
         ).train()
+        check_chunked_head(self.policy, logit_chunk_tokens)  # refuses models whose logits it cannot reproduce
         self._ref: list = [frozen_reference(self.policy)] if beta > 0 and lora_r == 0 else []
         self.sampler = MicroGroupSampler(self.policy, self.tokenizer, sampler)
         self.eval_sampler = MicroGroupSampler(
@@ -220,6 +245,7 @@ class GRPOModule(L.LightningModule):
             sampler.temperature if sampler.temperature > 0 else 1.0,
             sampler.max_new_tokens,
             kl_bias_correction,
+            logit_chunk_tokens,
         )
         self.rewards = rewards
         self.val_reward = MeanMetric()
@@ -228,6 +254,8 @@ class GRPOModule(L.LightningModule):
         self.ranks = Ranks()  # the data-parallel ranks, known once fit starts
         # after an update ran out of device memory: the token budget that fit (see _after_update_oom)
         self.token_budget_cap: int | None = None
+        self.update_sizer = UpdateSizer(token_budget, update_memory, logit_chunk_tokens)
+        self.phase_memory = PhaseMemory()  # peaks (CUDA) and windows of the rollout and the update
 
     @property
     def ref_model(self) -> torch.nn.Module | None:
@@ -271,7 +299,9 @@ class GRPOModule(L.LightningModule):
         seed = derive_seed(self.hparams.seed, self.sampler.calls)  # the same on every rank
         prompts = [b["prompt_ids"] for b in batch]
         offset = self.ranks.prompt_offset(len(batch))  # streams keyed by the global prompt index
+        self.phase_memory.start("rollout", self.device)
         self._rollout = self.sampler.sample(prompts, self.hparams.group_size, seed, prompt_offset=offset)
+        self.phase_memory.end("rollout", self.device)
 
     def score(self, rollouts: Rollouts, metas: list[dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[str]]:
         """Rewards (N,) of the completions, each reward function's values, and the decoded texts."""
@@ -302,6 +332,7 @@ class GRPOModule(L.LightningModule):
         rollouts = self._rollout
         assert rollouts is not None, "on_train_batch_start did not run"
         start = time.perf_counter()
+        self.phase_memory.start("update", self.device)
         # 1) rewards and group advantages; groups are local, the batch (for its std and the metrics)
         # is every rank's rows, gathered in global order
         rewards, parts, texts = self.score(rollouts, [b["meta"] for b in batch])
@@ -314,13 +345,16 @@ class GRPOModule(L.LightningModule):
         # memory (one process): again with half the budget; later steps keep the budget that fit.
         prompts = [rollouts.prompt_ids[i] for i in rollouts.prompt_index]
         temp = self.loss_cfg.temperature
-        budget = min(hp.token_budget, self.token_budget_cap or hp.token_budget)
+        longest = max(len(p) for p in rollouts.prompt_ids) + max(rollouts.lengths, default=0)
+        planned = self.update_sizer.tokens(self.policy, longest)  # the integer, or the plan for update_memory
+        budget = min(planned, self.token_budget_cap or planned)
         masked = rollouts.finish_reasons if hp.mask_truncated_completions else None
         mbs, oom_retries = self._pack(prompts, rollouts.completion_ids, budget, masked), 0
         while True:
             try:
-                ref = frozen_logprobs(self.policy, mbs, temp, self.ref_model, reference=True) if hp.beta > 0 else None
-                old = frozen_logprobs(self.policy, mbs, temp) if hp.num_iterations > 1 else None
+                chunk = hp.logit_chunk_tokens
+                ref = frozen_logprobs(self.policy, mbs, temp, self.ref_model, True, chunk) if hp.beta > 0 else None
+                old = frozen_logprobs(self.policy, mbs, temp, chunk_tokens=chunk) if hp.num_iterations > 1 else None
                 break
             except torch.OutOfMemoryError as err:
                 message, ref, old = str(err), None, None
@@ -354,6 +388,10 @@ class GRPOModule(L.LightningModule):
         if oom_retries:  # later steps pack within what fit
             self.token_budget_cap = budget = max(mb.input_ids.numel() for mb in mbs)
         update_time = time.perf_counter() - start
+        self.phase_memory.end("update", self.device)
+        rise = self.phase_memory.rise("update")
+        if rise is not None:  # CUDA: the plan of token_budget 'auto' against the measured peak
+            self.update_sizer.observe(rise, max(mb.input_ids.numel() for mb in mbs))
         # 4) metrics of the global batch (identical on every rank); times and steps of the slowest rank
         all_rewards, all_lengths = table[:, 0], table[:, 1]
         all_parts = {name: table[:, 3 + i] for i, name in enumerate(parts)}
@@ -375,6 +413,7 @@ class GRPOModule(L.LightningModule):
             "update/oom_retries": oom_retries,
             "update/token_budget": budget,
             **stats,
+            **self.phase_memory.metrics(),  # CUDA: memory/rollout_peak_gb, memory/update_peak_gb, memory/reserved_gb
         }
         if hp.accuracy_reward is not None:
             metrics["accuracy"] = (all_parts[hp.accuracy_reward] >= 1.0).float().mean()
@@ -387,6 +426,8 @@ class GRPOModule(L.LightningModule):
         bs = len(batch)
         self.log_dict({f"train/{k}": float(v) for k, v in metrics.items()}, on_step=True, batch_size=bs)
         self.log("reward", all_rewards.mean(), prog_bar=True, on_step=True, batch_size=bs, logger=False)
+        for key, value in self.phase_memory.metrics().items():  # the progress bar's postfix, e.g. update_peak_gb
+            self.log(key.removeprefix("memory/"), value, prog_bar=True, on_step=True, batch_size=bs, logger=False)
         every = hp.log_completions_every_n_steps
         if every and (self.sampler.calls - 1) % every == 0:  # rollout 1, 1 + N, 1 + 2N, ...
             self._log_completions(batch, rollouts, texts, rewards, parts)

@@ -56,8 +56,6 @@ LOCAL = [
     "eval",
     "--trainer.accelerator",
     "cpu",
-    "--model.token_budget",
-    "4096",
 ]
 
 

@@ -1,7 +1,8 @@
 """An update that runs out of device memory is retried on smaller micro-batches, with the same result.
 
-CPUs do not raise out-of-memory errors, so a forward pre-hook on the real policy raises
-``torch.OutOfMemoryError`` (what CUDA raises) for forwards over more than ``limit`` padded tokens;
+CPUs do not raise out-of-memory errors, so a forward pre-hook on the real policy's decoder (which
+both log-prob paths run) raises ``torch.OutOfMemoryError`` (what CUDA raises) for forwards over more
+than ``limit`` padded tokens;
 the module, the Trainer and the update run for real, only the allocator's refusal is injected.
 """
 
@@ -11,6 +12,7 @@ import torch
 
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
+from infgrpo.update.logprobs import causal_lm_parts
 from tests.test_module import trainer as make_trainer
 
 SETTINGS = dict(
@@ -26,7 +28,8 @@ def token_limit(model, limit, only_with_grad):
         if ids is not None and ids.numel() > limit and (torch.is_grad_enabled() or not only_with_grad):
             raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {ids.numel()} tokens")
 
-    return model.register_forward_pre_hook(hook, with_kwargs=True)
+    decoder, _ = causal_lm_parts(model)
+    return decoder.register_forward_pre_hook(hook, with_kwargs=True)
 
 
 class Logged(L.Callback):

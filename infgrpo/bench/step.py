@@ -1,162 +1,320 @@
-"""Benchmark: peak memory and time of one GRPO step, 4-bit + LoRA vs LoRA vs full fine-tuning.
+"""Benchmark: memory and time of one GRPO step by phase (rollout, update), chunked LM head vs full logits.
 
     python -m infgrpo.bench step --model tiny --json benchmarks/step_tiny.json
     python -m infgrpo.bench step --model qwen3-42m --json benchmarks/step_qwen3_42m.json
 
-Each variant runs in a fresh process: a Lightning ``Trainer`` runs two steps of ``GRPOModule``
-(rollout + update); the second is measured (the first pays one-time initialization). Memory: the
-CUDA allocator peak on GPU; on CPU the rise of resident memory during the step (polled every 2 ms)
-and the resident memory after loading. ``qwen3-42m`` is saved to a temporary folder first, so it goes
-through the same ``from_pretrained`` path as a hub model.
+Each configuration (a loading variant: 4-bit + LoRA, LoRA, full fine-tuning; and a log-prob path:
+``logit_chunk_tokens`` N, or 0 = full logits) runs in a fresh process: a Lightning ``Trainer`` runs
+two steps of ``GRPOModule``; the second is measured (the first pays one-time initialization).
+Memory by phase: on GPU the CUDA allocator's peak in the rollout and in the update (reset per phase)
+and the most it reserved; on CPU the rise of resident memory within each phase's time window above
+its level at the phase's start (polled every 2 ms). Both paths of a variant draw the same rollout, so
+their losses must agree. ``qwen3-42m`` (and ``qwen3-1.7b-shape``) are saved to a temporary folder
+first, so they go through the same ``from_pretrained`` path as a hub model.
+
+For other suites, :func:`measure_step` measures one step of any ``GRPOModule`` configuration and
+:func:`recipe_kwargs` turns a YAML recipe (``configs/qwen3.yaml``) into one that runs offline.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import psutil
 import torch
 
 from infgrpo.bench.results import write_json
-from infgrpo.bench.rollout import PeakRSS, mib, spawn
+from infgrpo.bench.rollout import mib, spawn
+from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 
 VARIANTS = {
     "float-full": dict(lora_r=0),
     "float-lora": dict(lora_r=8),
     "4bit-lora": dict(lora_r=8, load_in_4bit=True, bnb_4bit_compute_dtype="float32"),
 }
+MODEL_DEFAULTS = {  # per model: group size, prompts, slots, max new tokens, token budget
+    "tiny": dict(group_size=8, prompts=4, num_slots=8, max_new_tokens=64, token_budget=4096),
+    "qwen3-42m": dict(group_size=16, prompts=1, num_slots=16, max_new_tokens=512, token_budget=8192),
+}
+DEFAULT_VARIANTS = {"tiny": list(VARIANTS), "qwen3-42m": ["float-full"]}  # qwen3-42m: ~10 min a process on 2 cores
+
+
+class RSSTimeline:
+    """Polls this process's resident memory in a thread, keeping (time, bytes) samples."""
+
+    def __init__(self, interval: float = 0.002) -> None:
+        self.proc, self.interval, self.samples = psutil.Process(), interval, []
+
+    def __enter__(self) -> RSSTimeline:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter(), self.proc.memory_info().rss))
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append((time.perf_counter(), self.proc.memory_info().rss))
+
+    def rise(self, start: float, end: float) -> tuple[int, int]:
+        """(peak within [start, end] minus the level at ``start``, that level) in bytes."""
+        before = [r for t, r in self.samples if t <= start]
+        inside = [r for t, r in self.samples if start <= t <= end]
+        base = before[-1] if before else (inside[0] if inside else 0)
+        return max(inside, default=base) - base, base
 
 
 class StepMeter(L.Callback):
-    """Times and measures memory of the training step with index ``measure``."""
+    """Measures the training step with index ``measure``: its time, memory by phase and loss.
+
+    Phases are the module's own (:class:`~infgrpo.phase_memory.PhaseMemory`: the rollout in
+    ``on_train_batch_start``, the update in ``training_step``).
+    """
 
     def __init__(self, measure: int = 1) -> None:
         self.measure, self.result = measure, {}
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: ANN001
-        """At step ``measure``: resets the CUDA peak, starts polling the RSS and starts the clock.
-
-        Callbacks run before the module's own ``on_train_batch_start``, so the rollout is measured too.
-        """
-        if batch_idx == self.measure:
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                self.cuda_base = torch.cuda.memory_allocated()
-            self.rss = PeakRSS().__enter__()
+        """At step ``measure``: starts the resident-memory timeline and the clock (the rollout comes next)."""
+        self.active, self.first = batch_idx == self.measure, batch_idx == 0
+        if self.active:
+            self.rss = RSSTimeline().__enter__()
             self.start = time.perf_counter()
 
+    def on_after_backward(self, trainer, pl_module) -> None:  # noqa: ANN001
+        """In the first step: the norm of the gradient accumulated so far (the last call sees all of it).
+
+        The first step is the one where both log-prob paths start from the same weights and draw the same
+        rollout; later ones differ by float32 rounding that Adam's first steps amplify (``lr * sign(g)``).
+        """
+        if self.first:
+            grads = [p.grad.detach().double().square().sum() for p in pl_module.parameters() if p.grad is not None]
+            self.result["first_grad_norm"] = float(sum(grads)) ** 0.5
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
-        """At step ``measure``: puts the step's time, RSS rise and base, and CUDA peak rise into ``result``."""
-        if batch_idx == self.measure:
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-                self.result["cuda_peak_bytes"] = torch.cuda.max_memory_allocated() - self.cuda_base
-            self.result["step_time_s"] = time.perf_counter() - self.start
-            self.rss.__exit__()
-            self.result["rss_rise_bytes"] = self.rss.peak - self.rss.base
-            self.result["rss_before_step_bytes"] = self.rss.base
+        """In the first step: the logged loss, to compare the log-prob paths (see :meth:`on_after_backward`)."""
+        if batch_idx == 0 and "train/loss" in trainer.callback_metrics:
+            self.result["first_loss"] = float(trainer.callback_metrics["train/loss"])
+        self._measured_end(trainer, pl_module, batch_idx)
+
+    def _measured_end(self, trainer, pl_module, batch_idx: int) -> None:  # noqa: ANN001
+        """At step ``measure``: puts times, memory by phase and the logged loss into ``result``."""
+        if batch_idx != self.measure:
+            return
+        self.result["step_time_s"] = time.perf_counter() - self.start
+        self.rss.__exit__()
+        phases = pl_module.phase_memory
+        for phase in ("rollout", "update"):
+            start, end = phases.windows[phase]
+            rise, base = self.rss.rise(start, end)
+            self.result[f"{phase}_time_s"] = end - start
+            self.result[f"rss_{phase}_rise_bytes"] = rise
+            self.result[f"rss_before_{phase}_bytes"] = base
+            if phase in phases.peak_allocated:  # CUDA
+                self.result[f"cuda_{phase}_peak_allocated_bytes"] = phases.peak_allocated[phase]
+                self.result[f"cuda_{phase}_peak_reserved_bytes"] = phases.peak_reserved[phase]
+                self.result[f"cuda_{phase}_rise_bytes"] = phases.rise(phase)
+        if phases.peak_allocated:
+            self.result["cuda_peak_allocated_bytes"] = max(phases.peak_allocated.values())
+            self.result["cuda_peak_reserved_bytes"] = max(phases.peak_reserved.values())
+        metrics = trainer.callback_metrics
+        for key in ("loss", "update/token_budget", "micro_batches", "completion_length"):
+            if f"train/{key}" in metrics:
+                self.result[key.replace("update/", "")] = float(metrics[f"train/{key}"])
+
+
+def save_bench_model(name: str, folder: str | Path) -> str:
+    """Saves benchmark model ``name`` (``qwen3-42m`` float32, ``qwen3-1.7b-shape`` bfloat16; random weights)
+    with the tiny task's tokenizer (token ids < 103) to ``folder``; returns the folder. ``tiny`` is returned as is."""
+    if name == "tiny":
+        return "tiny"
+    from infgrpo.bench.models import paper_shape_qwen3, random_qwen3
+    from infgrpo.models import load_tokenizer
+
+    if name == "qwen3-42m":
+        model = random_qwen3()
+    elif name == "qwen3-1.7b-shape":
+        model = paper_shape_qwen3(torch.bfloat16, device="cpu")
+    else:
+        raise ValueError(f"model={name!r}; valid: tiny, qwen3-42m, qwen3-1.7b-shape")
+    model.save_pretrained(folder)
+    load_tokenizer("tiny").save_pretrained(folder)
+    return str(folder)
+
+
+def recipe_kwargs(
+    config: str | Path = "configs/qwen3.yaml", model: str = "tiny", prompts: int = 1, **overrides: Any
+) -> tuple[dict, dict]:
+    """(GRPOModule kwargs, PromptDataModule kwargs) of a YAML recipe's ``model`` section, made to run offline.
+
+    The model is replaced by ``model`` (a folder from :func:`save_bench_model`, or ``tiny``), the
+    data by ``prompts`` prompts of the tiny synthetic task a step, the rewards by ``synthetic``; the
+    output folder and completion tables are dropped. ``overrides`` replace module fields
+    (``logit_chunk_tokens=0``, ``token_budget="auto"``, ...); a ``sampler`` dict updates the recipe's.
+    """
+    import yaml
+
+    from infgrpo.sampler import SamplerConfig
+
+    section = dict(yaml.safe_load(Path(config).read_text())["model"])
+    section.update(model=model, rewards={"synthetic": 1.0}, accuracy_reward="synthetic", output_dir=None)
+    section.update(log_completions_every_n_steps=0)
+    sampler = {**section.get("sampler", {}), **overrides.pop("sampler", {})}
+    section.update(overrides, sampler=sampler)
+    section["sampler"] = SamplerConfig(**section["sampler"])
+    return section, dict(path="tiny", tokenizer=model, batch_size=prompts, eval_split=None)
+
+
+def measure_step(module_kwargs: dict, data_kwargs: dict, measure: int = 1, seed: int = 0) -> dict:
+    """One GRPO step of ``GRPOModule(**module_kwargs)`` on ``PromptDataModule(**data_kwargs)``, measured.
+
+    Seeds everything with ``seed`` (LoRA's initial weights are random), runs ``measure + 1`` Lightning
+    steps (the earlier ones pay one-time initialization) on the default accelerator and returns, for
+    step ``measure``:
+    ``step_time_s``, ``rollout_time_s``, ``update_time_s``; ``loss``, ``token_budget``,
+    ``micro_batches``, ``completion_length`` (as logged); ``first_loss`` and ``first_grad_norm`` (of
+    step 0, where two configurations start equal); ``rss_rollout_rise_bytes``,
+    ``rss_update_rise_bytes`` (resident memory, on any device); on CUDA also
+    ``cuda_rollout_peak_allocated_bytes``, ``cuda_update_peak_allocated_bytes``,
+    ``cuda_rollout_peak_reserved_bytes``, ``cuda_update_peak_reserved_bytes``, ``cuda_rollout_rise_bytes``,
+    ``cuda_update_rise_bytes`` (peak above the phase's start), ``cuda_peak_allocated_bytes`` and
+    ``cuda_peak_reserved_bytes`` (the larger phase); plus ``rss_after_load_bytes``,
+    ``trainable_params`` and ``device``.
+    """
+    from infgrpo import GRPOModule
+    from infgrpo.data import PromptDataModule
+
+    L.seed_everything(seed, verbose=False)
+    module = GRPOModule(**module_kwargs)
+    loaded_rss = psutil.Process().memory_info().rss
+    meter = StepMeter(measure)
+    trainer = L.Trainer(
+        max_steps=measure + 1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[meter],
+    )
+    trainer.fit(module, PromptDataModule(**data_kwargs))
+    result = {
+        **meter.result,
+        "rss_after_load_bytes": loaded_rss,
+        "trainable_params": sum(p.numel() for p in module.policy.parameters() if p.requires_grad),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+    }
+    if torch.cuda.is_available():
+        result["gpu"] = torch.cuda.get_device_name()
+    return result
 
 
 def run_one(cfg: dict) -> dict:
-    """One variant, in this process: two Lightning steps of ``GRPOModule``, the second measured.
-
-    Returns ``cfg`` with the :class:`StepMeter` results, the RSS after loading the model and the number
-    of trainable parameters. ``qwen3-42m`` is saved to a temporary folder and loaded from there.
-    """
-    from infgrpo import GRPOModule, SamplerConfig
-    from infgrpo.data import PromptDataModule
-
+    """One configuration, in this process (see :func:`main`): :func:`measure_step` of a bench model."""
+    torch.set_num_threads(cfg.get("threads") or torch.get_num_threads())
     with tempfile.TemporaryDirectory() as tmp:
-        model = "tiny"
-        if cfg["model"] == "qwen3-42m":
-            from infgrpo.bench.models import random_qwen3
-            from infgrpo.models import load_tokenizer
-
-            model = str(Path(tmp) / "qwen3-42m")
-            random_qwen3().save_pretrained(model)
-            load_tokenizer("tiny").save_pretrained(model)  # token ids of the tiny task, all < 103
-        module = GRPOModule(
+        model = save_bench_model(cfg["model"], Path(tmp) / cfg["model"])
+        module_kwargs = dict(
             model=model,
             group_size=cfg["group_size"],
             accuracy_reward="synthetic",
-            sampler=SamplerConfig(num_slots=cfg["num_slots"], max_new_tokens=cfg["max_new_tokens"]),
+            token_budget=cfg["token_budget"],
+            logit_chunk_tokens=cfg["logit_chunk_tokens"],
+            num_iterations=cfg.get("num_iterations", 1),
             **VARIANTS[cfg["variant"]],
         )
-        loaded_rss = psutil.Process().memory_info().rss
-        meter = StepMeter()
-        trainer = L.Trainer(
-            max_steps=2,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            limit_val_batches=0,
-            callbacks=[meter],
+        from infgrpo import SamplerConfig
+
+        module_kwargs["sampler"] = SamplerConfig(num_slots=cfg["num_slots"], max_new_tokens=cfg["max_new_tokens"])
+        data_kwargs = dict(path="tiny", tokenizer=model, batch_size=cfg["prompts"], eval_split=None)
+        return {**cfg, **measure_step(module_kwargs, data_kwargs)}
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown table: per configuration the memory rise of each phase, the update's over the full path's
+    (same variant), the loss, the token budget and micro-batches, and times."""
+    cuda = any("cuda_update_rise_bytes" in r for r in rows)
+    unit = "CUDA peak rise MiB" if cuda else "RSS rise MiB"
+    lines = [
+        f"| variant | logit_chunk_tokens | trainable params | rollout {unit} | update {unit} | update vs full "
+        "| first step: loss | gradient norm | token budget | micro-batches | rollout s | update s |",
+        "|" + "---|" * 12,
+    ]
+    for r in rows:
+        path = "full" if r["logit_chunk_tokens"] == 0 else f"{r['logit_chunk_tokens']:,}"
+        if "skipped" in r:
+            lines.append(f"| {r['variant']} | {path} | skipped: {r['skipped']} |" + " |" * 9)
+            continue
+        key = "cuda_{}_rise_bytes" if cuda else "rss_{}_rise_bytes"
+        full = next(
+            (x for x in rows if x["variant"] == r["variant"] and x["logit_chunk_tokens"] == 0 and "skipped" not in x),
+            None,
         )
-        trainer.fit(module, PromptDataModule(path="tiny", tokenizer=model, batch_size=cfg["prompts"], eval_split=None))
-        trainable = sum(p.numel() for p in module.policy.parameters() if p.requires_grad)
-    return {
-        **cfg,
-        **meter.result,
-        "rss_after_load_bytes": loaded_rss,
-        "trainable_params": trainable,
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
-    }
+        ratio = f"{r[key.format('update')] / full[key.format('update')]:.2f}" if full else ""
+        lines.append(
+            f"| {r['variant']} | {path} | {r['trainable_params']:,} | {mib(r[key.format('rollout')])} "
+            f"| {mib(r[key.format('update')])} | {ratio} | {r.get('first_loss', float('nan')):.8g} "
+            f"| {r.get('first_grad_norm', float('nan')):.7g} "
+            f"| {int(r.get('token_budget', 0)):,} | {int(r.get('micro_batches', 0))} | {r['rollout_time_s']:.2f} "
+            f"| {r['update_time_s']:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    """Runs each variant in a fresh process, prints a Markdown table, writes ``--json`` and returns the rows.
-
-    The table: trainable parameters, RSS after loading, the step's memory rise (CUDA peak on GPU), its
-    time, and that time over ``float-full``'s.
-    """
+    """Runs each configuration in a fresh process, prints a Markdown table, writes ``--json`` and returns the rows."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", default="tiny", help="tiny or qwen3-42m")
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS))
-    ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--prompts", type=int, default=4)
-    ap.add_argument("--num-slots", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--variants", nargs="+", default=None, help="default: tiny all, qwen3-42m float-full")
+    ap.add_argument(
+        "--logit-chunk-tokens", nargs="+", type=int, default=[DEFAULT_LOGIT_CHUNK_TOKENS, 0], help="0 = full logits"
+    )
+    ap.add_argument("--group-size", type=int, default=None, help="default: per model (tiny 8, qwen3-42m 16)")
+    ap.add_argument("--prompts", type=int, default=None, help="default: per model (tiny 4, qwen3-42m 1)")
+    ap.add_argument("--num-slots", type=int, default=None, help="default: per model (tiny 8, qwen3-42m 16)")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="default: per model (tiny 64, qwen3-42m 512)")
+    ap.add_argument("--token-budget", default=None, help="default: per model (tiny 4096, qwen3-42m 8192); or auto")
+    ap.add_argument("--num-iterations", type=int, default=1, help="mu (with 2 the logged loss is the 2nd iteration's)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per process (default: torch's)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(run_one(json.loads(args.one))))
         return []
+    defaults = MODEL_DEFAULTS.get(args.model, MODEL_DEFAULTS["qwen3-42m"])
+    shared = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}
+    if shared["token_budget"] != "auto":
+        shared["token_budget"] = int(shared["token_budget"])
     rows = []
-    for variant in args.variants:
-        cfg = dict(
-            model=args.model,
-            variant=variant,
-            group_size=args.group_size,
-            prompts=args.prompts,
-            num_slots=args.num_slots,
-            max_new_tokens=args.max_new_tokens,
-        )
-        rows.append(spawn(cfg, bench="step"))
-    base = next((r for r in rows if r["variant"] == "float-full" and "skipped" not in r), None)
-    print(
-        "| variant | trainable params | RSS after load MiB | step memory rise MiB | step time s | time vs float-full |"
-    )
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        if "skipped" in r:
-            print(f"| {r['variant']} | skipped: {r['skipped']} | | | | |")
-            continue
-        mem = r.get("cuda_peak_bytes", r["rss_rise_bytes"])
-        ratio = f"{r['step_time_s'] / base['step_time_s']:.2f}" if base else ""
-        print(
-            f"| {r['variant']} | {r['trainable_params']:,} | {mib(r['rss_after_load_bytes'])} | {mib(mem)} "
-            f"| {r['step_time_s']:.2f} | {ratio} |"
-        )
-    write_json(args.json, {"command": " ".join(sys.argv), "rows": rows})
+    for variant in args.variants or DEFAULT_VARIANTS.get(args.model, list(VARIANTS)):
+        for chunk in args.logit_chunk_tokens:
+            cfg = dict(model=args.model, variant=variant, logit_chunk_tokens=chunk, **shared)
+            cfg.update(num_iterations=args.num_iterations, threads=args.threads)
+            rows.append(spawn(cfg, bench="step"))
+            with contextlib.suppress(KeyError):
+                print(
+                    f"[bench step] {variant} chunk={chunk}: rollout {mib(rows[-1]['rss_rollout_rise_bytes'])} MiB, "
+                    f"update {mib(rows[-1]['rss_update_rise_bytes'])} MiB RSS rise, loss {rows[-1].get('loss')}",
+                    file=sys.stderr,
+                )
+    print(table(rows))
+    command = " ".join(["python -m infgrpo.bench step", *(argv if argv is not None else sys.argv[1:])])
+    write_json(args.json, {"command": command, "rows": rows})
     return rows
 
 

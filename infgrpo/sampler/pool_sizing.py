@@ -41,17 +41,18 @@ TOP_K_VECTORS = 1
 TOP_P_VECTORS = 6
 
 
-def parse_rollout_memory(value: int | float | str) -> int | float:
+def parse_rollout_memory(value: int | float | str, field: str = "rollout_memory") -> int | float:
     """Validated ``rollout_memory``: bytes (int) or a share of free memory (float in (0, 1]).
 
     Strings give bytes with a unit (``"4GB"``, ``"512MiB"``) or a plain number; a float above 1
-    with no fractional part (``4e9``) is read as bytes.
+    with no fractional part (``4e9``) is read as bytes. ``field`` names the setting in errors (the
+    update's ``update_memory`` is parsed alike).
     """
     valid = "bytes (an integer >= 1, or a string such as '4GB', '512MiB') or a float in (0, 1] (share of free memory)"
     if isinstance(value, str):
         m = re.fullmatch(r"\s*(\d+(?:\.\d*)?(?:[eE]\d+)?)\s*([a-zA-Z]*)\s*", value)
         if m is None or m.group(2).lower() not in UNITS:
-            raise ValueError(f"rollout_memory={value!r} is not understood; valid: {valid}")
+            raise ValueError(f"{field}={value!r} is not understood; valid: {valid}")
         number, unit = m.group(1), m.group(2).lower()
         if unit:
             value = int(float(number) * UNITS[unit])
@@ -60,9 +61,9 @@ def parse_rollout_memory(value: int | float | str) -> int | float:
     if isinstance(value, float) and value > 1 and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"rollout_memory={value!r} is not understood; valid: {valid}")
+        raise ValueError(f"{field}={value!r} is not understood; valid: {valid}")
     if (isinstance(value, float) and not 0.0 < value <= 1.0) or (isinstance(value, int) and value < 1):
-        raise ValueError(f"rollout_memory={value!r} is out of range; valid: {valid}")
+        raise ValueError(f"{field}={value!r} is out of range; valid: {valid}")
     return value
 
 

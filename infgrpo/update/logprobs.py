@@ -1,17 +1,123 @@
-"""Per-token log-probs of completions under a model, without a whole-batch float32 logits tensor."""
+"""Per-token log-probs of completions under a model, without a whole-batch float32 logits tensor.
+
+Two paths, chosen by ``chunk_tokens`` (``GRPOModule.logit_chunk_tokens``):
+
+- chunked (``chunk_tokens >= 1``, the default): the model's base (its decoder) gives final hidden
+  states; only the real completion positions go through the LM head, ``chunk_tokens`` at a time,
+  with recomputation in the backward (:mod:`infgrpo.update.chunked_head`). Extra memory:
+  O(chunk x vocabulary).
+- full (``chunk_tokens == 0``): the model's own forward returns logits for the last C + 1 positions
+  of every row (``logits_to_keep``), up-cast to float32 8 rows at a time. Extra memory:
+  O(rows x C x vocabulary), kept for the backward. The reference the chunked path is tested against.
+"""
 
 from __future__ import annotations
 
 import torch
+from torch import nn
 from transformers import PreTrainedModel
 
 from infgrpo.update.batching import MicroBatch
+from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS, chunked_logprobs, head_terms
+
+UNSUPPORTED_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+"""Config fields of models whose forward changes the logits after the LM head (Gemma 2/3 soft-capping,
+Cohere's and Granite's scaling); the chunked path would compute other log-probs, so it refuses them."""
+
+
+def causal_lm_parts(model: nn.Module) -> tuple[nn.Module, nn.Module]:
+    """(decoder, head) of a Hugging Face causal LM, plain or peft-wrapped: the base model that returns
+    ``last_hidden_state`` (n, T, H) and the output embedding (LoRA-adapted or not)."""
+    lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder, head = getattr(lm, "base_model", None), lm.get_output_embeddings()
+    if decoder is None or decoder is lm or head is None:
+        raise ValueError(
+            f"logit_chunk_tokens: {type(lm).__name__} has no separate base model and output layer to take "
+            "hidden states from; set logit_chunk_tokens: 0 to use full logits"
+        )
+    return decoder, head
+
+
+def check_chunked_head(model: nn.Module, chunk_tokens: int) -> None:
+    """Raises a ValueError naming ``logit_chunk_tokens`` when the chunked path cannot reproduce ``model``'s logits.
+
+    Checked before training: the config has no logit transform after the head, the head is a linear
+    layer :func:`head_terms` handles, and on a short input the chunked head's logits equal the
+    model's own (so a model whose forward does something else to its logits is caught too).
+    """
+    if chunk_tokens == 0:
+        return
+    if not isinstance(chunk_tokens, int) or chunk_tokens < 0:
+        raise ValueError(
+            f"logit_chunk_tokens={chunk_tokens!r} must be an integer >= 1 (positions through the LM head at a "
+            "time) or 0 (full logits)"
+        )
+    from infgrpo.sampler.slot_pool import text_config
+
+    cfg = text_config(model.config)
+    for name in UNSUPPORTED_LOGIT_TRANSFORMS:
+        value = getattr(cfg, name, None)
+        if value is not None and value != 1:
+            raise ValueError(
+                f"logit_chunk_tokens={chunk_tokens}: {type(model).__name__} sets {name}={value}, a transform of "
+                "the logits after the LM head that the chunked path does not apply; set logit_chunk_tokens: 0 "
+                "to use full logits"
+            )
+    decoder, head = causal_lm_parts(model)
+    device = next(model.parameters()).device
+    ids = torch.arange(1, 5, device=device)[None] % int(cfg.vocab_size)  # (1, 4)
+    was_training = model.training
+    model.eval()  # no dropout, so both paths see the same function
+    try:
+        with torch.no_grad():
+            want = model(input_ids=ids, use_cache=False).logits[0]  # (4, V)
+            hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state[0]  # (4, H)
+            terms, bias = head_terms(head, hidden)
+            got = sum(nn.functional.linear(x, w).to(want.dtype) for x, w in terms) + (0 if bias is None else bias)
+    finally:
+        model.train(was_training)
+    tol = 64 * torch.finfo(want.dtype).eps * max(1.0, want.abs().max().item())
+    err = (got - want).abs().max().item()
+    if not err <= tol:
+        raise ValueError(
+            f"logit_chunk_tokens={chunk_tokens}: {type(model).__name__}'s logits are not its LM head applied to its "
+            f"final hidden states (max difference {err:.3g} > {tol:.3g}); set logit_chunk_tokens: 0 to use full "
+            "logits"
+        )
 
 
 def completion_logprobs(
-    model: PreTrainedModel, mb: MicroBatch, temperature: float = 1.0, chunk_rows: int = 8
+    model: PreTrainedModel,
+    mb: MicroBatch,
+    temperature: float = 1.0,
+    chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
 ) -> torch.Tensor:
     """Log-probs (n, C) of ``mb.completion_ids`` under ``model`` at ``temperature``.
+
+    ``chunk_tokens``: positions through the LM head at a time (the chunked path), or 0 for the
+    full-logits path (see the module docstring). Positions after a row's completion (padding) hold 0
+    on the chunked path and the pad token's log-prob on the full path; both are masked in the loss.
+    """
+    if chunk_tokens == 0:
+        return full_logits_logprobs(model, mb, temperature)
+    decoder, head = causal_lm_parts(model)
+    c_len = mb.completion_ids.shape[1]
+    hidden = decoder(
+        input_ids=mb.input_ids,
+        attention_mask=mb.attention_mask,
+        position_ids=mb.position_ids,
+        use_cache=False,
+    ).last_hidden_state  # (n, P + C, H)
+    real = mb.attention_mask[:, -c_len:].bool()  # (n, C): generated tokens, not padding
+    h = hidden[:, -c_len - 1 : -1][real]  # (N, H): position t predicts completion token t
+    logp = chunked_logprobs(head, h, mb.completion_ids[real], temperature, chunk_tokens)  # (N,)
+    return logp.new_zeros(real.shape).index_put((real,), logp)  # (n, C)
+
+
+def full_logits_logprobs(
+    model: PreTrainedModel, mb: MicroBatch, temperature: float = 1.0, chunk_rows: int = 8
+) -> torch.Tensor:
+    """Log-probs (n, C) from the model's own logits (the full-logits path; ``logit_chunk_tokens: 0``).
 
     Only the last C + 1 positions produce logits (``logits_to_keep``), and the log-softmax runs in
     chunks of ``chunk_rows`` rows so float32 logits of the whole micro-batch never coexist.

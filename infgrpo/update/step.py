@@ -25,12 +25,17 @@ from transformers import PreTrainedModel
 from infgrpo.algo import LossNorm, clipped_surrogate, policy_loss
 from infgrpo.ranks import Ranks
 from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget, split_rows
+from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 from infgrpo.update.logprobs import completion_logprobs
 
 
 @dataclass
 class LossConfig:
-    """The objective's settings (see :mod:`infgrpo.algo.losses`)."""
+    """The objective's settings (see :mod:`infgrpo.algo.losses`), and how its log-probs are computed.
+
+    ``logit_chunk_tokens``: completion positions through the LM head at a time (0 = full logits; see
+    :mod:`infgrpo.update.logprobs`).
+    """
 
     loss_type: str = "grpo"
     epsilon_low: float = 0.2
@@ -40,6 +45,7 @@ class LossConfig:
     temperature: float = 1.0
     max_completion_length: int = 128
     kl_bias_correction: bool = False
+    logit_chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS
 
 
 def prepare_microbatches(
@@ -84,13 +90,17 @@ def frozen_logprobs(
     temperature: float,
     ref_model: PreTrainedModel | None = None,
     reference: bool = False,
+    chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
 ) -> list[torch.Tensor]:
-    """Log-probs per micro-batch without gradients: the policy's (old) or the reference's."""
+    """Log-probs per micro-batch without gradients: the policy's (old) or the reference's.
+
+    Computed as the policy's are (``chunk_tokens``, see :func:`~infgrpo.update.completion_logprobs`).
+    """
     if reference:
         with reference_context(model, ref_model):
             target = ref_model if ref_model is not None else model
-            return [completion_logprobs(target, mb, temperature) for mb in mbs]
-    return [completion_logprobs(model, mb, temperature) for mb in mbs]
+            return [completion_logprobs(target, mb, temperature, chunk_tokens) for mb in mbs]
+    return [completion_logprobs(model, mb, temperature, chunk_tokens) for mb in mbs]
 
 
 def accumulate_policy_gradients(
@@ -120,7 +130,7 @@ def accumulate_policy_gradients(
     device = next(model.parameters()).device
     total_loss, kl_sum, low_sum, high_sum = 0.0, 0.0, 0.0, 0.0
     for k, mb in enumerate(mbs):
-        logp = completion_logprobs(model, mb, cfg.temperature)  # (n, C)
+        logp = completion_logprobs(model, mb, cfg.temperature, cfg.logit_chunk_tokens)  # (n, C)
         old = old_logps[k] if old_logps is not None else logp.detach()
         ref = ref_logps[k] if ref_logps is not None else None
         terms = clipped_surrogate(

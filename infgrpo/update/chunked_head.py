@@ -1,0 +1,165 @@
+"""Token log-probs through the LM head in chunks: no (tokens x vocabulary) logits, forward or backward.
+
+For N positions with final hidden states ``h`` (N, H), head weight ``W`` (V, H), optional bias ``b``
+(V,) and targets ``t`` (N,), the log-prob of each target at temperature T is::
+
+    z = h @ W^T + b                       # (c, V) in the head's dtype, c <= chunk positions at a time
+    logp = log_softmax(float32(z) / T)[t] # (c,)   float32 (float64 stays float64)
+
+:class:`ChunkedLogprobs` computes it ``chunk`` positions at a time and keeps only the per-position
+log-sum-exp (N,) for the backward, which recomputes each chunk's logits and turns them into the
+gradient in place: ``dlogp/dz = (onehot(t) - softmax(z / T)) / T``. So the extra memory is a few
+(chunk x V) buffers, never (N x V) — the fused linear cross-entropy idea of Liger and Unsloth, with
+the GRPO target (a log-prob per token, not a mean loss), in plain torch so it runs anywhere.
+
+A LoRA-adapted head (peft ``lora.Linear``, when ``lm_head`` is a target) is a sum of linear terms,
+``h @ W^T + (s * A(dropout(h))) @ B^T``: the rank-r input ``s * A(h)`` (N, r) is computed outside
+with ordinary autograd and enters as a second (input, weight) term. Heads that are not linear in
+that way (quantized, DoRA, LoRA with bias) are refused by :func:`head_terms`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DEFAULT_LOGIT_CHUNK_TOKENS = 512
+"""Positions per chunk by default. The head's memory grows with the chunk (measured on a 42M Qwen3 with
+151,936 tokens on CPU: 300 MiB at 256 positions, 1,190 MiB at 1,024; ``benchmarks/RESULTS.md``,
+issue #13); at 512 a float32 (chunk x vocabulary) buffer is 0.31 GB, and a 512-row matmul is large
+enough for a GPU to run the head near full throughput."""
+
+
+def _logits(xs: list[torch.Tensor], ws: list[torch.Tensor], bias: torch.Tensor | None, s: int, e: int) -> torch.Tensor:
+    """Logits (e - s, V) of positions s..e: the sum of ``xs[i][s:e] @ ws[i]^T`` plus ``bias``, in the dtype of
+    the first term (the head's; the LoRA terms are cast to it, as peft does)."""
+    z = F.linear(xs[0][s:e], ws[0], bias)  # (c, V)
+    for x, w in zip(xs[1:], ws[1:], strict=True):
+        z = z + F.linear(x[s:e], w).to(z.dtype)
+    return z
+
+
+def _scaled(z: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
+    """``z.to(dtype) / scale``, in place on the new logits (a fresh matmul output nobody else holds)."""
+    z = z.to(dtype)
+    return z.div_(scale) if scale != 1.0 else z
+
+
+class ChunkedLogprobs(torch.autograd.Function):
+    """``log_softmax(sum_i x_i @ w_i^T + bias) / T)[targets]`` (N,), chunk by chunk (see the module docstring).
+
+    Arguments of :meth:`apply`: ``targets`` (N,) int64, ``scale`` (the temperature), ``chunk``
+    (positions per chunk), ``bias`` (V,) or None, then the terms ``x_1, w_1, x_2, w_2, ...`` with
+    ``x_i`` (N, D_i) and ``w_i`` (V, D_i). Gradients flow to every x_i, w_i and the bias that need them.
+    """
+
+    @staticmethod
+    def forward(ctx, targets, scale, chunk, bias, *terms):  # noqa: ANN001, ANN205 - autograd.Function signature
+        """Log-probs (N,), one chunk of logits alive at a time; saves the log-sum-exp (N,) for the backward."""
+        xs, ws = list(terms[0::2]), list(terms[1::2])
+        n = targets.shape[0]
+        out_dtype = torch.promote_types(ws[0].dtype, torch.float32)  # bf16 -> f32, f64 stays
+        logp = torch.empty(n, dtype=out_dtype, device=targets.device)
+        lse = torch.empty(n, dtype=out_dtype, device=targets.device)
+        for s in range(0, n, chunk):
+            e = min(n, s + chunk)
+            z = _scaled(_logits(xs, ws, bias, s, e), out_dtype, scale)  # (c, V) float32
+            lse[s:e] = torch.logsumexp(z, dim=-1)  # one more (c, V) buffer inside
+            logp[s:e] = z.gather(-1, targets[s:e, None]).squeeze(-1) - lse[s:e]
+            del z
+        ctx.scale, ctx.chunk, ctx.num_terms = scale, chunk, len(xs)
+        ctx.save_for_backward(targets, lse, bias, *terms)
+        return logp
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001, ANN205 - autograd.Function signature
+        """Gradients of the terms and bias from ``grad`` (N,), recomputing one chunk of logits at a time."""
+        targets, lse, bias, *terms = ctx.saved_tensors
+        xs, ws = terms[0::2], terms[1::2]
+        needs = ctx.needs_input_grad  # (targets, scale, chunk, bias, x_1, w_1, x_2, w_2, ...)
+        grad_bias = torch.zeros_like(bias) if bias is not None and needs[3] else None
+        grad_x = [torch.empty_like(x) if needs[4 + 2 * i] else None for i, x in enumerate(xs)]
+        grad_w = [torch.zeros_like(w) if needs[5 + 2 * i] else None for i, w in enumerate(ws)]
+        n = targets.shape[0]
+        for s in range(0, n, ctx.chunk):
+            e = min(n, s + ctx.chunk)
+            z = _logits(list(xs), list(ws), bias, s, e)  # (c, V) recomputed, the head's dtype
+            logit_dtype = z.dtype
+            p = _scaled(z, lse.dtype, ctx.scale)  # (c, V) float32 (z itself when the head is float32)
+            del z
+            p.sub_(lse[s:e, None]).exp_()  # softmax(z / T), in place
+            g = grad[s:e, None].to(p.dtype)  # (c, 1)
+            p.mul_(-g).scatter_add_(-1, targets[s:e, None], g)  # g * (onehot - softmax)
+            gz = p.div_(ctx.scale).to(logit_dtype)  # (c, V): dlogp/dz, the head's dtype
+            del p
+            if grad_bias is not None:
+                grad_bias += gz.sum(dim=0).to(grad_bias.dtype)
+            for i in range(ctx.num_terms):
+                if grad_x[i] is not None:
+                    grad_x[i][s:e] = (gz @ ws[i].to(logit_dtype)).to(grad_x[i].dtype)  # (c, D_i)
+                if grad_w[i] is not None:
+                    grad_w[i] += (gz.t() @ xs[i][s:e].to(logit_dtype)).to(grad_w[i].dtype)  # (V, D_i)
+        pairs = [g for i in range(ctx.num_terms) for g in (grad_x[i], grad_w[i])]
+        return None, None, None, grad_bias, *pairs
+
+
+def is_plain_linear(module: nn.Module) -> bool:
+    """True when ``module`` computes exactly ``F.linear(x, weight, bias)`` with float weights."""
+    return (
+        isinstance(module, nn.Linear)
+        and type(module).forward is nn.Linear.forward  # not a quantized subclass (bitsandbytes)
+        and module.weight.is_floating_point()
+    )
+
+
+def head_terms(
+    head: nn.Module, hidden: torch.Tensor, field: str = "logit_chunk_tokens"
+) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
+    """The linear terms ``[(x_i (N, D_i), w_i (V, D_i)), ...]`` and bias (V,) | None of ``head`` at ``hidden`` (N, H).
+
+    A plain ``nn.Linear`` is one term; a peft LoRA-adapted linear adds ``(scaling * A(dropout(h)), B)``
+    per active adapter (none while adapters are disabled or merged). Anything else raises a
+    ValueError naming ``field``, since computing something else silently would train another model.
+    """
+    if is_plain_linear(head):
+        return [(hidden, head.weight)], head.bias
+    base = getattr(head, "base_layer", None)
+    if base is None or not hasattr(head, "lora_A") or not is_plain_linear(base):
+        raise ValueError(
+            f"{field}: the model's output layer is a {type(head).__name__}, which the chunked LM head cannot "
+            f"compute (it handles a float nn.Linear, optionally LoRA-adapted by peft); set {field}: 0 to use "
+            "full logits"
+        )
+    terms = [(hidden, base.weight)]
+    if head.disable_adapters or head.merged:
+        return terms, base.bias
+    for name in head.active_adapters:
+        if name not in head.lora_A.keys():
+            continue
+        lora_a, lora_b = head.lora_A[name], head.lora_B[name]
+        if name in getattr(head, "lora_variant", {}) or lora_b.bias is not None:
+            raise ValueError(
+                f"{field}: the output layer's LoRA adapter {name!r} is a variant (DoRA or lora_bias) the chunked "
+                f"LM head cannot compute; set {field}: 0 to use full logits"
+            )
+        x = hidden.to(lora_a.weight.dtype)
+        u = lora_a(head.lora_dropout[name](x)) * head.scaling[name]  # (N, r), ordinary autograd
+        terms.append((u, lora_b.weight))
+    return terms, base.bias
+
+
+def chunked_logprobs(
+    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, chunk_tokens: int
+) -> torch.Tensor:
+    """Log-probs (N,) of ``targets`` (N,) after final hidden states ``hidden`` (N, H), through ``head``.
+
+    ``temperature`` divides the logits (<= 0 counts as 1, as greedy decoding has no temperature);
+    ``chunk_tokens`` positions go through the head at a time, forward and backward.
+    """
+    if chunk_tokens < 1:
+        raise ValueError(f"logit_chunk_tokens={chunk_tokens} must be >= 1 here (0 selects the full-logits path)")
+    terms, bias = head_terms(head, hidden)
+    scale = float(temperature) if temperature > 0 else 1.0
+    flat = [t for pair in terms for t in pair]
+    return ChunkedLogprobs.apply(targets, scale, int(chunk_tokens), bias, *flat)

@@ -1,0 +1,161 @@
+"""The chunked LM head computes the full-logits log-probs and gradients, in O(chunk x vocabulary) memory."""
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from infgrpo import GRPOModule, SamplerConfig
+from infgrpo.data import PromptDataModule
+from infgrpo.models import load_policy
+from infgrpo.update import collate, completion_logprobs
+from infgrpo.update.logprobs import causal_lm_parts
+from tests.conftest import random_model
+from tests.test_models import dequantized_reference, save_base
+from tests.test_module import trainer
+
+PROMPTS = [[1, 5, 7, 9], [3, 4], [8, 9, 10, 11, 12], [6]]
+COMPLETIONS = [[20, 21, 22], [30, 31, 32, 33, 34, 35, 36], [40], [50, 51, 52, 53]]  # 15 real positions
+
+
+def with_lora(model, targets):
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets, task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(hash(name) % 2**31))
+    return model.train()
+
+
+def logprobs_and_grads(model, mb, temperature, chunk):
+    """Masked log-probs (n, C) and the gradients of a fixed weighted sum of them."""
+    model.zero_grad(set_to_none=True)
+    lp = completion_logprobs(model, mb, temperature, chunk) * mb.completion_mask
+    weights = torch.randn(lp.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(lp.dtype)
+    (lp * weights).sum().backward()
+    return lp.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("arch,tied", [("qwen3", True), ("llama", False)])
+@pytest.mark.parametrize("lora", [None, ["q_proj", "v_proj"], ["q_proj", "v_proj", "lm_head"]])
+@pytest.mark.parametrize("chunk", [4, 10_000])  # 15 positions: 4 chunks, or one chunk larger than the micro-batch
+def test_chunked_logprobs_and_gradients_equal_full_logits_float64(arch, tied, lora, chunk):
+    model = random_model(arch, torch.float64, tie_word_embeddings=tied).train()
+    if lora:
+        model = with_lora(model, lora)
+    mb = collate(list(range(4)), PROMPTS, COMPLETIONS, pad_id=0)  # rows of 1-7 completion tokens
+    want, want_grads = logprobs_and_grads(model, mb, 0.7, chunk=0)
+    got, got_grads = logprobs_and_grads(model, mb, 0.7, chunk=chunk)
+    assert (got - want).abs().max() <= 1e-10
+    assert want_grads.keys() == got_grads.keys() and len(want_grads) >= 4
+    if lora and "lm_head" in lora:
+        assert any("lm_head.lora_A" in k for k in got_grads) and any("lm_head.lora_B" in k for k in got_grads)
+    if not lora:
+        head = "lm_head.weight" if not tied else "model.embed_tokens.weight"
+        assert head in got_grads and got_grads[head].abs().max() > 0
+    for k, g in want_grads.items():
+        assert g.abs().max() > 0, k
+        assert (got_grads[k] - g).abs().max() <= 1e-10, k
+
+
+def test_4bit_lora_chunked_gradients_match_a_dequantized_float64_reference(tokenizer, tmp_path):
+    base = save_base("qwen3", tokenizer, tmp_path / "base")
+    policy = load_policy(base, lora_r=4, load_in_4bit=True, bnb_4bit_compute_dtype="float32")
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    ref = dequantized_reference(policy, base, lora_r=4).train()
+    policy.train()
+    mb = collate(list(range(4)), PROMPTS, COMPLETIONS, pad_id=0)
+    want_lp, want = logprobs_and_grads(ref, mb, 0.8, chunk=0)  # float64, full logits
+    got_lp, got = logprobs_and_grads(policy, mb, 0.8, chunk=4)  # 4-bit base, chunked head in float32
+    assert len(want) == len(got) == 28
+    assert torch.allclose(got_lp.double(), want_lp, atol=1e-5)
+    for name, g in want.items():
+        assert g.norm() > 0, name
+        assert torch.allclose(got[name].double(), g, rtol=1e-4, atol=1e-6 * g.abs().max().item()), name
+
+
+def test_one_training_step_gives_the_same_parameters_on_both_paths_float64(tmp_path):
+    """The whole step: reference (beta) and old-policy (mu = 2) log-probs, loss and two optimizer steps."""
+    params = []
+    for chunk in (0, 5):
+        torch.manual_seed(0)
+        module = GRPOModule(
+            dtype="float64",
+            group_size=4,
+            sampler=SamplerConfig(num_slots=4, max_new_tokens=16, temperature=0.9),
+            beta=0.04,
+            num_iterations=2,
+            token_budget=96,
+            learning_rate=1e-2,
+            logit_chunk_tokens=chunk,
+        )
+        before = {k: p.detach().clone() for k, p in module.policy.named_parameters()}
+        trainer(tmp_path / str(chunk), 1, enable_checkpointing=False).fit(
+            module, PromptDataModule(path="tiny", batch_size=2, eval_split=None)
+        )
+        params.append({k: p.detach().clone() for k, p in module.policy.named_parameters()})
+    full, chunked = params
+    assert sum(not torch.equal(full[k], before[k]) for k in full) >= len(full) // 2  # the step trained
+    for k in full:
+        assert (full[k] - chunked[k]).abs().max() <= 1e-10, k
+
+
+class LargestTensor(TorchDispatchMode):
+    """Records the largest new tensor (in elements) any operation returns; views and in-place results,
+    which share an input's memory, are not new."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        flat = [*args, *(kwargs or {}).values()]
+        inputs = {t.untyped_storage().data_ptr() for t in flat if isinstance(t, torch.Tensor)}
+        for t in out if isinstance(out, tuple | list) else [out]:
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def saved_bytes(model, run):
+    """Bytes of the tensors autograd saves for the backward of ``run()``, the model's parameters excepted."""
+    params = {p.data_ptr() for p in model.parameters()}
+    saved = []
+
+    def pack(t):
+        if t.data_ptr() not in params:
+            saved.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        run()
+    return sum(saved)
+
+
+def test_memory_is_bounded_by_the_chunk_not_by_the_tokens_times_the_vocabulary():
+    vocab, chunk = 8192, 16
+    rows = [[7 + (3 * i + j) % 90 for j in range(60 + 5 * i)] for i in range(4)]  # 4 rows, 60-75 tokens
+    mb = collate(list(range(4)), [[1, 2, 3]] * 4, rows, pad_id=0)
+    tokens = int(mb.completion_mask.sum())
+    logits_f32 = tokens * vocab * 4  # float32 logits of the micro-batch's completion positions: 8.9 MiB
+    model = with_lora(random_model("qwen3", torch.float32, vocab=vocab), ["q_proj", "v_proj"])
+    # 1) what the forward keeps for the backward, beyond the decoder's own activations (both paths run it)
+    decoder = causal_lm_parts(model)[0]
+    layers = saved_bytes(model, lambda: decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask))
+    full = saved_bytes(model, lambda: completion_logprobs(model, mb, 1.0, 0)) - layers
+    chunked = saved_bytes(model, lambda: completion_logprobs(model, mb, 1.0, chunk)) - layers
+    assert full >= logits_f32  # the full path keeps (at least) the float32 logits
+    assert 0 < chunked < logits_f32 / 50  # hidden states of the completion positions and per-token scalars
+    # 2) the largest tensor any operation makes, forward and backward
+    for c, bound in ((0, None), (chunk, chunk * vocab)):
+        model.zero_grad(set_to_none=True)
+        with LargestTensor() as mode:
+            completion_logprobs(model, mb, 1.0, c).sum().backward()
+        if bound is None:
+            assert mode.largest >= tokens * vocab
+        else:
+            assert mode.largest <= bound
