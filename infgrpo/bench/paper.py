@@ -15,8 +15,9 @@ lease that ends early still leaves what finished:
   ``hf_full`` (HF generate over the group) and ``hf_micro`` (HF generate, 8 at a time): decode steps,
   ms per step, generated tokens/s, CUDA peak above the weights.
 - ``b``: one GRPO step of ``configs/qwen3.yaml``'s recipe at that shape (4-bit nf4 + LoRA r=16,
-  G=32, 16 slots, 768 new tokens, dapo, token_budget 8,192), the second of two Lightning steps:
-  rollout and update seconds, CUDA peak allocated and reserved.
+  G=32, 16 slots, 768 new tokens, dapo, chunked LM head, ``token_budget: auto``), the second of two
+  Lightning steps (``bench step``'s ``measure_step``): rollout and update seconds, CUDA peak
+  allocated per phase and reserved.
 - ``c``: G=128 on 32 slots against ``hf_full``: memory.
 
 Random weights never choose EOS, so a slice of the vocabulary (``--stop-fraction``) stops completions,
@@ -55,91 +56,27 @@ SMALL = dict(
 
 # -- part b: one GRPO step, in its own process ----------------------------------------------------
 def run_step(cfg: dict) -> dict:
-    """One GRPO step of the qwen3.yaml recipe on ``cfg['model']`` (two Lightning steps, the second measured)."""
-    import lightning as L
+    """One GRPO step of ``configs/qwen3.yaml``'s recipe on ``cfg['model']`` (:func:`~infgrpo.bench.step.measure_step`).
 
-    from infgrpo import GRPOModule, SamplerConfig
-    from infgrpo.bench.models import QWEN3_VOCAB, paper_shape_qwen3, random_qwen3
-    from infgrpo.data import PromptDataModule
-    from infgrpo.models import load_tokenizer
+    Random-weight bench models are saved with the tiny task's tokenizer and stop on a slice of the
+    vocabulary above its ids (``stop_fraction``), as ``bench rollout`` does; the recipe's data and
+    rewards are replaced by the tiny synthetic task. ``cfg`` may shrink the group, the slots and the
+    completions (``--small``) and set the LoRA rank, 4-bit loading and compute dtype.
+    """
+    from infgrpo.bench.models import QWEN3_VOCAB
+    from infgrpo.bench.step import measure_step, recipe_kwargs, save_bench_model
 
-    cuda = torch.cuda.is_available()
     with tempfile.TemporaryDirectory() as tmp:
         model, stop = cfg["model"], []
-        if cfg["model"] in ("qwen3-42m", "qwen3-1.7b-shape"):  # random weights through from_pretrained
-            model = str(Path(tmp) / cfg["model"])
-            device = "cuda" if cuda else "cpu"
-            net = random_qwen3() if cfg["model"] == "qwen3-42m" else paper_shape_qwen3(device=device)
-            net.save_pretrained(model)
-            del net
-            load_tokenizer("tiny").save_pretrained(model)  # the synthetic task's ids, all < 103
+        if model in ("qwen3-42m", "qwen3-1.7b-shape"):
+            model = save_bench_model(model, Path(tmp) / model)
             stop = list(range(103, 103 + max(1, round(QWEN3_VOCAB * cfg["stop_fraction"]))))
-        module = GRPOModule(
-            model=model,
-            dtype=cfg["compute"],
-            lora_r=cfg["lora_r"],
-            lora_alpha=2 * cfg["lora_r"],
-            load_in_4bit=cfg["load_in_4bit"],
-            bnb_4bit_compute_dtype=cfg["compute"],
-            gradient_checkpointing=True,
-            group_size=cfg["group_size"],
-            loss_type="dapo",
-            epsilon_high=0.28,
-            token_budget=8192,
-            learning_rate=2e-5,
-            accuracy_reward="synthetic",
-            sampler=SamplerConfig(
-                num_slots=cfg["num_slots"], max_new_tokens=cfg["max_new_tokens"], stop_token_ids=stop
-            ),
-        )
-        times: dict[str, float] = {}
-        rollouts: list = []
-        sample = module.sampler.sample
-
-        def recorded_sample(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - keeps each rollout's stats
-            rollouts.append(sample(*args, **kwargs))
-            return rollouts[-1]
-
-        module.sampler.sample = recorded_sample
-
-        class Meter(L.Callback):
-            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: ANN001
-                if batch_idx == 1 and cuda:
-                    torch.cuda.synchronize()
-                    torch.cuda.reset_peak_memory_stats()
-                times["start"] = time.perf_counter()
-
-            def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
-                if batch_idx == 1:
-                    if cuda:
-                        torch.cuda.synchronize()
-                        times["peak_allocated_gb"] = torch.cuda.max_memory_allocated() / 1e9
-                        times["peak_reserved_gb"] = torch.cuda.max_memory_reserved() / 1e9
-                    times["step_s"] = time.perf_counter() - times["start"]
-                    stats = rollouts[-1].stats
-                    times["rollout_s"] = stats["wall_time_s"]
-                    times["decode_steps"] = stats["decode_steps"]
-                    times["generated_tokens"] = stats["generated_tokens"]
-                    times["graph_captures"] = stats.get("graph_captures", 0)
-                    metrics = trainer.callback_metrics
-                    for key in ("train/time/update_s", "train/memory/rollout_peak_gb", "train/memory/update_peak_gb"):
-                        if key in metrics:
-                            times[key.split("/")[-1]] = float(metrics[key])
-
-        trainer = L.Trainer(
-            max_steps=2,
-            accelerator="gpu" if cuda else "cpu",
-            devices=1,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            limit_val_batches=0,
-            callbacks=[Meter()],
-        )
-        trainer.fit(module, PromptDataModule(path="tiny", tokenizer=model, batch_size=1, eval_split=None))
-    times.pop("start", None)
-    return {**cfg, **times, "device": "cuda" if cuda else "cpu"}
+        sampler = dict(num_slots=cfg["num_slots"], max_new_tokens=cfg["max_new_tokens"], stop_token_ids=stop)
+        overrides = dict(group_size=cfg["group_size"], lora_r=cfg["lora_r"], lora_alpha=2 * cfg["lora_r"])
+        overrides.update(load_in_4bit=cfg["load_in_4bit"], bnb_4bit_compute_dtype=cfg["compute"], dtype=cfg["compute"])
+        module_kwargs, data_kwargs = recipe_kwargs(cfg["config"], model=model, prompts=1, sampler=sampler, **overrides)
+        result = measure_step(module_kwargs, data_kwargs)
+    return {**cfg, **result}
 
 
 # -- checks: CUDA only ---------------------------------------------------------------------------
@@ -237,11 +174,19 @@ def table(parts: dict[str, list[dict]]) -> str:
         if "skipped" in r:
             lines.append(f"| b | GRPO step | | skipped: {r['skipped']} |")
             continue
-        mem = f"peak {r.get('peak_allocated_gb', 0):.2f} GB alloc / {r.get('peak_reserved_gb', 0):.2f} GB reserved"
+        steps = r.get("decode_steps", 0)
+        gb = 1e9
+        mem = (
+            f"rollout {r['cuda_rollout_peak_allocated_bytes'] / gb:.2f} / update "
+            f"{r['cuda_update_peak_allocated_bytes'] / gb:.2f} GB allocated, "
+            f"{r['cuda_peak_reserved_bytes'] / gb:.2f} GB reserved"
+            if "cuda_peak_allocated_bytes" in r
+            else f"RSS rise: rollout {mib(r['rss_rollout_rise_bytes'])} / update {mib(r['rss_update_rise_bytes'])} MiB"
+        )
         lines.append(
-            f"| b | GRPO step (rollout {r['rollout_s']:.1f} s, update {r.get('update_s', float('nan')):.1f} s) "
-            f"| {r['num_slots']} | {r['decode_steps']} | {1000 * r['rollout_s'] / max(r['decode_steps'], 1):.1f} "
-            f"| {r['generated_tokens'] / r['rollout_s']:.0f} | | {mem} | |"
+            f"| b | GRPO step (rollout {r['rollout_time_s']:.1f} s, update {r['update_time_s']:.1f} s) "
+            f"| {r['num_slots']} | {steps:.0f} | {1000 * r['rollout_time_s'] / max(steps, 1):.1f} "
+            f"| {r.get('generated_tokens', 0) / r['rollout_time_s']:.0f} | | {mem} | |"
         )
     for r in parts.get("checks", []):
         lines.append(f"| checks | {json.dumps({k: v for k, v in r.items() if k not in ('model',)})} |")
@@ -256,6 +201,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     ap.add_argument("--parts", nargs="+", default=["checks", "a", "b", "c"], choices=["checks", "a", "b", "c"])
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole suite")
     ap.add_argument("--json-dir", default="benchmarks/paper")
+    ap.add_argument("--config", default="configs/qwen3.yaml", help="the recipe part (b) runs one step of")
     ap.add_argument("--threads", type=int, default=0, help="torch threads in each process (0 = torch's default)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -275,7 +221,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
         elif name == "c":
             configs = part_c(s, model)
         elif name == "b":
-            configs = [dict(s["b"], kind="step", model=model, stop_fraction=s["a"]["stop_fraction"])]
+            stop = s["a"]["stop_fraction"]
+            configs = [dict(s["b"], kind="step", model=model, stop_fraction=stop, config=args.config)]
         else:
             configs = [dict(kind="checks", model=model, stop_fraction=s["a"]["stop_fraction"])]
         configs = [dict(c, threads=args.threads) for c in configs]

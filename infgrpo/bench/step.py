@@ -132,9 +132,14 @@ class StepMeter(L.Callback):
             self.result["cuda_peak_allocated_bytes"] = max(phases.peak_allocated.values())
             self.result["cuda_peak_reserved_bytes"] = max(phases.peak_reserved.values())
         metrics = trainer.callback_metrics
-        for key in ("loss", "update/token_budget", "micro_batches", "completion_length"):
+        for key in ("loss", "update/token_budget", "micro_batches", "completion_length", "rollout/decode_steps"):
             if f"train/{key}" in metrics:
-                self.result[key.replace("update/", "")] = float(metrics[f"train/{key}"])
+                self.result[key.split("/")[-1]] = float(metrics[f"train/{key}"])
+        rollout = pl_module.sampler.last_stats
+        if rollout:
+            self.result["generated_tokens"] = rollout["generated_tokens"]
+            self.result["rollout_wall_s"] = rollout["wall_time_s"]
+            self.result["graph_captures"] = rollout.get("graph_captures", 0)
 
 
 def save_bench_model(name: str, folder: str | Path) -> str:
@@ -148,7 +153,7 @@ def save_bench_model(name: str, folder: str | Path) -> str:
     if name == "qwen3-42m":
         model = random_qwen3()
     elif name == "qwen3-1.7b-shape":
-        model = paper_shape_qwen3(torch.bfloat16, device="cpu")
+        model = paper_shape_qwen3(torch.bfloat16, device="cuda" if torch.cuda.is_available() else "cpu")
     else:
         raise ValueError(f"model={name!r}; valid: tiny, qwen3-42m, qwen3-1.7b-shape")
     model.save_pretrained(folder)

@@ -108,6 +108,7 @@ class MicroGroupSampler:
             self.pad_id = self.eos_id if pad is None else pad
         self.stop_ids = stop_token_ids(model, self.eos_id, config.stop_token_ids)
         self.calls = 0
+        self.last_stats: dict[str, Any] = {}
         # After a rollout ran out of device memory, the slot count that worked: later rollouts start
         # there instead of failing again (see _oom_backoff).
         self.slot_cap: int | None = None
@@ -183,6 +184,7 @@ class MicroGroupSampler:
             if not cfg.keep_pool:
                 self.release()
         self.calls += 1
+        self.last_stats = rollouts.stats  # the latest rollout's statistics (benchmarks read them after a step)
         rollouts.stats["wall_time_s"] = wall = time.perf_counter() - start
         rollouts.stats["tokens_per_s"] = rollouts.stats["generated_tokens"] / wall if wall > 0 else 0.0
         if torch.cuda.is_available():

@@ -19,7 +19,7 @@ def test_paper_suite_small_runs_every_part_and_writes_each_json(tmp_path, capsys
     engine_small, engine_big = parts["a"][:2]
     assert engine_big["slots_used"] == 8 and engine_small["slots_used"] == 4
     (step,) = parts["b"]
-    assert step["decode_steps"] > 0 and step["rollout_s"] > 0 and step["update_s"] > 0
+    assert step["decode_steps"] > 0 and step["rollout_time_s"] > 0 and step["update_time_s"] > 0
     assert step["generated_tokens"] >= step["group_size"]
     table = capsys.readouterr().out
     assert "| a | engine G=16 | 4 |" in table and "| b | GRPO step (rollout" in table
