@@ -36,16 +36,13 @@ from infgrpo.bench.results import write_json
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 
 
-class PeakRSS:
-    """Polls this process's resident memory in a thread; ``peak - base`` is the rise during the block."""
+class RSSTimeline:
+    """Polls this process's resident memory in a thread, keeping (time, bytes) samples."""
 
     def __init__(self, interval: float = 0.002) -> None:
-        self.proc, self.interval = psutil.Process(), interval
-        self.base = self.peak = 0
+        self.proc, self.interval, self.samples = psutil.Process(), interval, []
 
-    def __enter__(self) -> PeakRSS:
-        gc.collect()
-        self.base = self.peak = self.proc.memory_info().rss
+    def __enter__(self) -> RSSTimeline:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
@@ -53,13 +50,40 @@ class PeakRSS:
 
     def _poll(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self.proc.memory_info().rss)
+            self.record(self.proc.memory_info().rss)
             time.sleep(self.interval)
+
+    def record(self, rss: int) -> None:
+        """Keeps one sample (the timeline keeps them all, with their time)."""
+        self.samples.append((time.perf_counter(), rss))
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, self.proc.memory_info().rss)
+        self.record(self.proc.memory_info().rss)
+
+    def rise(self, start: float, end: float) -> tuple[int, int]:
+        """(peak within [start, end] minus the level at ``start``, that level) in bytes."""
+        before = [r for t, r in self.samples if t <= start]
+        inside = [r for t, r in self.samples if start <= t <= end]
+        base = before[-1] if before else (inside[0] if inside else 0)
+        return max(inside, default=base) - base, base
+
+
+class PeakRSS(RSSTimeline):
+    """Polls this process's resident memory in a thread; ``peak - base`` is the rise during the block.
+
+    Keeps only the peak: a list of samples would itself grow the memory it measures.
+    """
+
+    def __enter__(self) -> PeakRSS:
+        gc.collect()
+        self.base = self.peak = self.proc.memory_info().rss
+        return super().__enter__()
+
+    def record(self, rss: int) -> None:
+        """Keeps the larger of the peak so far and ``rss``."""
+        self.peak = max(self.peak, rss)
 
 
 def run_one(cfg: dict) -> dict:

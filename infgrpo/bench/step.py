@@ -23,7 +23,6 @@ import contextlib
 import json
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ import psutil
 import torch
 
 from infgrpo.bench.results import write_json
-from infgrpo.bench.rollout import mib, spawn
+from infgrpo.bench.rollout import RSSTimeline, mib, spawn
 from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 
 VARIANTS = {
@@ -46,36 +45,6 @@ MODEL_DEFAULTS = {  # per model: group size, prompts, slots, max new tokens, tok
     "qwen3-42m": dict(group_size=16, prompts=1, num_slots=16, max_new_tokens=512, token_budget=8192),
 }
 DEFAULT_VARIANTS = {"tiny": list(VARIANTS), "qwen3-42m": ["float-full"]}  # qwen3-42m: ~10 min a process on 2 cores
-
-
-class RSSTimeline:
-    """Polls this process's resident memory in a thread, keeping (time, bytes) samples."""
-
-    def __init__(self, interval: float = 0.002) -> None:
-        self.proc, self.interval, self.samples = psutil.Process(), interval, []
-
-    def __enter__(self) -> RSSTimeline:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-        return self
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append((time.perf_counter(), self.proc.memory_info().rss))
-            time.sleep(self.interval)
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.samples.append((time.perf_counter(), self.proc.memory_info().rss))
-
-    def rise(self, start: float, end: float) -> tuple[int, int]:
-        """(peak within [start, end] minus the level at ``start``, that level) in bytes."""
-        before = [r for t, r in self.samples if t <= start]
-        inside = [r for t, r in self.samples if start <= t <= end]
-        base = before[-1] if before else (inside[0] if inside else 0)
-        return max(inside, default=base) - base, base
 
 
 class StepMeter(L.Callback):
