@@ -26,7 +26,7 @@ import dataclasses
 import gc
 import time
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -41,6 +41,7 @@ from infgrpo.ranks import Ranks
 from infgrpo.rewards import check_rewards, compute_rewards
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.sampler.sampling import derive_seed
+from infgrpo.threads import adapt_threads, check_threads, set_threads
 from infgrpo.update import (
     LossConfig,
     accumulate_policy_gradients,
@@ -112,6 +113,10 @@ class GRPOModule(L.LightningModule):
         output_dir: at the end of fit, write the trained LoRA adapter (a peft adapter folder) or,
             without LoRA, the whole model here.
         seed: base seed of the rollout random streams.
+        threads: torch CPU threads: 'auto' (default) picks, before each rollout and update, as many as
+            the work can use and the cores other processes leave free (torch's default, one per core,
+            collapses when another process keeps a core busy: 28x slower on 2 cores); an integer fixes
+            the count (bit-identical CPU runs across machines). See infgrpo.threads.
     """
 
     def __init__(
@@ -152,6 +157,7 @@ class GRPOModule(L.LightningModule):
         num_completions_to_log: int = 4,
         output_dir: str | None = None,
         seed: int = 0,
+        threads: int | Literal["auto"] = "auto",
     ) -> None:
         super().__init__()
         sampler = SamplerConfig(**sampler) if isinstance(sampler, dict) else dataclasses.replace(sampler)
@@ -178,10 +184,12 @@ class GRPOModule(L.LightningModule):
         check_dtype(dtype)
         check_loading(lora_r, load_in_4bit, bnb_4bit_quant_type, bnb_4bit_compute_dtype)
         check_rewards(rewards)
+        threads = check_threads(threads, "threads")
         # plain types only, so checkpoints load with torch.load(weights_only=True)
         self.save_hyperparameters(ignore=["sampler"])
         self.hparams["sampler"] = dataclasses.asdict(sampler)
         self.automatic_optimization = False
+        set_threads(threads)  # process-wide: torch has one intra-op pool
         # 2) load the policy, its tokenizer and (if needed) a frozen reference
         self.tokenizer = load_tokenizer(model)
         self.policy = load_policy(
@@ -313,6 +321,7 @@ class GRPOModule(L.LightningModule):
         temp = self.loss_cfg.temperature
         budget = min(hp.token_budget, self.token_budget_cap or hp.token_budget)
         masked = rollouts.finish_reasons if hp.mask_truncated_completions else None
+        adapt_threads(self.policy, rows=budget)  # CPU threads for the update: work size, free cores
         mbs, oom_retries = self._pack(prompts, rollouts.completion_ids, budget, masked), 0
         while True:
             try:
@@ -460,6 +469,7 @@ class GRPOModule(L.LightningModule):
     # -- evaluation -------------------------------------------------------------------------
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         """Decodes one completion per held-out prompt (``eval_temperature``) and accumulates reward and accuracy."""
+        adapt_threads(self.policy, rows=len(batch))
         rollouts = self.eval_sampler.generate_one([b["prompt_ids"] for b in batch], batch_size=len(batch))
         rewards, parts, _ = self.score(rollouts, [b["meta"] for b in batch])
         self.val_reward.update(rewards)

@@ -12,6 +12,7 @@ BENCHMARKS = {
     "rollout": "infgrpo.bench.rollout",
     "step": "infgrpo.bench.step",
     "schedule": "infgrpo.bench.schedule",
+    "busy-cpu": "infgrpo.bench.busy_cpu",
 }
 
 
