@@ -34,11 +34,12 @@ from torch.nn.parallel import DistributedDataParallel
 from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES, KL_ESTIMATORS, LOSS_TYPES, zero_std_fraction
-from infgrpo.algo.advantages import check_scale_rewards
+from infgrpo.algo.advantages import check_scale_rewards, nanstd
 from infgrpo.completion_log import log_completions
 from infgrpo.models import check_dtype, check_loading, frozen_reference, load_policy, load_tokenizer, save_trained
 from infgrpo.ranks import Ranks
 from infgrpo.rewards import check_rewards, compute_rewards
+from infgrpo.rewards.core import check_on_error
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.sampler.sampling import derive_seed
 from infgrpo.threads import adapt_threads, check_threads, set_threads
@@ -64,6 +65,12 @@ SCHEDULE_METRICS = (
 """Keys of ``Rollouts.stats`` logged as ``train/rollout/<key>`` (when the sampler reports them)."""
 
 
+def accuracy(values: torch.Tensor) -> torch.Tensor:
+    """Share of ``values`` (N,) >= 1 (a correct answer), failed (NaN) values left out; NaN when all failed."""
+    scored = values[~values.isnan()]
+    return (scored >= 1.0).float().mean() if scored.numel() else torch.tensor(float("nan"))
+
+
 class GRPOModule(L.LightningModule):
     """GRPO with micro-group rollouts and memory that does not grow with the group size.
 
@@ -86,7 +93,11 @@ class GRPOModule(L.LightningModule):
             registry or ``"module.path:function"``.
         accuracy_reward: reward whose value >= 1 counts as a correct answer (logged as accuracy);
             None disables the accuracy metric.
-        reward_on_error: ``"raise"`` (stop, naming the function and sample) or ``"zero"`` (score 0).
+        reward_on_error: what a failed reward (the function raised, or returned None/NaN/inf) does:
+            ``raise`` (stop, naming the function and sample); ``zero`` (score it 0; the 0 enters its group's
+            mean and std, so the failed row is pushed down); ``skip`` (TRL 1.16: left out of the weighted
+            sum; a completion whose every reward failed is left out of its group's mean and std and gets
+            advantage 0). Failed completions are counted in ``train/rewards_failed``.
         advantage: advantage estimator name (``grpo``).
         scale_rewards: ``group`` / ``batch`` / ``none``: which std divides the centered rewards.
         loss_type: ``grpo`` (per-sequence mean), ``bnpo``, ``dapo`` or ``dr_grpo``.
@@ -173,8 +184,7 @@ class GRPOModule(L.LightningModule):
             raise ValueError(f"epsilon_low={epsilon_low}, epsilon_high={epsilon_high} must be >= 0")
         if beta < 0:
             raise ValueError(f"beta={beta} must be >= 0")
-        if reward_on_error not in ("raise", "zero"):
-            raise ValueError(f"reward_on_error={reward_on_error!r}; valid: 'raise', 'zero'")
+        check_on_error(reward_on_error)
         if accuracy_reward is not None and accuracy_reward not in rewards:
             raise ValueError(f"accuracy_reward={accuracy_reward!r} must be one of rewards: {', '.join(rewards)}")
         ADVANTAGES.check(advantage)
@@ -278,19 +288,23 @@ class GRPOModule(L.LightningModule):
         offset = self.ranks.prompt_offset(len(batch))  # streams keyed by the global prompt index
         self._rollout = self.sampler.sample(prompts, self.hparams.group_size, seed, prompt_offset=offset)
 
-    def score(self, rollouts: Rollouts, metas: list[dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[str]]:
-        """Rewards (N,) of the completions, each reward function's values, and the decoded texts."""
+    def score(
+        self, rollouts: Rollouts, metas: list[dict]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[str], torch.Tensor]:
+        """Rewards (N,) of the completions (NaN: unscorable under ``reward_on_error: skip``), each reward
+        function's values, the decoded texts, and (N,) bool: the completions with a failed reward."""
         texts = self.tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
         per_sample_meta = [metas[i] for i in rollouts.prompt_index]
-        total, parts = compute_rewards(
+        total, parts, failed = compute_rewards(
             self.rewards,
             texts,
             per_sample_meta,
             self.hparams.reward_on_error,
             completion_lengths=rollouts.lengths,
             max_completion_length=self.sampler.config.max_new_tokens,
+            return_failed=True,
         )
-        return total, parts, texts
+        return total, parts, texts, failed
 
     # -- update -----------------------------------------------------------------------------
     def training_step(self, batch: list[dict], batch_idx: int) -> None:
@@ -309,11 +323,11 @@ class GRPOModule(L.LightningModule):
         start = time.perf_counter()
         # 1) rewards and group advantages; groups are local, the batch (for its std and the metrics)
         # is every rank's rows, gathered in global order
-        rewards, parts, texts = self.score(rollouts, [b["meta"] for b in batch])
+        rewards, parts, texts, failed = self.score(rollouts, [b["meta"] for b in batch])
         lengths = torch.tensor(rollouts.lengths, dtype=rewards.dtype)
         truncated = torch.tensor([r == "length" for r in rollouts.finish_reasons], dtype=rewards.dtype)
-        columns = [rewards, lengths, truncated, *parts.values()]
-        table = self.ranks.gather(torch.stack(columns, dim=1))  # (N_global, 3 + parts)
+        columns = [rewards, lengths, truncated, failed.to(rewards.dtype), *parts.values()]
+        table = self.ranks.gather(torch.stack(columns, dim=1))  # (N_global, 4 + parts)
         advantages = ADVANTAGES.get(hp.advantage)(rewards, hp.group_size, hp.scale_rewards, batch_rewards=table[:, 0])
         # 2) micro-batches within the token budget; frozen log-probs where needed. Out of device
         # memory (one process): again with half the budget; later steps keep the budget that fit.
@@ -362,13 +376,14 @@ class GRPOModule(L.LightningModule):
         update_time = time.perf_counter() - start
         # 4) metrics of the global batch (identical on every rank); times and steps of the slowest rank
         all_rewards, all_lengths = table[:, 0], table[:, 1]
-        all_parts = {name: table[:, 3 + i] for i, name in enumerate(parts)}
+        all_parts = {name: table[:, 4 + i] for i, name in enumerate(parts)}
         st = rollouts.stats
         local = [st["wall_time_s"], update_time, float(st["decode_steps"]), st["slot_utilization"]]
         per_rank = self.ranks.gather(torch.tensor([local], dtype=torch.float64))  # (world, 4)
         metrics = {
-            "reward": all_rewards.mean(),
-            "reward_std": all_rewards.std(),
+            "reward": all_rewards.nanmean(),  # failed rewards (NaN under skip) left out, as TRL does
+            "reward_std": nanstd(all_rewards),
+            "rewards_failed": table[:, 3].sum(),  # completions with a failed reward (reward_on_error)
             "completion_length": all_lengths.mean(),
             "completion_length_max": all_lengths.max(),
             "completions_truncated": table[:, 2].mean(),  # share that hit max_new_tokens
@@ -383,16 +398,16 @@ class GRPOModule(L.LightningModule):
             **stats,
         }
         if hp.accuracy_reward is not None:
-            metrics["accuracy"] = (all_parts[hp.accuracy_reward] >= 1.0).float().mean()
+            metrics["accuracy"] = accuracy(all_parts[hp.accuracy_reward])
         for key in SCHEDULE_METRICS:  # this rank's schedule and length-prediction telemetry
             if key in st:
                 metrics[f"rollout/{key}"] = float(st[key])
         for name, values in all_parts.items():
             if len(parts) > 1:
-                metrics[f"rewards/{name}"] = values.mean()
+                metrics[f"rewards/{name}"] = values.nanmean()
         bs = len(batch)
         self.log_dict({f"train/{k}": float(v) for k, v in metrics.items()}, on_step=True, batch_size=bs)
-        self.log("reward", all_rewards.mean(), prog_bar=True, on_step=True, batch_size=bs, logger=False)
+        self.log("reward", all_rewards.nanmean(), prog_bar=True, on_step=True, batch_size=bs, logger=False)
         every = hp.log_completions_every_n_steps
         if every and (self.sampler.calls - 1) % every == 0:  # rollout 1, 1 + N, 1 + 2N, ...
             self._log_completions(batch, rollouts, texts, rewards, parts)
@@ -471,10 +486,12 @@ class GRPOModule(L.LightningModule):
         """Decodes one completion per held-out prompt (``eval_temperature``) and accumulates reward and accuracy."""
         adapt_threads(self.policy, rows=len(batch))
         rollouts = self.eval_sampler.generate_one([b["prompt_ids"] for b in batch], batch_size=len(batch))
-        rewards, parts, _ = self.score(rollouts, [b["meta"] for b in batch])
-        self.val_reward.update(rewards)
-        if self.hparams.accuracy_reward is not None:
-            self.val_accuracy.update((parts[self.hparams.accuracy_reward] >= 1.0).float())
+        rewards, parts, _, _ = self.score(rollouts, [b["meta"] for b in batch])
+        if not rewards.isnan().all():  # failed rewards (NaN under skip) left out
+            self.val_reward.update(rewards[~rewards.isnan()])
+        acc = parts[self.hparams.accuracy_reward] if self.hparams.accuracy_reward is not None else None
+        if acc is not None and not acc.isnan().all():
+            self.val_accuracy.update((acc[~acc.isnan()] >= 1.0).float())
 
     def on_validation_epoch_end(self) -> None:
         """Logs ``val/reward`` and ``val/accuracy`` (reduced over ranks by torchmetrics), then resets them."""

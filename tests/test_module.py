@@ -137,6 +137,25 @@ def test_reward_that_raises_stops_with_the_function_name(tmp_path):
         trainer(tmp_path, 1).fit(module, data())
 
 
+def synthetic_or_none(completions, metadata):
+    """The synthetic reward, failing (None) on every second completion."""
+    from infgrpo.rewards.synthetic import synthetic_reward
+
+    scores = synthetic_reward(completions, metadata)
+    return [None if i % 2 else s for i, s in enumerate(scores)]
+
+
+@pytest.mark.parametrize("mode", ["skip", "zero"])
+def test_failed_rewards_are_counted_and_training_goes_on(tmp_path, mode):
+    name = f"{__name__}:synthetic_or_none"
+    module = GRPOModule(**SMALL, rewards={name: 1.0}, accuracy_reward=name, reward_on_error=mode)
+    t = trainer(tmp_path, 1)
+    t.fit(module, data())
+    m = t.callback_metrics
+    assert m["train/rewards_failed"].item() == 4  # half of 2 prompts x 4 completions
+    assert torch.isfinite(m["train/reward"]) and torch.isfinite(m["train/accuracy"])
+
+
 def test_prompt_longer_than_context_is_a_clear_error(tmp_path):
     module = GRPOModule(group_size=2, sampler=SamplerConfig(max_new_tokens=250))
     with pytest.raises(ValueError, match=r"max_new_tokens=250 it needs .* \(max_position_embeddings\) is 256"):
