@@ -145,5 +145,3 @@ def compute_rewards(
     if on_error == "skip":
         total[torch.stack(list(parts.values())).isnan().all(dim=0)] = math.nan  # unscorable rows
     return (total, parts, failed) if return_failed else (total, parts)
-
-
