@@ -105,8 +105,11 @@ class GRPOModule(L.LightningModule):
         epsilon_high: upper clip range: the ratio is clipped above at 1 + epsilon_high (DAPO uses 0.28).
         beta: KL coefficient against the reference policy (0 = no reference is loaded).
         kl_estimator: ``k3`` (default, TRL's), ``k1`` or ``k2``.
-        kl_bias_correction: multiply the KL estimate by the importance ratio (DeepSeek-V3.2's unbiased
-            estimator under off-policy samples; TRL's ``use_bias_correction_kl``, also off by default).
+        kl_bias_correction: multiply the KL estimate by the importance ratio (TRL's ``use_bias_correction_kl``).
+            On by default, as in TRL 1.16: with it the KL term's gradient is the unbiased gradient of the
+            reverse KL to the reference (DeepSeek-V3.2), also on-policy, where the ratio is 1 but its gradient
+            is not; a TRL recipe with ``beta > 0`` then trains the same here. Off gives the original GRPO
+            (DeepSeekMath) k3 gradient and TRL < 1.16's behaviour. No effect with ``beta: 0``.
         mask_truncated_completions: leave completions cut at ``max_new_tokens`` out of the loss (DAPO's
             overlong filtering; TRL's option of the same name). They still count in the group's advantages.
         num_iterations: optimizer steps per rollout (mu); > 1 reuses the rollout with old log-probs.
@@ -155,7 +158,7 @@ class GRPOModule(L.LightningModule):
         epsilon_high: float = 0.2,
         beta: float = 0.0,
         kl_estimator: str = "k3",
-        kl_bias_correction: bool = False,
+        kl_bias_correction: bool = True,
         mask_truncated_completions: bool = False,
         num_iterations: int = 1,
         token_budget: int = 4096,

@@ -237,3 +237,8 @@ def test_gradient_checkpointing_and_lora_train(tmp_path):
     lora = {k: v.clone() for k, v in module.policy.named_parameters() if "lora_B" in k}
     trainer(tmp_path, 1).fit(module, data())
     assert any(not torch.equal(v, lora[k]) for k, v in module.policy.named_parameters() if "lora_B" in k)
+
+
+def test_kl_bias_correction_is_on_by_default_as_in_trl_1_16():
+    assert GRPOModule(beta=0.04, lora_r=4).loss_cfg.kl_bias_correction is True
+    assert GRPOModule(beta=0.04, lora_r=4, kl_bias_correction=False).loss_cfg.kl_bias_correction is False
