@@ -35,7 +35,7 @@ from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES, KL_ESTIMATORS, LOSS_TYPES, zero_std_fraction
 from infgrpo.algo.advantages import check_scale_rewards, nanstd
-from infgrpo.completion_log import log_completions
+from infgrpo.completion_log import log_completions, prompt_for_table
 from infgrpo.models import check_dtype, check_loading, frozen_reference, load_policy, load_tokenizer, save_trained
 from infgrpo.ranks import Ranks
 from infgrpo.rewards import check_rewards, compute_rewards
@@ -422,9 +422,10 @@ class GRPOModule(L.LightningModule):
         """A few samples (one per prompt first) as a table for the loggers and the console."""
         g = rollouts.group_size
         order = [p * g + j for j in range(g) for p in range(len(batch))][: self.hparams.num_completions_to_log]
-        prompts = self.tokenizer.batch_decode([rollouts.prompt_ids[i // g] for i in order], skip_special_tokens=True)
+        decoded = self.tokenizer.batch_decode([rollouts.prompt_ids[i // g] for i in order], skip_special_tokens=True)
         rows = []
-        for prompt, i in zip(prompts, order, strict=True):
+        for prompt, i in zip(decoded, order, strict=True):
+            prompt = prompt_for_table(batch[i // g].get("prompt_text"), prompt)  # the question, not the system prompt
             row = {"prompt": prompt, "completion": texts[i], "reward": float(rewards[i])}
             row.update({name: float(v[i]) for name, v in parts.items() if len(parts) > 1})
             rows.append(row)
