@@ -36,7 +36,15 @@ from torchmetrics import MeanMetric
 from infgrpo.algo import ADVANTAGES, KL_ESTIMATORS, LOSS_TYPES, zero_std_fraction
 from infgrpo.algo.advantages import check_scale_rewards, nanstd
 from infgrpo.completion_log import log_completions, prompt_for_table
-from infgrpo.models import check_dtype, check_loading, frozen_reference, load_policy, load_tokenizer, save_trained
+from infgrpo.models import (
+    check_dtype,
+    check_loading,
+    frozen_reference,
+    load_policy,
+    load_tokenizer,
+    resolve_output_dir,
+    save_trained,
+)
 from infgrpo.ranks import Ranks
 from infgrpo.rewards import check_rewards, compute_rewards
 from infgrpo.rewards.core import check_on_error
@@ -125,7 +133,8 @@ class GRPOModule(L.LightningModule):
             rewards to the loggers and the console (0 = never).
         num_completions_to_log: rows of that table.
         output_dir: at the end of fit, write the trained LoRA adapter (a peft adapter folder) or,
-            without LoRA, the whole model here.
+            without LoRA, the whole model here. A relative path is under the run's root
+            (``trainer.default_root_dir``; the working directory when unset), e.g. ``adapter``.
         seed: base seed of the rollout random streams.
         threads: torch CPU threads: 'auto' (default) picks, before each rollout and update, as many as
             the work can use and the cores other processes leave free (torch's default, one per core,
@@ -480,10 +489,12 @@ class GRPOModule(L.LightningModule):
         return max(1, largest // 2)
 
     def on_train_end(self) -> None:
-        """Writes the trained adapter (LoRA) or model to ``output_dir``, when set, from global rank 0."""
+        """Writes the trained adapter (LoRA) or model to ``output_dir`` (relative: under the run's root),
+        when set, from global rank 0, and prints where it went."""
         if self.hparams.output_dir and self.trainer.is_global_zero:
-            path = save_trained(self.policy, self.tokenizer, self.hparams.output_dir)
-            print(f"[infgrpo] wrote the trained {'adapter' if self.hparams.lora_r else 'model'} to {path}")
+            path = resolve_output_dir(self.hparams.output_dir, self.trainer.default_root_dir)
+            path = save_trained(self.policy, self.tokenizer, path)
+            print(f"[infgrpo] wrote the trained {'adapter' if self.hparams.lora_r else 'model'} to {path.resolve()}")
 
     # -- evaluation -------------------------------------------------------------------------
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import lightning as L
 import pytest
 import torch
@@ -242,3 +244,17 @@ def test_gradient_checkpointing_and_lora_train(tmp_path):
 def test_kl_bias_correction_is_on_by_default_as_in_trl_1_16():
     assert GRPOModule(beta=0.04, lora_r=4).loss_cfg.kl_bias_correction is True
     assert GRPOModule(beta=0.04, lora_r=4, kl_bias_correction=False).loss_cfg.kl_bias_correction is False
+
+
+def test_relative_output_dir_goes_under_the_runs_root(tmp_path, monkeypatch, capsys):
+    from infgrpo.models import resolve_output_dir
+
+    assert resolve_output_dir("/abs/adapter", "runs/a") == Path("/abs/adapter")
+    assert resolve_output_dir("adapter", "runs/a") == Path("runs/a/adapter")
+    monkeypatch.chdir(tmp_path)  # the working directory must not receive it
+    root = tmp_path / "run"
+    module = GRPOModule(**SMALL, lora_r=4, output_dir="adapter")
+    trainer(root, 1).fit(module, data())
+    assert (root / "adapter" / "adapter_config.json").exists()
+    assert not (tmp_path / "adapter").exists()
+    assert f"wrote the trained adapter to {root / 'adapter'}" in capsys.readouterr().out
