@@ -17,6 +17,7 @@ import importlib.util
 import os
 import warnings
 
+import torch
 from jsonargparse import DefaultHelpFormatter, set_parsing_settings
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.cli import LightningCLI
@@ -25,6 +26,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from infgrpo.checkpoint_io import AtomicCheckpointIO
 from infgrpo.data import PromptDataModule
+from infgrpo.hardware import check_accelerator
 from infgrpo.module import GRPOModule
 from infgrpo.progress import StepProgressBar
 
@@ -32,6 +34,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.
 set_parsing_settings(docstring_parse_attribute_docstrings=True)
 warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
+
+
+def mps_available() -> bool:
+    """Whether torch can use Apple's MPS device here."""
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
 
 
 def default_loggers(root: str) -> list[Logger]:
@@ -50,6 +57,11 @@ class GRPOCLI(LightningCLI):
         """Links ``model.model`` to ``data.tokenizer`` and adds ``--ckpt_path``."""
         parser.link_arguments("model.model", "data.tokenizer")
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="checkpoint to resume from")
+
+    def before_instantiate_classes(self) -> None:
+        """Fails before the model loads when ``trainer.accelerator`` asks for a GPU the machine lacks."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
 
     def instantiate_trainer(self, **kwargs):  # noqa: ANN003, ANN201
         """The Trainer, with the default loggers when ``trainer.logger`` is unset or true, and atomic checkpoints.

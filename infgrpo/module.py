@@ -30,12 +30,14 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch.nn.parallel import DistributedDataParallel
 from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES, KL_ESTIMATORS, LOSS_TYPES, zero_std_fraction
 from infgrpo.algo.advantages import check_scale_rewards, nanstd
 from infgrpo.completion_log import log_completions, prompt_for_table
+from infgrpo.hardware import cpu_flags, slow_cpu_dtype
 from infgrpo.models import (
     check_dtype,
     check_loading,
@@ -268,7 +270,15 @@ class GRPOModule(L.LightningModule):
 
     # -- rollout ----------------------------------------------------------------------------
     def on_fit_start(self) -> None:
-        """Moves the frozen reference (if any) to the module's device and learns the data-parallel ranks."""
+        """Moves the frozen reference (if any) to the module's device and learns the data-parallel ranks.
+
+        On a CPU, warns once when the weights' dtype has no native support there (see infgrpo.hardware).
+        """
+        if self.device.type == "cpu":
+            hp = self.hparams
+            slow = slow_cpu_dtype(hp.bnb_4bit_compute_dtype if hp.load_in_4bit else hp.dtype, cpu_flags())
+            if slow:
+                rank_zero_warn(f"[infgrpo] {slow}")
         if self.ref_model is not None:
             self.ref_model.to(self.device)
         self.setup_ranks()
