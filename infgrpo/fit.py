@@ -7,7 +7,10 @@
     python -m infgrpo.fit --config configs/tiny.yaml --trainer.strategy ddp --trainer.devices 2   # data parallel
 
 Logs go to CSV (and TensorBoard when installed) under ``trainer.default_root_dir``; each run gets a
-new version folder, with its checkpoints (written atomically) inside.
+new version folder, with its checkpoints (written atomically) inside. With stdout redirected (nohup,
+SLURM, CI) a plain line of progress is printed every ``trainer.log_every_n_steps`` steps
+(:class:`~infgrpo.plain_progress.PlainProgress`). Torch's CPU threads follow ``model.threads``
+(``auto``: see :mod:`infgrpo.threads`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from infgrpo.checkpoint_io import AtomicCheckpointIO
 from infgrpo.data import PromptDataModule
 from infgrpo.hardware import check_accelerator
 from infgrpo.module import GRPOModule
+from infgrpo.plain_progress import PlainProgress
 from infgrpo.progress import StepProgressBar
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -76,6 +80,8 @@ class GRPOCLI(LightningCLI):
         for callback in trainer.callbacks:
             if type(callback) is RichProgressBar:  # same bar and settings, without "Epoch 0/-2"
                 callback.__class__ = StepProgressBar
+        if not any(isinstance(c, PlainProgress) for c in trainer.callbacks):
+            trainer.callbacks.append(PlainProgress())  # prints only when stdout is not a terminal
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer

@@ -414,6 +414,7 @@ class GRPOModule(L.LightningModule):
             "time/update_s": per_rank[:, 1].max(),
             "rollout/decode_steps": per_rank[:, 2].max(),
             "rollout/slot_utilization": per_rank[:, 3].mean(),
+            "rollout/tokens_per_s": st["tokens_per_s"],  # generated tokens / rollout wall time (this rank)
             "lr": lr,
             "update/oom_retries": oom_retries,
             "update/token_budget": budget,
