@@ -18,6 +18,24 @@ def _short(text: str, n: int = 120) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
+def _number(value: float) -> str:
+    """``value`` in 3 significant digits, never ``-0`` (a negative zero prints as 0)."""
+    return f"{value + 0.0:.3g}"  # -0.0 + 0.0 == +0.0
+
+
+def prompt_for_table(user_text: str | None, decoded_prompt: str, n: int = 200) -> str:
+    """What a completion table shows of a prompt: the user turn when known, else the prompt's *end*.
+
+    A chat-templated prompt starts with the system prompt (SmolLM2 adds one of its own), so its
+    beginning says nothing about the question; its last ``n`` characters (the user turn and the
+    assistant header) do.
+    """
+    if user_text:
+        return user_text
+    text = decoded_prompt.strip()
+    return text if len(text) <= n else "..." + text[-(n - 3) :]
+
+
 @rank_zero_only
 def log_completions(loggers: list[Logger], step: int, rows: list[dict], console: bool = True) -> None:
     """``rows``: dicts with keys prompt, completion, reward (and any other reward columns)."""
@@ -41,5 +59,5 @@ def log_completions(loggers: list[Logger], step: int, rows: list[dict], console:
     if console:
         print(f"\n[infgrpo] step {step} completions:")
         for r in rows:
-            extras = " ".join(f"{k}={r[k]:.3g}" for k in keys if k not in ("prompt", "completion"))
+            extras = " ".join(f"{k}={_number(r[k])}" for k in keys if k not in ("prompt", "completion"))
             print(f"  {extras} | {_short(r['prompt'], 60)} -> {_short(r['completion'], 80)}")

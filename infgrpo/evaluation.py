@@ -6,6 +6,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from infgrpo.rewards import compute_rewards
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
+from infgrpo.threads import adapt_threads
 
 
 def evaluate(
@@ -26,6 +27,7 @@ def evaluate(
     """
     cfg = SamplerConfig(max_new_tokens=max_new_tokens, temperature=temperature, keep_pool=False)
     sampler = MicroGroupSampler(model, tokenizer, cfg)
+    adapt_threads(model, rows=min(batch_size, len(items)))  # CPU threads: work size, free cores
     out = sampler.generate_one([it["prompt_ids"] for it in items], batch_size=batch_size)
     texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
     total, parts = compute_rewards(

@@ -7,7 +7,10 @@
     python -m infgrpo.fit --config configs/tiny.yaml --trainer.strategy ddp --trainer.devices 2   # data parallel
 
 Logs go to CSV (and TensorBoard when installed) under ``trainer.default_root_dir``; each run gets a
-new version folder, with its checkpoints (written atomically) inside.
+new version folder, with its checkpoints (written atomically) inside. With stdout redirected (nohup,
+SLURM, CI) a plain line of progress is printed every ``trainer.log_every_n_steps`` steps
+(:class:`~infgrpo.plain_progress.PlainProgress`). Torch's CPU threads follow ``model.threads``
+(``auto``: see :mod:`infgrpo.threads`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import importlib.util
 import os
 import warnings
 
+import torch
 from jsonargparse import DefaultHelpFormatter, set_parsing_settings
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.cli import LightningCLI
@@ -25,13 +29,20 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from infgrpo.checkpoint_io import AtomicCheckpointIO
 from infgrpo.data import PromptDataModule
+from infgrpo.hardware import check_accelerator
 from infgrpo.module import GRPOModule
+from infgrpo.plain_progress import PlainProgress
 from infgrpo.progress import StepProgressBar
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.
 set_parsing_settings(docstring_parse_attribute_docstrings=True)
 warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
+
+
+def mps_available() -> bool:
+    """Whether torch can use Apple's MPS device here."""
+    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
 
 
 def default_loggers(root: str) -> list[Logger]:
@@ -51,6 +62,11 @@ class GRPOCLI(LightningCLI):
         parser.link_arguments("model.model", "data.tokenizer")
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="checkpoint to resume from")
 
+    def before_instantiate_classes(self) -> None:
+        """Fails before the model loads when ``trainer.accelerator`` asks for a GPU the machine lacks."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
+
     def instantiate_trainer(self, **kwargs):  # noqa: ANN003, ANN201
         """The Trainer, with the default loggers when ``trainer.logger`` is unset or true, and atomic checkpoints.
 
@@ -64,6 +80,8 @@ class GRPOCLI(LightningCLI):
         for callback in trainer.callbacks:
             if type(callback) is RichProgressBar:  # same bar and settings, without "Epoch 0/-2"
                 callback.__class__ = StepProgressBar
+        if not any(isinstance(c, PlainProgress) for c in trainer.callbacks):
+            trainer.callbacks.append(PlainProgress())  # prints only when stdout is not a terminal
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer

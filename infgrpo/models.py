@@ -126,6 +126,16 @@ def frozen_reference(model: PreTrainedModel) -> PreTrainedModel:
     return ref
 
 
+def resolve_output_dir(output_dir: str | Path, root_dir: str | Path) -> Path:
+    """``output_dir`` as given when absolute, else under ``root_dir`` (the run's ``trainer.default_root_dir``).
+
+    So a run logged under one folder writes its adapter there too, e.g. ``adapter`` with
+    ``--trainer.default_root_dir runs/a`` -> ``runs/a/adapter``.
+    """
+    path = Path(output_dir).expanduser()
+    return path if path.is_absolute() else Path(root_dir) / path
+
+
 def save_trained(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path) -> Path:
     """Writes the LoRA adapter (a standard peft adapter folder) or, without LoRA, the whole model."""
     path = Path(path)

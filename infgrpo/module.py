@@ -26,22 +26,34 @@ import dataclasses
 import gc
 import time
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch.nn.parallel import DistributedDataParallel
 from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES, KL_ESTIMATORS, LOSS_TYPES, zero_std_fraction
-from infgrpo.algo.advantages import check_scale_rewards
-from infgrpo.completion_log import log_completions
-from infgrpo.models import check_dtype, check_loading, frozen_reference, load_policy, load_tokenizer, save_trained
+from infgrpo.algo.advantages import check_scale_rewards, nanstd
+from infgrpo.completion_log import log_completions, prompt_for_table
+from infgrpo.hardware import cpu_flags, slow_cpu_dtype
+from infgrpo.models import (
+    check_dtype,
+    check_loading,
+    frozen_reference,
+    load_policy,
+    load_tokenizer,
+    resolve_output_dir,
+    save_trained,
+)
 from infgrpo.phase_memory import PhaseMemory
 from infgrpo.ranks import Ranks
 from infgrpo.rewards import check_rewards, compute_rewards
+from infgrpo.rewards.core import check_on_error
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.sampler.sampling import derive_seed
+from infgrpo.threads import adapt_threads, check_threads, set_threads
 from infgrpo.update import (
     LossConfig,
     accumulate_policy_gradients,
@@ -67,6 +79,12 @@ SCHEDULE_METRICS = (
 """Keys of ``Rollouts.stats`` logged as ``train/rollout/<key>`` (when the sampler reports them)."""
 
 
+def accuracy(values: torch.Tensor) -> torch.Tensor:
+    """Share of ``values`` (N,) >= 1 (a correct answer), failed (NaN) values left out; NaN when all failed."""
+    scored = values[~values.isnan()]
+    return (scored >= 1.0).float().mean() if scored.numel() else torch.tensor(float("nan"))
+
+
 class GRPOModule(L.LightningModule):
     """GRPO with micro-group rollouts and memory that does not grow with the group size.
 
@@ -89,7 +107,11 @@ class GRPOModule(L.LightningModule):
             registry or ``"module.path:function"``.
         accuracy_reward: reward whose value >= 1 counts as a correct answer (logged as accuracy);
             None disables the accuracy metric.
-        reward_on_error: ``"raise"`` (stop, naming the function and sample) or ``"zero"`` (score 0).
+        reward_on_error: what a failed reward (the function raised, or returned None/NaN/inf) does:
+            ``raise`` (stop, naming the function and sample); ``zero`` (score it 0; the 0 enters its group's
+            mean and std, so the failed row is pushed down); ``skip`` (TRL 1.16: left out of the weighted
+            sum; a completion whose every reward failed is left out of its group's mean and std and gets
+            advantage 0). Failed completions are counted in ``train/rewards_failed``.
         advantage: advantage estimator name (``grpo``).
         scale_rewards: ``group`` / ``batch`` / ``none``: which std divides the centered rewards.
         loss_type: ``grpo`` (per-sequence mean), ``bnpo``, ``dapo`` or ``dr_grpo``.
@@ -97,8 +119,11 @@ class GRPOModule(L.LightningModule):
         epsilon_high: upper clip range: the ratio is clipped above at 1 + epsilon_high (DAPO uses 0.28).
         beta: KL coefficient against the reference policy (0 = no reference is loaded).
         kl_estimator: ``k3`` (default, TRL's), ``k1`` or ``k2``.
-        kl_bias_correction: multiply the KL estimate by the importance ratio (DeepSeek-V3.2's unbiased
-            estimator under off-policy samples; TRL's ``use_bias_correction_kl``, also off by default).
+        kl_bias_correction: multiply the KL estimate by the importance ratio (TRL's ``use_bias_correction_kl``).
+            On by default, as in TRL 1.16: with it the KL term's gradient is the unbiased gradient of the
+            reverse KL to the reference (DeepSeek-V3.2), also on-policy, where the ratio is 1 but its gradient
+            is not; a TRL recipe with ``beta > 0`` then trains the same here. Off gives the original GRPO
+            (DeepSeekMath) k3 gradient and TRL < 1.16's behaviour. No effect with ``beta: 0``.
         mask_truncated_completions: leave completions cut at ``max_new_tokens`` out of the loss (DAPO's
             overlong filtering; TRL's option of the same name). They still count in the group's advantages.
         num_iterations: optimizer steps per rollout (mu); > 1 reuses the rollout with old log-probs.
@@ -126,8 +151,13 @@ class GRPOModule(L.LightningModule):
             rewards to the loggers and the console (0 = never).
         num_completions_to_log: rows of that table.
         output_dir: at the end of fit, write the trained LoRA adapter (a peft adapter folder) or,
-            without LoRA, the whole model here.
+            without LoRA, the whole model here. A relative path is under the run's root
+            (``trainer.default_root_dir``; the working directory when unset), e.g. ``adapter``.
         seed: base seed of the rollout random streams.
+        threads: torch CPU threads: 'auto' (default) picks, before each rollout and update, as many as
+            the work can use and the cores other processes leave free (torch's default, one per core,
+            collapses when another process keeps a core busy: 28x slower on 2 cores); an integer fixes
+            the count (bit-identical CPU runs across machines). See infgrpo.threads.
     """
 
     def __init__(
@@ -155,7 +185,7 @@ class GRPOModule(L.LightningModule):
         epsilon_high: float = 0.2,
         beta: float = 0.0,
         kl_estimator: str = "k3",
-        kl_bias_correction: bool = False,
+        kl_bias_correction: bool = True,
         mask_truncated_completions: bool = False,
         num_iterations: int = 1,
         token_budget: int | str = 4096,
@@ -170,6 +200,7 @@ class GRPOModule(L.LightningModule):
         num_completions_to_log: int = 4,
         output_dir: str | None = None,
         seed: int = 0,
+        threads: int | Literal["auto"] = "auto",
     ) -> None:
         super().__init__()
         sampler = SamplerConfig(**sampler) if isinstance(sampler, dict) else dataclasses.replace(sampler)
@@ -191,8 +222,7 @@ class GRPOModule(L.LightningModule):
             raise ValueError(f"epsilon_low={epsilon_low}, epsilon_high={epsilon_high} must be >= 0")
         if beta < 0:
             raise ValueError(f"beta={beta} must be >= 0")
-        if reward_on_error not in ("raise", "zero"):
-            raise ValueError(f"reward_on_error={reward_on_error!r}; valid: 'raise', 'zero'")
+        check_on_error(reward_on_error)
         if accuracy_reward is not None and accuracy_reward not in rewards:
             raise ValueError(f"accuracy_reward={accuracy_reward!r} must be one of rewards: {', '.join(rewards)}")
         ADVANTAGES.check(advantage)
@@ -202,10 +232,12 @@ class GRPOModule(L.LightningModule):
         check_dtype(dtype)
         check_loading(lora_r, load_in_4bit, bnb_4bit_quant_type, bnb_4bit_compute_dtype)
         check_rewards(rewards)
+        threads = check_threads(threads, "threads")
         # plain types only, so checkpoints load with torch.load(weights_only=True)
         self.save_hyperparameters(ignore=["sampler"])
         self.hparams["sampler"] = dataclasses.asdict(sampler)
         self.automatic_optimization = False
+        set_threads(threads)  # process-wide: torch has one intra-op pool
         # 2) load the policy, its tokenizer and (if needed) a frozen reference
         self.tokenizer = load_tokenizer(model)
         self.policy = load_policy(
@@ -269,7 +301,15 @@ class GRPOModule(L.LightningModule):
 
     # -- rollout ----------------------------------------------------------------------------
     def on_fit_start(self) -> None:
-        """Moves the frozen reference (if any) to the module's device and learns the data-parallel ranks."""
+        """Moves the frozen reference (if any) to the module's device and learns the data-parallel ranks.
+
+        On a CPU, warns once when the weights' dtype has no native support there (see infgrpo.hardware).
+        """
+        if self.device.type == "cpu":
+            hp = self.hparams
+            slow = slow_cpu_dtype(hp.bnb_4bit_compute_dtype if hp.load_in_4bit else hp.dtype, cpu_flags())
+            if slow:
+                rank_zero_warn(f"[infgrpo] {slow}")
         if self.ref_model is not None:
             self.ref_model.to(self.device)
         self.setup_ranks()
@@ -303,19 +343,23 @@ class GRPOModule(L.LightningModule):
         self._rollout = self.sampler.sample(prompts, self.hparams.group_size, seed, prompt_offset=offset)
         self.phase_memory.end("rollout", self.device)
 
-    def score(self, rollouts: Rollouts, metas: list[dict]) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[str]]:
-        """Rewards (N,) of the completions, each reward function's values, and the decoded texts."""
+    def score(
+        self, rollouts: Rollouts, metas: list[dict]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[str], torch.Tensor]:
+        """Rewards (N,) of the completions (NaN: unscorable under ``reward_on_error: skip``), each reward
+        function's values, the decoded texts, and (N,) bool: the completions with a failed reward."""
         texts = self.tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
         per_sample_meta = [metas[i] for i in rollouts.prompt_index]
-        total, parts = compute_rewards(
+        total, parts, failed = compute_rewards(
             self.rewards,
             texts,
             per_sample_meta,
             self.hparams.reward_on_error,
             completion_lengths=rollouts.lengths,
             max_completion_length=self.sampler.config.max_new_tokens,
+            return_failed=True,
         )
-        return total, parts, texts
+        return total, parts, texts, failed
 
     # -- update -----------------------------------------------------------------------------
     def training_step(self, batch: list[dict], batch_idx: int) -> None:
@@ -335,11 +379,11 @@ class GRPOModule(L.LightningModule):
         self.phase_memory.start("update", self.device)
         # 1) rewards and group advantages; groups are local, the batch (for its std and the metrics)
         # is every rank's rows, gathered in global order
-        rewards, parts, texts = self.score(rollouts, [b["meta"] for b in batch])
+        rewards, parts, texts, failed = self.score(rollouts, [b["meta"] for b in batch])
         lengths = torch.tensor(rollouts.lengths, dtype=rewards.dtype)
         truncated = torch.tensor([r == "length" for r in rollouts.finish_reasons], dtype=rewards.dtype)
-        columns = [rewards, lengths, truncated, *parts.values()]
-        table = self.ranks.gather(torch.stack(columns, dim=1))  # (N_global, 3 + parts)
+        columns = [rewards, lengths, truncated, failed.to(rewards.dtype), *parts.values()]
+        table = self.ranks.gather(torch.stack(columns, dim=1))  # (N_global, 4 + parts)
         advantages = ADVANTAGES.get(hp.advantage)(rewards, hp.group_size, hp.scale_rewards, batch_rewards=table[:, 0])
         # 2) micro-batches within the token budget; frozen log-probs where needed. Out of device
         # memory (one process): again with half the budget; later steps keep the budget that fit.
@@ -349,6 +393,7 @@ class GRPOModule(L.LightningModule):
         planned = self.update_sizer.tokens(self.policy, longest)  # the integer, or the plan for update_memory
         budget = min(planned, self.token_budget_cap or planned)
         masked = rollouts.finish_reasons if hp.mask_truncated_completions else None
+        adapt_threads(self.policy, rows=budget)  # CPU threads for the update: work size, free cores
         mbs, oom_retries = self._pack(prompts, rollouts.completion_ids, budget, masked), 0
         while True:
             try:
@@ -394,13 +439,14 @@ class GRPOModule(L.LightningModule):
             self.update_sizer.observe(rise, max(mb.input_ids.numel() for mb in mbs))
         # 4) metrics of the global batch (identical on every rank); times and steps of the slowest rank
         all_rewards, all_lengths = table[:, 0], table[:, 1]
-        all_parts = {name: table[:, 3 + i] for i, name in enumerate(parts)}
+        all_parts = {name: table[:, 4 + i] for i, name in enumerate(parts)}
         st = rollouts.stats
         local = [st["wall_time_s"], update_time, float(st["decode_steps"]), st["slot_utilization"]]
         per_rank = self.ranks.gather(torch.tensor([local], dtype=torch.float64))  # (world, 4)
         metrics = {
-            "reward": all_rewards.mean(),
-            "reward_std": all_rewards.std(),
+            "reward": all_rewards.nanmean(),  # failed rewards (NaN under skip) left out, as TRL does
+            "reward_std": nanstd(all_rewards),
+            "rewards_failed": table[:, 3].sum(),  # completions with a failed reward (reward_on_error)
             "completion_length": all_lengths.mean(),
             "completion_length_max": all_lengths.max(),
             "completions_truncated": table[:, 2].mean(),  # share that hit max_new_tokens
@@ -409,6 +455,7 @@ class GRPOModule(L.LightningModule):
             "time/update_s": per_rank[:, 1].max(),
             "rollout/decode_steps": per_rank[:, 2].max(),
             "rollout/slot_utilization": per_rank[:, 3].mean(),
+            "rollout/tokens_per_s": st["tokens_per_s"],  # generated tokens / rollout wall time (this rank)
             "lr": lr,
             "update/oom_retries": oom_retries,
             "update/token_budget": budget,
@@ -416,16 +463,16 @@ class GRPOModule(L.LightningModule):
             **self.phase_memory.metrics(),  # CUDA: memory/rollout_peak_gb, memory/update_peak_gb, memory/reserved_gb
         }
         if hp.accuracy_reward is not None:
-            metrics["accuracy"] = (all_parts[hp.accuracy_reward] >= 1.0).float().mean()
+            metrics["accuracy"] = accuracy(all_parts[hp.accuracy_reward])
         for key in SCHEDULE_METRICS:  # this rank's schedule and length-prediction telemetry
             if key in st:
                 metrics[f"rollout/{key}"] = float(st[key])
         for name, values in all_parts.items():
             if len(parts) > 1:
-                metrics[f"rewards/{name}"] = values.mean()
+                metrics[f"rewards/{name}"] = values.nanmean()
         bs = len(batch)
         self.log_dict({f"train/{k}": float(v) for k, v in metrics.items()}, on_step=True, batch_size=bs)
-        self.log("reward", all_rewards.mean(), prog_bar=True, on_step=True, batch_size=bs, logger=False)
+        self.log("reward", all_rewards.nanmean(), prog_bar=True, on_step=True, batch_size=bs, logger=False)
         for key, value in self.phase_memory.metrics().items():  # the progress bar's postfix, e.g. update_peak_gb
             self.log(key.removeprefix("memory/"), value, prog_bar=True, on_step=True, batch_size=bs, logger=False)
         every = hp.log_completions_every_n_steps
@@ -439,9 +486,10 @@ class GRPOModule(L.LightningModule):
         """A few samples (one per prompt first) as a table for the loggers and the console."""
         g = rollouts.group_size
         order = [p * g + j for j in range(g) for p in range(len(batch))][: self.hparams.num_completions_to_log]
-        prompts = self.tokenizer.batch_decode([rollouts.prompt_ids[i // g] for i in order], skip_special_tokens=True)
+        decoded = self.tokenizer.batch_decode([rollouts.prompt_ids[i // g] for i in order], skip_special_tokens=True)
         rows = []
-        for prompt, i in zip(prompts, order, strict=True):
+        for prompt, i in zip(decoded, order, strict=True):
+            prompt = prompt_for_table(batch[i // g].get("prompt_text"), prompt)  # the question, not the system prompt
             row = {"prompt": prompt, "completion": texts[i], "reward": float(rewards[i])}
             row.update({name: float(v[i]) for name, v in parts.items() if len(parts) > 1})
             rows.append(row)
@@ -496,19 +544,24 @@ class GRPOModule(L.LightningModule):
         return max(1, largest // 2)
 
     def on_train_end(self) -> None:
-        """Writes the trained adapter (LoRA) or model to ``output_dir``, when set, from global rank 0."""
+        """Writes the trained adapter (LoRA) or model to ``output_dir`` (relative: under the run's root),
+        when set, from global rank 0, and prints where it went."""
         if self.hparams.output_dir and self.trainer.is_global_zero:
-            path = save_trained(self.policy, self.tokenizer, self.hparams.output_dir)
-            print(f"[infgrpo] wrote the trained {'adapter' if self.hparams.lora_r else 'model'} to {path}")
+            path = resolve_output_dir(self.hparams.output_dir, self.trainer.default_root_dir)
+            path = save_trained(self.policy, self.tokenizer, path)
+            print(f"[infgrpo] wrote the trained {'adapter' if self.hparams.lora_r else 'model'} to {path.resolve()}")
 
     # -- evaluation -------------------------------------------------------------------------
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         """Decodes one completion per held-out prompt (``eval_temperature``) and accumulates reward and accuracy."""
+        adapt_threads(self.policy, rows=len(batch))
         rollouts = self.eval_sampler.generate_one([b["prompt_ids"] for b in batch], batch_size=len(batch))
-        rewards, parts, _ = self.score(rollouts, [b["meta"] for b in batch])
-        self.val_reward.update(rewards)
-        if self.hparams.accuracy_reward is not None:
-            self.val_accuracy.update((parts[self.hparams.accuracy_reward] >= 1.0).float())
+        rewards, parts, _, _ = self.score(rollouts, [b["meta"] for b in batch])
+        if not rewards.isnan().all():  # failed rewards (NaN under skip) left out
+            self.val_reward.update(rewards[~rewards.isnan()])
+        acc = parts[self.hparams.accuracy_reward] if self.hparams.accuracy_reward is not None else None
+        if acc is not None and not acc.isnan().all():
+            self.val_accuracy.update((acc[~acc.isnan()] >= 1.0).float())
 
     def on_validation_epoch_end(self) -> None:
         """Logs ``val/reward`` and ``val/accuracy`` (reduced over ranks by torchmetrics), then resets them."""

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import lightning as L
 import pytest
 import torch
@@ -137,6 +139,25 @@ def test_reward_that_raises_stops_with_the_function_name(tmp_path):
         trainer(tmp_path, 1).fit(module, data())
 
 
+def synthetic_or_none(completions, metadata):
+    """The synthetic reward, failing (None) on every second completion."""
+    from infgrpo.rewards.synthetic import synthetic_reward
+
+    scores = synthetic_reward(completions, metadata)
+    return [None if i % 2 else s for i, s in enumerate(scores)]
+
+
+@pytest.mark.parametrize("mode", ["skip", "zero"])
+def test_failed_rewards_are_counted_and_training_goes_on(tmp_path, mode):
+    name = f"{__name__}:synthetic_or_none"
+    module = GRPOModule(**SMALL, rewards={name: 1.0}, accuracy_reward=name, reward_on_error=mode)
+    t = trainer(tmp_path, 1)
+    t.fit(module, data())
+    m = t.callback_metrics
+    assert m["train/rewards_failed"].item() == 4  # half of 2 prompts x 4 completions
+    assert torch.isfinite(m["train/reward"]) and torch.isfinite(m["train/accuracy"])
+
+
 def test_prompt_longer_than_context_is_a_clear_error(tmp_path):
     module = GRPOModule(group_size=2, sampler=SamplerConfig(max_new_tokens=250))
     with pytest.raises(ValueError, match=r"max_new_tokens=250 it needs .* \(max_position_embeddings\) is 256"):
@@ -218,3 +239,22 @@ def test_gradient_checkpointing_and_lora_train(tmp_path):
     lora = {k: v.clone() for k, v in module.policy.named_parameters() if "lora_B" in k}
     trainer(tmp_path, 1).fit(module, data())
     assert any(not torch.equal(v, lora[k]) for k, v in module.policy.named_parameters() if "lora_B" in k)
+
+
+def test_kl_bias_correction_is_on_by_default_as_in_trl_1_16():
+    assert GRPOModule(beta=0.04, lora_r=4).loss_cfg.kl_bias_correction is True
+    assert GRPOModule(beta=0.04, lora_r=4, kl_bias_correction=False).loss_cfg.kl_bias_correction is False
+
+
+def test_relative_output_dir_goes_under_the_runs_root(tmp_path, monkeypatch, capsys):
+    from infgrpo.models import resolve_output_dir
+
+    assert resolve_output_dir("/abs/adapter", "runs/a") == Path("/abs/adapter")
+    assert resolve_output_dir("adapter", "runs/a") == Path("runs/a/adapter")
+    monkeypatch.chdir(tmp_path)  # the working directory must not receive it
+    root = tmp_path / "run"
+    module = GRPOModule(**SMALL, lora_r=4, output_dir="adapter")
+    trainer(root, 1).fit(module, data())
+    assert (root / "adapter" / "adapter_config.json").exists()
+    assert not (tmp_path / "adapter").exists()
+    assert f"wrote the trained adapter to {root / 'adapter'}" in capsys.readouterr().out

@@ -6,7 +6,7 @@ Per token (shapes (N, T): N sequences, T completion positions; ``mask`` 1 on rea
     loss  = -min(ratio * A, clamp(ratio, 1 - epsilon_low, 1 + epsilon_high) * A)
           + beta * kl(logp, ref_logp)                # k3 by default, as in TRL
           (x ratio with kl_bias_correction: the importance-sampling correction of DeepSeek-V3.2, TRL's
-           opt-in use_bias_correction_kl)
+           use_bias_correction_kl, on by default in TRL 1.16 and in GRPOModule)
 
 Aggregation (``loss_type``), with batch-wide counts in :class:`LossNorm` so that the sum of the
 losses of any split of the batch into micro-batches equals the loss of the whole batch:
@@ -64,7 +64,11 @@ def clipped_surrogate(
 ) -> SurrogateTerms:
     """Per-token clipped surrogate loss. ``logp``/``old_logp``/``ref_logp`` (N, T), ``advantages`` (N,).
 
-    ``kl_bias_correction`` multiplies the KL estimate by the (unclipped) ratio; off by default, as in TRL.
+    ``kl_bias_correction`` multiplies the KL estimate by the (unclipped, differentiable) ratio: TRL's
+    ``use_bias_correction_kl``, which TRL 1.16 turns on by default (``grpo_config.py``), as does
+    :class:`~infgrpo.GRPOModule`; this pure function leaves it off unless asked. The ratio is 1 on-policy
+    but its gradient is not 0, so the correction changes the KL gradient whenever ``beta != 0`` (it adds
+    ``kl * dlogp``: the unbiased gradient of the reverse KL, DeepSeek-V3.2).
     """
     ratio = torch.exp(logp - old_logp)  # (N, T)
     clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)

@@ -14,6 +14,7 @@ BENCHMARKS = {
     "schedule": "infgrpo.bench.schedule",
     "decode-step": "infgrpo.bench.decode_step",
     "paper": "infgrpo.bench.paper",
+    "busy-cpu": "infgrpo.bench.busy_cpu",
 }
 
 

@@ -34,6 +34,7 @@ import torch
 from infgrpo.bench.models import bench_setup
 from infgrpo.bench.results import write_json
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
+from infgrpo.threads import set_threads
 
 
 class RSSTimeline:
@@ -88,7 +89,7 @@ class PeakRSS(RSSTimeline):
 
 def run_one(cfg: dict) -> dict:
     """One configuration, in this process: decode and measure."""
-    torch.set_num_threads(cfg.get("threads") or torch.get_num_threads())
+    set_threads(cfg.get("threads") or "auto")  # the sampler applies it (infgrpo.threads)
     model, prompts, pad_id, stop_ids = bench_setup(cfg["model"], cfg["prompts"], 0, cfg.get("stop_fraction", 0.02))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         default=0.02,
         help="random-weight models: share of the vocabulary that stops a completion (mean length ~ 1 / it)",
     )
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = infgrpo's auto)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

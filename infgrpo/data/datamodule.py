@@ -1,8 +1,9 @@
 """PromptDataModule: prompts (with their metadata) from ``datasets``, tokenized with a chat template.
 
-Each training batch is a list of ``batch_size`` items ``{"prompt_ids": list[int], "meta": dict}``;
-``meta`` is the dataset row (it reaches the reward functions). The shuffled order is seeded and
-resumes mid-epoch from a checkpoint.
+Each training batch is a list of ``batch_size`` items ``{"prompt_ids": list[int], "prompt_text": str,
+"meta": dict}``; ``prompt_text`` is the user turn (the prompt after ``prompt_template``, before the chat
+template and any system prompt) and ``meta`` the dataset row (it reaches the reward functions). The
+shuffled order is seeded and resumes mid-epoch from a checkpoint.
 
 Under data parallelism (``trainer.strategy: ddp``) the module shards prompts itself: each of the
 ``world_size`` ranks gets a contiguous ``batch_size`` share of every global batch of
@@ -152,7 +153,7 @@ class PromptDataModule(L.LightningDataModule):
             if len(ids) > hp.max_prompt_length:
                 too_long.append((i, len(ids)))
                 continue
-            items.append({"prompt_ids": ids, "meta": row})
+            items.append({"prompt_ids": ids, "prompt_text": text, "meta": row})
         if too_long:
             i, n = too_long[0]
             msg = (

@@ -9,6 +9,19 @@ dataset row of its prompt (e.g. ``{"answer": "42"}``). ``**info`` is optional: a
 takes ``**info`` receives ``completion_lengths`` (tokens, list[int]) and ``max_completion_length``;
 one that names either of them as a parameter receives the ones it names.
 Select built-ins by name or any importable callable as ``"package.module:function"``.
+
+A reward *fails* for a sample when its function raises (all its samples fail), returns None, NaN or
+inf. ``reward_on_error`` says what then happens:
+
+- ``raise`` (default): stop with a :class:`RewardError` naming the function and the sample;
+- ``zero``: score the failed value 0; the 0 enters its group's mean and std like any reward (so a
+  failed row of rewards [1, fail, 0, 1] gets advantage -0.87: it is pushed down);
+- ``skip``: TRL 1.16's semantics: a failed value is NaN and the weighted sum leaves it out (NaN-sum);
+  a completion whose every reward failed is *unscorable*: its reward stays NaN, it is left out of its
+  group's mean and std and of the logged reward, and its advantage is 0 (rewards [1, fail, 0, 1]
+  give advantages [0.58, 0, -1.15, 0.58]).
+
+In every mode the completions with a failed reward are counted in ``train/rewards_failed``.
 """
 
 from __future__ import annotations
@@ -24,10 +37,18 @@ from infgrpo.registry import Registry
 
 RewardFn = Callable[[list[str], list[dict]], Sequence[float]]
 REWARDS = Registry("rewards")
+ON_ERROR = ("raise", "zero", "skip")
 
 
 class RewardError(ValueError):
     """A reward function raised, returned the wrong count, or returned a non-finite value."""
+
+
+def check_on_error(on_error: str, field: str = "reward_on_error") -> str:
+    """Validates ``on_error`` (raise, zero or skip) and returns it."""
+    if on_error not in ON_ERROR:
+        raise ValueError(f"{field}={on_error!r} is not known; valid: {', '.join(ON_ERROR)}")
+    return on_error
 
 
 INFO_KEYS = ("completion_lengths", "max_completion_length")
@@ -81,16 +102,20 @@ def compute_rewards(
     on_error: str = "raise",
     completion_lengths: list[int] | None = None,
     max_completion_length: int | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    return_failed: bool = False,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]] | tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
     """Weighted sum of the reward functions -> (N,) float32, and each function's raw (N,) values.
 
-    ``on_error="raise"`` turns a failing function or a NaN/inf value into a :class:`RewardError`
-    naming the function and the sample; ``"zero"`` scores such samples 0 instead.
+    ``on_error="raise"`` turns a failing function or a None/NaN/inf value into a :class:`RewardError`
+    naming the function and the sample; ``"zero"`` scores such values 0; ``"skip"`` keeps them NaN in
+    the function's values, sums the others (NaN-sum) and leaves the total NaN where every function
+    failed (TRL 1.16; see the module docstring). With ``return_failed`` a third value is returned: (N,)
+    bool, the completions for which at least one reward failed.
     """
-    if on_error not in ("raise", "zero"):
-        raise ValueError(f"reward_on_error={on_error!r}; valid: 'raise', 'zero'")
+    check_on_error(on_error)
     n = len(completions)
     total = torch.zeros(n)
+    failed = torch.zeros(n, dtype=torch.bool)
     parts: dict[str, torch.Tensor] = {}
     for name, weight in rewards.items():
         fn = resolve_reward(name)
@@ -98,8 +123,8 @@ def compute_rewards(
         try:
             values = list(fn(completions, metadata, **info_for(fn, info)))
         except Exception as err:
-            if on_error == "zero":
-                values = [0.0] * n
+            if on_error != "raise":
+                values = [math.nan] * n
             else:
                 raise RewardError(f"reward {name!r} raised {type(err).__name__}: {err}") from err
         if len(values) != n:
@@ -111,9 +136,12 @@ def compute_rewards(
             raise RewardError(
                 f"reward {name!r} returned {values[i]!r} for sample {i} (completion "
                 f"{completions[i][:80]!r}, metadata {metadata[i]}); rewards must be finite numbers. "
-                "Set reward_on_error: zero to score such samples 0."
+                "Set reward_on_error: skip (TRL's handling) or zero to go on."
             )
-        vals[bad] = 0.0
+        vals[bad] = 0.0 if on_error == "zero" else math.nan
+        failed[bad] = True
         parts[name] = vals
-        total += float(weight) * vals
-    return total, parts
+        total += float(weight) * vals.nan_to_num(nan=0.0)
+    if on_error == "skip":
+        total[torch.stack(list(parts.values())).isnan().all(dim=0)] = math.nan  # unscorable rows
+    return (total, parts, failed) if return_failed else (total, parts)

@@ -31,4 +31,4 @@ def overlong_penalty(
         raise ValueError("the overlong reward needs completion_lengths and max_completion_length")
     buf = buffer if buffer is not None else max(1, max_completion_length // 4)
     start = max_completion_length - buf
-    return [-min(1.0, max(0, n - start) / buf) for n in completion_lengths]
+    return [0.0 - min(1.0, max(0, n - start) / buf) for n in completion_lengths]  # 0.0 - 0.0 is 0.0, not -0.0

@@ -27,6 +27,7 @@ from infgrpo.sampler.pool_sizing import PoolSizer
 from infgrpo.sampler.rollouts import Rollouts
 from infgrpo.sampler.schedule_metrics import lower_bound_steps, prediction_errors
 from infgrpo.sampler.slot_pool import PoolCache, kv_shape, pool_width, text_config
+from infgrpo.threads import adapt_threads
 
 
 def kv_bytes_per_token(model: PreTrainedModel) -> int:
@@ -162,6 +163,7 @@ class MicroGroupSampler:
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1")
         self.check_prompts(prompt_ids)
+        adapt_threads(self.model, rows=len(prompt_ids) * group_size)  # CPU threads: work size, free cores
         cfg = self.config
         was_training = self.model.training
         self.model.eval()

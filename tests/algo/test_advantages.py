@@ -59,3 +59,32 @@ def test_unknown_names_are_clear_errors():
         grpo_advantages(torch.zeros(4), 2, "mean")
     with pytest.raises(ValueError, match="advantage='rloo' is not known; valid: grpo"):
         ADVANTAGES.get("rloo")
+
+
+NAN = float("nan")
+
+
+def test_failed_rewards_are_left_out_of_the_group_statistics_like_trl():
+    # rewards [1, fail, 0, 1]: mean of the scored rows 2/3, unbiased std sqrt(1/3)
+    adv = grpo_advantages(torch.tensor([1.0, NAN, 0.0, 1.0]), group_size=4, scale_rewards="group")
+    std = (1 / 3) ** 0.5 + 1e-4
+    assert adv.tolist() == pytest.approx([(1 / 3) / std, 0.0, (-2 / 3) / std, (1 / 3) / std])
+    # the same failure scored 0 ("zero") enters the statistics: mean 1/2, std sqrt(1/3), pushed down
+    zero = grpo_advantages(torch.tensor([1.0, 0.0, 0.0, 1.0]), group_size=4, scale_rewards="group")
+    assert zero[1].item() == pytest.approx(-0.5 / std, abs=1e-4) and zero[1].item() == pytest.approx(-0.866, abs=1e-3)
+
+
+def test_failed_rewards_with_batch_and_no_scaling():
+    r = torch.tensor([1.0, NAN, 3.0, 0.0, 2.0, NAN])  # two groups of 3
+    none = grpo_advantages(r, group_size=3, scale_rewards="none")
+    assert none.tolist() == pytest.approx([-1.0, 0.0, 1.0, -1.0, 1.0, 0.0])
+    batch = grpo_advantages(r, group_size=3, scale_rewards="batch")
+    std = torch.tensor([1.0, 3.0, 0.0, 2.0]).std().item() + 1e-4  # the scored rows of the whole batch
+    assert batch.tolist() == pytest.approx([-1 / std, 0.0, 1 / std, -1 / std, 1 / std, 0.0])
+
+
+def test_a_group_with_one_scored_reward_carries_no_signal():
+    adv = grpo_advantages(torch.tensor([NAN, 1.0, NAN, 0.0, 1.0, 1.0]), group_size=3, scale_rewards="group")
+    assert adv[:3].tolist() == [0.0, 0.0, 0.0]
+    assert not adv.isnan().any()
+    assert zero_std_fraction(torch.tensor([NAN, 1.0, NAN, 0.0, 1.0, NAN]), 3) == pytest.approx(0.5)

@@ -28,7 +28,7 @@ def test_k3_kl_alone_by_default_and_times_the_ratio_with_bias_correction():
     d = -0.5
     k3 = math.exp(d) - d - 1
     t = clipped_surrogate(logp, logp.detach() - 0.1, torch.tensor([0.0]), 0.2, 0.2, beta=0.5, ref_logp=ref)
-    assert t.kl.item() == pytest.approx(k3) and t.loss.item() == pytest.approx(0.5 * k3)  # TRL's default
+    assert t.kl.item() == pytest.approx(k3) and t.loss.item() == pytest.approx(0.5 * k3)  # the function's default
     t = clipped_surrogate(
         logp, logp.detach() - 0.1, torch.tensor([0.0]), 0.2, 0.2, beta=0.5, ref_logp=ref, kl_bias_correction=True
     )
@@ -46,6 +46,18 @@ def test_kl_gradient_without_correction_is_beta_times_the_k3_gradient():
     t.loss.sum().backward()
     expected = 0.1 * (1 - torch.exp(ref - logp.detach()))  # d/dlogp of exp(ref - logp) - (ref - logp) - 1
     assert torch.allclose(logp.grad, expected, atol=1e-15)
+
+
+def test_kl_gradient_with_correction_adds_kl_times_dlogp_even_on_policy():
+    # TRL 1.16's use_bias_correction_kl (on by default there): the ratio is 1 on-policy but differentiable
+    logp = torch.tensor([[-1.0, -0.3]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-1.5, -0.2]], dtype=torch.float64)
+    zero = torch.tensor([0.0], dtype=torch.float64)
+    t = clipped_surrogate(logp, logp.detach(), zero, 0.2, 0.2, 0.1, ref, kl_bias_correction=True)
+    t.loss.sum().backward()
+    d = ref - logp.detach()
+    k3 = torch.exp(d) - d - 1
+    assert torch.allclose(logp.grad, 0.1 * ((1 - torch.exp(d)) + k3), atol=1e-15)
 
 
 def reference_loss(loss_type, per_token, mask, max_len):

@@ -128,3 +128,38 @@ def test_overlong_penalty_receives_token_lengths():
     assert total.tolist() == pytest.approx([0.0, -0.2, -1.0])
     with pytest.raises(RewardError, match="reward 'overlong' raised ValueError: the overlong reward needs"):
         compute_rewards({"overlong": 1.0}, ["a"], [{}])
+
+
+def none_on_second(completions, metadata):
+    return [1.0, None] + [0.0] * (len(completions) - 2)
+
+
+def test_skip_keeps_a_failed_reward_nan_and_counts_it():
+    total, parts, failed = compute_rewards(
+        {f"{__name__}:none_on_second": 1.0}, ["a", "b", "c"], META + META[:1], on_error="skip", return_failed=True
+    )
+    assert total[0] == 1.0 and math.isnan(total[1]) and total[2] == 0.0
+    assert math.isnan(parts[f"{__name__}:none_on_second"][1])
+    assert failed.tolist() == [False, True, False]
+
+
+def test_skip_sums_the_rewards_that_did_not_fail_as_trl_does():
+    # TRL: nansum of the weighted functions; a row is unscorable only when every function failed
+    rewards = {f"{__name__}:none_on_second": 1.0, f"{__name__}:length_bonus": 2.0}
+    total, _, failed = compute_rewards(rewards, ["abcde", "ab"], META, on_error="skip", return_failed=True)
+    assert total.tolist() == pytest.approx([1.0 + 2.0 * 0.5, 2.0 * 0.2])
+    assert failed.tolist() == [False, True]
+    total, _ = compute_rewards({f"{__name__}:boom": 1.0}, ["a", "b"], META, on_error="skip")
+    assert total.isnan().all()
+
+
+def test_zero_scores_a_failed_reward_zero_and_counts_it():
+    total, parts, failed = compute_rewards(
+        {f"{__name__}:none_on_second": 1.0}, ["a", "b"], META, on_error="zero", return_failed=True
+    )
+    assert total.tolist() == [1.0, 0.0] and failed.tolist() == [False, True]
+
+
+def test_unknown_reward_on_error_names_the_valid_choices():
+    with pytest.raises(ValueError, match="reward_on_error='ignore' is not known; valid: raise, zero, skip"):
+        compute_rewards({"synthetic": 1.0}, ["a"], META[:1], on_error="ignore")
