@@ -36,6 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from infgrpo.bench.models import bench_setup
 from infgrpo.bench.results import write_json
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
+from infgrpo.threads import set_threads
 
 RANDOM_OPS = {"rand", "rand_like", "uniform", "normal", "exponential", "multinomial", "random", "bernoulli", "randint"}
 
@@ -76,8 +77,7 @@ def bare_forward_ops(model: torch.nn.Module, rows: int, width: int) -> int:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """One rollout under the counters; returns the four figures and the rollout's stats."""
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads or "auto")  # the sampler applies it each rollout (infgrpo.threads)
     model, prompts, pad_id, stop_ids = bench_setup(args.model, args.prompts, 0, args.stop_fraction)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--stop-fraction", type=float, default=0.02, help="random-weight models: stop-token share")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch's default)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (0 = infgrpo's auto)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     result = measure(args)

@@ -37,6 +37,7 @@ import torch
 
 from infgrpo.bench.results import write_json
 from infgrpo.bench.rollout import mib, spawn
+from infgrpo.threads import set_threads
 
 FULL = dict(
     model="qwen3-1.7b-shape",
@@ -202,13 +203,12 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole suite")
     ap.add_argument("--json-dir", default="benchmarks/paper")
     ap.add_argument("--config", default="configs/qwen3.yaml", help="the recipe part (b) runs one step of")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads in each process (0 = torch's default)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads in each process (0 = infgrpo's auto)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         cfg = json.loads(args.one)
-        if cfg.get("threads"):
-            torch.set_num_threads(cfg["threads"])
+        set_threads(cfg.get("threads") or "auto")  # the sampler applies it each rollout (infgrpo.threads)
         print(json.dumps(ONE[cfg["kind"]](cfg)))
         return {}
     s = SMALL if args.small else FULL
