@@ -75,6 +75,17 @@ def test_4bit_lora_rollout_step_and_adapter_roundtrip(arch, tokenizer, tmp_path)
     assert torch.allclose(got, want, atol=1e-6)  # same quantized base, same adapter: the same model
 
 
+def trained_4bit_lora(arch, tokenizer, folder):
+    """(4-bit policy with a LoRA r=4 adapter whose B is nonzero, the base folder): lora_A gets gradients too."""
+    base = save_base(arch, tokenizer, folder)
+    policy = load_policy(base, lora_r=4, load_in_4bit=True, bnb_4bit_compute_dtype="float32")
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    return policy, base
+
+
 def dequantized_reference(policy, base, lora_r):
     """``policy``'s base weights dequantized into a float64 copy of ``base``, with its LoRA weights."""
     import bitsandbytes as bnb
@@ -106,12 +117,7 @@ def lora_grads(model, ids):
 def test_4bit_lora_gradients_match_a_dequantized_float64_reference_before_and_after_a_rollout(tokenizer, tmp_path):
     # bitsandbytes repacks 4-bit weights for an inference-only CPU kernel on the first eval forward
     # (on AVX512-BF16 CPUs); load_policy must keep the gradients through them right after rollouts.
-    base = save_base("qwen3", tokenizer, tmp_path / "base")
-    policy = load_policy(base, lora_r=4, load_in_4bit=True, bnb_4bit_compute_dtype="float32")
-    with torch.no_grad():
-        for name, p in policy.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.1)  # a trained-looking adapter, so lora_A gets gradients too
+    policy, base = trained_4bit_lora("qwen3", tokenizer, tmp_path / "base")
     ref = dequantized_reference(policy, base, lora_r=4)
     ids = torch.tensor([[1, 5, 7, 90, 77, 73, 74, 80]])
     expected = lora_grads(ref, ids)

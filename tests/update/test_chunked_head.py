@@ -7,11 +7,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
-from infgrpo.models import load_policy
 from infgrpo.update import collate, completion_logprobs
 from infgrpo.update.logprobs import causal_lm_parts
 from tests.conftest import random_model
-from tests.test_models import dequantized_reference, save_base
+from tests.test_models import dequantized_reference, trained_4bit_lora
 from tests.test_module import trainer
 
 PROMPTS = [[1, 5, 7, 9], [3, 4], [8, 9, 10, 11, 12], [6]]
@@ -59,12 +58,7 @@ def test_chunked_logprobs_and_gradients_equal_full_logits_float64(arch, tied, lo
 
 
 def test_4bit_lora_chunked_gradients_match_a_dequantized_float64_reference(tokenizer, tmp_path):
-    base = save_base("qwen3", tokenizer, tmp_path / "base")
-    policy = load_policy(base, lora_r=4, load_in_4bit=True, bnb_4bit_compute_dtype="float32")
-    with torch.no_grad():
-        for name, p in policy.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.1)
+    policy, base = trained_4bit_lora("qwen3", tokenizer, tmp_path / "base")
     ref = dequantized_reference(policy, base, lora_r=4).train()
     policy.train()
     mb = collate(list(range(4)), PROMPTS, COMPLETIONS, pad_id=0)
