@@ -61,7 +61,7 @@ def sample_tokens(
         # Few full-vocabulary temporaries (one exp, cumulated in place): at a 150k vocabulary each is
         # ~0.6 MB a row. A float32 running sum moves each token's share of the CDF by at most one ulp.
         cdf = torch.exp(filter_logits(scaled, top_k, top_p) - lse).cumsum_(dim=-1)  # (A, V)
-        total = cdf[:, -1:]  # (A, 1)
+        total = cdf[:, -1:].contiguous()  # (A, 1); searchsorted copies a strided value tensor anyway
         drawn = torch.searchsorted(cdf, uniforms.to(cdf.dtype) * total, right=True)  # (A, K)
         last = torch.searchsorted(cdf, total, right=False)  # (A, 1): the last token of positive probability
         tokens = torch.minimum(drawn, last)
