@@ -105,9 +105,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         hook.remove()
     steps = max(out.stats["decode_steps"], 1)
-    width = max(len(p) for p in prompts) + args.max_new_tokens
-    width = getattr(sampler, "pool_width", lambda w: w)(width)
-    bare = bare_forward_ops(model, out.stats["num_slots"], width)
+    bare = bare_forward_ops(model, out.stats["num_slots"], out.stats["pool_positions"])
     return {
         "model": args.model,
         "prompts": args.prompts,

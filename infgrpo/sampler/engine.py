@@ -162,8 +162,7 @@ class Engine:
             runner = pool.runner = DecodeStep(
                 self.model, pool, temperature, top_k, top_p, pad_id, cuda_graphs, attention
             )
-        runner.host[:] = 0
-        runner.host[0] = self.pad_id
+        runner.reset()
         runner.prepare()
         return runner
 

@@ -26,7 +26,7 @@ from infgrpo.sampler.length_predictor import LengthPredictor, pool_over_ranks, p
 from infgrpo.sampler.pool_sizing import PoolSizer
 from infgrpo.sampler.rollouts import Rollouts
 from infgrpo.sampler.schedule_metrics import lower_bound_steps, prediction_errors
-from infgrpo.sampler.slot_pool import PoolCache, kv_shape, pool_width, text_config
+from infgrpo.sampler.slot_pool import PoolCache, kv_shape, text_config
 from infgrpo.threads import adapt_threads
 
 
@@ -196,11 +196,6 @@ class MicroGroupSampler:
     def release(self) -> None:
         """Frees the KV slot pool and its captured decode step now; the next rollout allocates them again."""
         self.pools.release()
-
-    @staticmethod
-    def pool_width(positions: int) -> int:
-        """Positions a slot of the pool holds for sequences of up to ``positions`` tokens (multiple of 128)."""
-        return pool_width(positions)
 
     @torch.no_grad()
     def generate_one(self, prompt_ids: list[list[int]], batch_size: int = 128) -> Rollouts:

@@ -114,18 +114,6 @@ class SlotPool(Cache):
         self.free = list(range(self.num_slots))[::-1]
         self.lengths = [0] * self.num_slots
 
-    def can_allocate(self) -> bool:
-        """Whether some slot is free."""
-        return bool(self.free)
-
-    def allocate(self) -> int:
-        """Takes a free slot off the free stack and returns its index (the lowest first on a fresh pool).
-
-        Raises IndexError when no slot is free (check :meth:`can_allocate`). The slot's length stays 0
-        until :meth:`load_prompt`.
-        """
-        return self.free.pop()
-
     def deallocate(self, slot: int) -> None:
         """Puts ``slot`` back on the free stack with length 0; its stale K/V stay in place, masked out."""
         self.lengths[slot] = 0

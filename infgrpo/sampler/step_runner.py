@@ -116,10 +116,16 @@ class DecodeStep:
             self.host_state, self.host_out = self.state, self.out
         self.rows = self.state.unbind(0)  # five (S, 1) views, made once
         self.host = self.host_state.numpy()[:, :, 0]  # the host's (5, S) view: write it, then call the step
-        self.host[0] = pad_id
+        self.pad_id = pad_id
+        self.reset()
         self.graph: torch.cuda.CUDAGraph | None = None
         self.fingerprint: tuple | None = None
         self.captures = 0
+
+    def reset(self) -> None:
+        """Every slot idle: the pad token at position 0, key and token index 0."""
+        self.host[:] = 0
+        self.host[0] = self.pad_id
 
     # -- the device work ----------------------------------------------------------------------
     def forward(self) -> None:
