@@ -5,8 +5,8 @@ from __future__ import annotations
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from infgrpo.rewards import compute_rewards
+from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
-from infgrpo.threads import adapt_threads
 
 
 def evaluate(

@@ -9,8 +9,8 @@
 Logs go to CSV (and TensorBoard when installed) under ``trainer.default_root_dir``; each run gets a
 new version folder, with its checkpoints (written atomically) inside. With stdout redirected (nohup,
 SLURM, CI) a plain line of progress is printed every ``trainer.log_every_n_steps`` steps
-(:class:`~infgrpo.plain_progress.PlainProgress`). Torch's CPU threads follow ``model.threads``
-(``auto``: see :mod:`infgrpo.threads`).
+(:class:`~infgrpo.callbacks.plain_progress.PlainProgress`). Torch's CPU threads follow ``model.threads``
+(``auto``: see :mod:`infgrpo.runtime.threads`).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from infgrpo.checkpoint_io import AtomicCheckpointIO
+from infgrpo.callbacks.checkpoint_io import AtomicCheckpointIO
+from infgrpo.callbacks.plain_progress import PlainProgress
+from infgrpo.callbacks.progress_bar import StepProgressBar
 from infgrpo.data import PromptDataModule
-from infgrpo.hardware import check_accelerator
 from infgrpo.module import GRPOModule
-from infgrpo.plain_progress import PlainProgress
-from infgrpo.progress import StepProgressBar
+from infgrpo.runtime.hardware import check_accelerator
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.

@@ -9,7 +9,7 @@ Data parallel (``Trainer(strategy="ddp", devices=N, num_nodes=M)``): each rank s
 its contiguous share of the global batch, with random streams keyed by the *global* prompt index,
 so a run on N ranks draws the completions one process with the whole batch would. Groups never span
 ranks; batch-wide quantities (``scale_rewards: batch``, the loss normalizers, metrics) are gathered
-over ranks (:class:`~infgrpo.ranks.Ranks`), and the parameters stay identical on every rank.
+over ranks (:class:`~infgrpo.runtime.ranks.Ranks`), and the parameters stay identical on every rank.
 
     from infgrpo import GRPOModule, SamplerConfig
     from infgrpo.data import PromptDataModule
@@ -36,8 +36,7 @@ from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES, KL_ESTIMATORS, LOSS_TYPES, zero_std_fraction
 from infgrpo.algo.advantages import check_scale_rewards, nanstd
-from infgrpo.completion_log import log_completions, prompt_for_table
-from infgrpo.hardware import cpu_flags, slow_cpu_dtype
+from infgrpo.callbacks.completion_table import log_completions, prompt_for_table
 from infgrpo.models import (
     check_dtype,
     check_loading,
@@ -47,13 +46,14 @@ from infgrpo.models import (
     resolve_output_dir,
     save_trained,
 )
-from infgrpo.phase_memory import PhaseMemory
-from infgrpo.ranks import Ranks
 from infgrpo.rewards import check_rewards, compute_rewards
 from infgrpo.rewards.core import check_on_error
+from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
+from infgrpo.runtime.memory import PhaseMemory
+from infgrpo.runtime.ranks import Ranks
+from infgrpo.runtime.seeds import derive_seed
+from infgrpo.runtime.threads import adapt_threads, check_threads, set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
-from infgrpo.sampler.sampling import derive_seed
-from infgrpo.threads import adapt_threads, check_threads, set_threads
 from infgrpo.update import (
     LossConfig,
     accumulate_policy_gradients,
@@ -157,7 +157,7 @@ class GRPOModule(L.LightningModule):
         threads: torch CPU threads: 'auto' (default) picks, before each rollout and update, as many as
             the work can use and the cores other processes leave free (torch's default, one per core,
             collapses when another process keeps a core busy: 28x slower on 2 cores); an integer fixes
-            the count (bit-identical CPU runs across machines). See infgrpo.threads.
+            the count (bit-identical CPU runs across machines). See infgrpo.runtime.threads.
     """
 
     def __init__(
@@ -303,7 +303,7 @@ class GRPOModule(L.LightningModule):
     def on_fit_start(self) -> None:
         """Moves the frozen reference (if any) to the module's device and learns the data-parallel ranks.
 
-        On a CPU, warns once when the weights' dtype has no native support there (see infgrpo.hardware).
+        On a CPU, warns once when the weights' dtype has no native support there (see infgrpo.runtime.hardware).
         """
         if self.device.type == "cpu":
             hp = self.hparams
@@ -315,7 +315,7 @@ class GRPOModule(L.LightningModule):
         self.setup_ranks()
 
     def setup_ranks(self) -> None:
-        """Learns the data-parallel ranks from the trainer and hands them to the sampler.
+        """Learns the data-parallel ranks from the trainer (each rollout hands them to the sampler).
 
         Each rank reseeds torch's global generator (used only by dropout) with its rank, so ranks draw
         distinct dropout masks; the rollout streams are keyed by global prompt index instead.
@@ -332,7 +332,6 @@ class GRPOModule(L.LightningModule):
                 )
             self.ranks = Ranks(world, self.global_rank, lambda x: self.all_gather(x.to(self.device)))
             torch.manual_seed(derive_seed(torch.initial_seed(), self.global_rank))
-        self.sampler.ranks = self.ranks
 
     def on_train_batch_start(self, batch: list[dict], batch_idx: int) -> None:
         """Samples the group of every prompt of the batch before the optimization step."""
@@ -340,7 +339,9 @@ class GRPOModule(L.LightningModule):
         prompts = [b["prompt_ids"] for b in batch]
         offset = self.ranks.prompt_offset(len(batch))  # streams keyed by the global prompt index
         self.phase_memory.start("rollout", self.device)
-        self._rollout = self.sampler.sample(prompts, self.hparams.group_size, seed, prompt_offset=offset)
+        self._rollout = self.sampler.sample(
+            prompts, self.hparams.group_size, seed, prompt_offset=offset, ranks=self.ranks
+        )
         self.phase_memory.end("rollout", self.device)
 
     def score(

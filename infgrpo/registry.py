@@ -6,12 +6,16 @@ LOSSES = Registry("loss_type")
 def grpo_loss(...): ...
 
 LOSSES.get("grpo")      # unknown names raise a ValueError naming the field and valid names
+
+Fixed sets of choices (not extensible by users) are ``Literal`` aliases declared next to their
+implementation; :func:`choices` reads them and :func:`check_choice` validates a value against them,
+so a type hint, ``--help`` and the error message list the same names.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, get_args
 
 
 class Registry:
@@ -52,3 +56,16 @@ class Registry:
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+
+def choices(literal: Any) -> tuple[str, ...]:
+    """The names of a ``Literal[...]`` alias, in declaration order."""
+    return tuple(get_args(literal))
+
+
+def check_choice(field: str, value: object, valid: Iterable[str]) -> Any:
+    """``value`` when it is one of ``valid``; else a ValueError naming ``field``, the value and the valid names."""
+    valid = tuple(valid)
+    if value not in valid:
+        raise ValueError(f"{field}={value!r} is not known; valid: {', '.join(map(str, valid))}")
+    return value

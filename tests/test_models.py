@@ -11,17 +11,11 @@ from infgrpo.data import PromptDataModule
 from infgrpo.models import export_merged, keep_4bit_trainable, load_policy, save_trained
 from infgrpo.sampler import MicroGroupSampler
 from infgrpo.update import collate, completion_logprobs
-from tests.conftest import random_model
+from tests.helpers import dequantized_reference, save_base, trained_4bit_lora
 
 
 def length_reward(completions, metadata):
     return [len(c) / 10 for c in completions]
-
-
-def save_base(arch, tokenizer, folder):
-    random_model(arch, torch.float32, vocab=len(tokenizer), seed=3).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
 
 
 def logprobs_of(model, prompts, completions):
@@ -73,38 +67,6 @@ def test_4bit_lora_rollout_step_and_adapter_roundtrip(arch, tokenizer, tmp_path)
     keep_4bit_trainable(reloaded)  # else bitsandbytes repacks its weights: same values, other kernel
     got, want = logprobs_of(module.policy, prompts, comps), logprobs_of(reloaded.eval(), prompts, comps)
     assert torch.allclose(got, want, atol=1e-6)  # same quantized base, same adapter: the same model
-
-
-def trained_4bit_lora(arch, tokenizer, folder):
-    """(4-bit policy with a LoRA r=4 adapter whose B is nonzero, the base folder): lora_A gets gradients too."""
-    base = save_base(arch, tokenizer, folder)
-    policy = load_policy(base, lora_r=4, load_in_4bit=True, bnb_4bit_compute_dtype="float32")
-    with torch.no_grad():
-        for name, p in policy.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.1)
-    return policy, base
-
-
-def dequantized_reference(policy, base, lora_r):
-    """``policy``'s base weights dequantized into a float64 copy of ``base``, with its LoRA weights."""
-    import bitsandbytes as bnb
-    from bitsandbytes.functional import dequantize_4bit
-    from peft import LoraConfig, get_peft_model
-
-    ref = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float64)
-    weights = {
-        name.removeprefix("base_model.model.").replace(".base_layer", "") + ".weight": dequantize_4bit(
-            mod.weight.data, mod.weight.quant_state
-        ).double()
-        for name, mod in policy.named_modules()
-        if isinstance(mod, bnb.nn.Linear4bit)
-    }
-    assert len(weights) == 14 and not ref.load_state_dict(weights, strict=False).unexpected_keys
-    ref = get_peft_model(ref, LoraConfig(r=lora_r, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
-    lora = {k: v.double() for k, v in policy.state_dict().items() if "lora_" in k}
-    assert not ref.load_state_dict(lora, strict=False).unexpected_keys
-    return ref
 
 
 def lora_grads(model, ids):

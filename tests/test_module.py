@@ -7,21 +7,9 @@ import torch
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
 from infgrpo.rewards import RewardError
+from tests.helpers import save_base, trainer
 
 SMALL = dict(group_size=4, sampler=SamplerConfig(num_slots=4, max_new_tokens=24), learning_rate=1e-3)
-
-
-def trainer(tmp_path, steps, **kw):
-    return L.Trainer(
-        max_steps=steps,
-        accelerator="cpu",
-        default_root_dir=tmp_path,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        **kw,
-    )
 
 
 def data(**kw):
@@ -100,7 +88,6 @@ def test_logged_learning_rate_is_the_one_the_step_used(tmp_path):
 
 @pytest.mark.parametrize("mask", [False, True])
 def test_mask_truncated_completions_leaves_cut_completions_out_of_the_loss(tmp_path, tokenizer, mask):
-    from tests.test_models import save_base
 
     # a random model: diverse completions that never stop within 4 tokens, so every one is cut
     base = save_base("qwen3", tokenizer, tmp_path / "base")

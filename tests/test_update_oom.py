@@ -13,7 +13,7 @@ import torch
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
 from infgrpo.update.logprobs import causal_lm_parts
-from tests.test_module import trainer as make_trainer
+from tests.helpers import trainer as make_trainer
 
 SETTINGS = dict(
     dtype="float64", group_size=4, sampler=SamplerConfig(num_slots=4, max_new_tokens=16), learning_rate=1e-3

@@ -6,7 +6,7 @@
 Steps: 1) build the character tokenizer; 2) draw the train / held-out eval splits of the synthetic
 task; 3) initialize a ~0.6M-parameter Qwen3 model; 4) warm-start it by supervised training on
 *noisy* demonstrations: with probability ``flaw_rate`` the demonstration is the flawed answer of
-:func:`infgrpo.data.synthetic.flawed` (stopped one item early). The result samples correct and
+:func:`infgrpo.assets.task.flawed` (stopped one item early). The result samples correct and
 premature answers alike, which is the state in which GRPO has something to improve. Everything is
 seeded, so a rebuild gives the same files on the same torch version.
 """
@@ -22,8 +22,8 @@ import torch
 from transformers import PreTrainedTokenizerBase, Qwen3Config, Qwen3ForCausalLM
 
 from infgrpo.assets import TINY_DATA_DIR, TINY_MODEL_DIR
+from infgrpo.assets.task import flawed, make_split
 from infgrpo.assets.tokenizer import build_tokenizer
-from infgrpo.data.synthetic import flawed, make_split
 
 
 def tiny_config(vocab_size: int, eos_id: int, pad_id: int) -> Qwen3Config:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from infgrpo.bench.results import write_json
-from infgrpo.threads import usable_cores
+from infgrpo.runtime.threads import usable_cores
 
 SPIN = "import time\nend = time.monotonic() + {limit}\nwhile time.monotonic() < end:\n    pass\n"
 

@@ -35,8 +35,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from infgrpo.bench.models import bench_setup
 from infgrpo.bench.results import write_json
+from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
-from infgrpo.threads import set_threads
 
 RANDOM_OPS = {"rand", "rand_like", "uniform", "normal", "exponential", "multinomial", "random", "bernoulli", "randint"}
 
@@ -77,7 +77,7 @@ def bare_forward_ops(model: torch.nn.Module, rows: int, width: int) -> int:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """One rollout under the counters; returns the four figures and the rollout's stats."""
-    set_threads(args.threads or "auto")  # the sampler applies it each rollout (infgrpo.threads)
+    set_threads(args.threads or "auto")  # the sampler applies it each rollout (infgrpo.runtime.threads)
     model, prompts, pad_id, stop_ids = bench_setup(args.model, args.prompts, 0, args.stop_fraction)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
@@ -88,8 +88,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         refill="fifo",
         length_predictor="none",
     )
-    sampler = MicroGroupSampler(model, stop_ids[0], cfg)
-    sampler.pad_id = pad_id
+    sampler = MicroGroupSampler(model, stop_ids[0], cfg, pad_id=pad_id)
     sampler.sample(prompts[:1], 2, seed=99)  # warm-up: lazy initializations out of the count
     shapes: collections.Counter[tuple] = collections.Counter()
 

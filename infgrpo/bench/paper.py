@@ -37,7 +37,7 @@ import torch
 
 from infgrpo.bench.results import write_json
 from infgrpo.bench.rollout import mib, spawn
-from infgrpo.threads import set_threads
+from infgrpo.runtime.threads import set_threads
 
 FULL = dict(
     model="qwen3-1.7b-shape",
@@ -96,8 +96,7 @@ def run_checks(cfg: dict) -> dict:
     outs = {}
     for graphs in ("on", "off"):
         sc = SamplerConfig(num_slots=4, max_new_tokens=64, stop_token_ids=stop_ids[1:], cuda_graphs=graphs)
-        sampler = MicroGroupSampler(model, stop_ids[0], sc)
-        sampler.pad_id = pad_id
+        sampler = MicroGroupSampler(model, stop_ids[0], sc, pad_id=pad_id)
         outs[graphs] = sampler.sample(prompts, 6, seed=3)
     on, off = outs["on"], outs["off"]
     result["graph_captures"] = on.stats["graph_captures"]
@@ -208,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     args = ap.parse_args(argv)
     if args.one:
         cfg = json.loads(args.one)
-        set_threads(cfg.get("threads") or "auto")  # the sampler applies it each rollout (infgrpo.threads)
+        set_threads(cfg.get("threads") or "auto")  # the sampler applies it each rollout (infgrpo.runtime.threads)
         print(json.dumps(ONE[cfg["kind"]](cfg)))
         return {}
     s = SMALL if args.small else FULL

@@ -33,8 +33,8 @@ import torch
 
 from infgrpo.bench.models import bench_setup
 from infgrpo.bench.results import write_json
+from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
-from infgrpo.threads import set_threads
 
 
 class RSSTimeline:
@@ -89,7 +89,7 @@ class PeakRSS(RSSTimeline):
 
 def run_one(cfg: dict) -> dict:
     """One configuration, in this process: decode and measure."""
-    set_threads(cfg.get("threads") or "auto")  # the sampler applies it (infgrpo.threads)
+    set_threads(cfg.get("threads") or "auto")  # the sampler applies it (infgrpo.runtime.threads)
     model, prompts, pad_id, stop_ids = bench_setup(cfg["model"], cfg["prompts"], 0, cfg.get("stop_fraction", 0.02))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
@@ -104,8 +104,7 @@ def run_one(cfg: dict) -> dict:
         cuda_graphs=cfg.get("cuda_graphs", "auto"),
         decode_attention=cfg.get("decode_attention", "efficient"),
     )
-    sampler = MicroGroupSampler(model, stop_ids[0], sc)
-    sampler.pad_id = pad_id
+    sampler = MicroGroupSampler(model, stop_ids[0], sc, pad_id=pad_id)
     sampler.sample(prompts[:1], 2, seed=99)  # warm-up: lazy initializations out of the measurement
     if device == "cuda":
         torch.cuda.synchronize()

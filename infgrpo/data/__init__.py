@@ -1,4 +1,4 @@
-"""Prompt data: the synthetic tiny task and a LightningDataModule over ``datasets``."""
+"""Prompt data: a LightningDataModule over ``datasets`` (and the shipped tiny task, ``path: tiny``)."""
 
 from infgrpo.data.datamodule import PromptDataModule
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infgrpo.data.synthetic import solve
+from infgrpo.assets.task import solve
 from infgrpo.rewards.core import REWARDS
 
 

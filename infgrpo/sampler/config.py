@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from infgrpo.sampler.pool_sizing import parse_rollout_memory
+from infgrpo.runtime.memory import parse_memory
 
 DECODERS = ("engine", "micro_groups", "hf_micro", "hf_full")
 REFILL_POLICIES = ("fifo", "sjf", "lpt", "planned")
@@ -87,7 +87,7 @@ class SamplerConfig:
             isinstance(self.num_slots, bool) or not isinstance(self.num_slots, int) or self.num_slots < 1
         ):
             raise ValueError(f"num_slots={self.num_slots!r} must be an integer >= 1 or 'auto'")
-        parse_rollout_memory(self.rollout_memory)
+        parse_memory(self.rollout_memory, "rollout_memory")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be an integer > 0")
         if self.temperature < 0:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from infgrpo.sampler.sampling import derive_seed
+from infgrpo.runtime.seeds import derive_seed
 
 MASK32 = 0xFFFFFFFF
 MUL1, MUL2 = 0x21F0AAAD, 0x735A2D97  # odd, < 2**31: x * MUL < 2**63 for any 32-bit x

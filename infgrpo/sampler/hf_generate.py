@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
-from infgrpo.sampler.sampling import derive_seed
+from infgrpo.runtime.seeds import derive_seed
 
 
 @dataclass

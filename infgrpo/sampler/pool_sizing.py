@@ -29,68 +29,15 @@ float in (0, 1]: that share of the memory free when the first rollout starts (CU
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import torch
 
-UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
+from infgrpo.runtime.memory import budget_bytes
+
 SAMPLING_VECTORS = 4
 TOP_K_VECTORS = 1
 TOP_P_VECTORS = 6
-
-
-def parse_rollout_memory(value: int | float | str, field: str = "rollout_memory") -> int | float:
-    """Validated ``rollout_memory``: bytes (int) or a share of free memory (float in (0, 1]).
-
-    Strings give bytes with a unit (``"4GB"``, ``"512MiB"``) or a plain number; a float above 1
-    with no fractional part (``4e9``) is read as bytes. ``field`` names the setting in errors (the
-    update's ``update_memory`` is parsed alike).
-    """
-    valid = "bytes (an integer >= 1, or a string such as '4GB', '512MiB') or a float in (0, 1] (share of free memory)"
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?(?:[eE]\d+)?)\s*([a-zA-Z]*)\s*", value)
-        if m is None or m.group(2).lower() not in UNITS:
-            raise ValueError(f"{field}={value!r} is not understood; valid: {valid}")
-        number, unit = m.group(1), m.group(2).lower()
-        if unit:
-            value = int(float(number) * UNITS[unit])
-        else:
-            value = int(number) if number.isdigit() else float(number)
-    if isinstance(value, float) and value > 1 and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{field}={value!r} is not understood; valid: {valid}")
-    if (isinstance(value, float) and not 0.0 < value <= 1.0) or (isinstance(value, int) and value < 1):
-        raise ValueError(f"{field}={value!r} is out of range; valid: {valid}")
-    return value
-
-
-def free_memory(device: torch.device) -> int:
-    """Bytes free on ``device`` now: the CUDA allocator's view of the GPU, or available system memory."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        import psutil
-    except ImportError as err:
-        raise ValueError(
-            "rollout_memory as a fraction needs the free memory, which this system does not report; give bytes"
-        ) from err
-    return int(psutil.virtual_memory().available)
-
-
-def budget_bytes(rollout_memory: int | float | str, device: torch.device) -> int:
-    """The budget in bytes: ``rollout_memory`` itself, or its share of :func:`free_memory`."""
-    value = parse_rollout_memory(rollout_memory)
-    return value if isinstance(value, int) else int(value * free_memory(device))
 
 
 @dataclass(frozen=True)
@@ -137,7 +84,7 @@ class PoolPlan:
 
 def pool_shape(model: torch.nn.Module) -> PoolShape:
     """The :class:`PoolShape` of a Hugging Face causal LM (plain, peft-wrapped or quantized)."""
-    from infgrpo.sampler.slot_pool import kv_shape, text_config
+    from infgrpo.sampler.model_support import kv_shape, text_config
 
     cfg = text_config(model.config)
     layers, kv_heads, head_dim = kv_shape(cfg)

@@ -18,64 +18,23 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from infgrpo.ranks import Ranks
+from infgrpo.runtime.ranks import Ranks
+from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler.config import SamplerConfig
 from infgrpo.sampler.engine import Engine
 from infgrpo.sampler.hf_generate import GroupOutput, decode_group, generation_kwargs
 from infgrpo.sampler.length_predictor import LengthPredictor, pool_over_ranks, prompt_features, prompt_key
+from infgrpo.sampler.model_support import (
+    check_engine_support,
+    check_prompts,
+    kv_bytes_per_token,
+    sliding_window,
+    stop_token_ids,
+)
 from infgrpo.sampler.pool_sizing import PoolSizer
 from infgrpo.sampler.rollouts import Rollouts
 from infgrpo.sampler.schedule_metrics import lower_bound_steps, prediction_errors
-from infgrpo.sampler.slot_pool import PoolCache, kv_shape, text_config
-from infgrpo.threads import adapt_threads
-
-
-def kv_bytes_per_token(model: PreTrainedModel) -> int:
-    """Bytes of K and V for one token position over all layers of ``model``."""
-    layers, kv_heads, head_dim = kv_shape(model.config)
-    return 2 * layers * kv_heads * head_dim * (torch.finfo(model.dtype).bits // 8)
-
-
-def max_positions(model: PreTrainedModel) -> int | None:
-    """The model's context length (``max_position_embeddings`` of its text config); None when it has none."""
-    return getattr(text_config(model.config), "max_position_embeddings", None)
-
-
-ENGINE_ATTENTION = ("eager", "sdpa")
-
-
-def sliding_window(model: PreTrainedModel) -> int | None:
-    """The attention window of ``model``'s sliding-window layers, or None when every layer attends fully."""
-    cfg = text_config(model.config)
-    window = getattr(cfg, "sliding_window", None)
-    layer_types = getattr(cfg, "layer_types", None)
-    if not window:
-        return None
-    if layer_types is not None and all(t == "full_attention" for t in layer_types):
-        return None
-    return int(window)
-
-
-def check_engine_support(model: PreTrainedModel) -> None:
-    """Refuses attention implementations the slot-pool engine cannot drive (it passes a 4D mask)."""
-    impl = getattr(model.config, "_attn_implementation", None) or "eager"
-    if impl not in ENGINE_ATTENTION:
-        raise ValueError(
-            f"the model uses attn_implementation={impl!r}; the slot-pool engine needs 'sdpa' or 'eager' (it "
-            "passes its own 4D attention mask over the slot pool). Load the model with attn_implementation='sdpa'."
-        )
-
-
-def stop_token_ids(model: PreTrainedModel, eos_id: int, extra: list[int]) -> list[int]:
-    """The tokens that end a completion: ``eos_id``, the model's ``generation_config`` EOS ids, ``extra``.
-
-    Chat models often list several (Qwen3: ``<|im_end|>`` and ``<|endoftext|>``); HF ``generate``
-    stops on all of them, and so does the sampler. Order kept, duplicates dropped.
-    """
-    gen = getattr(model, "generation_config", None)
-    listed = getattr(gen, "eos_token_id", None) if gen is not None else None
-    listed = [] if listed is None else [listed] if isinstance(listed, int) else list(listed)
-    return list(dict.fromkeys([eos_id, *listed, *extra]))
+from infgrpo.sampler.slot_pool import PoolCache
 
 
 class MicroGroupSampler:
@@ -86,10 +45,15 @@ class MicroGroupSampler:
         tokenizer_or_eos: a tokenizer (its ``eos_token_id`` and ``pad_token_id`` are used) or the
             EOS token id itself.
         config: decoding settings; see :class:`SamplerConfig`.
+        pad_id: the token idle slots and padding use (default: the tokenizer's pad token, else EOS).
     """
 
     def __init__(
-        self, model: PreTrainedModel, tokenizer_or_eos: PreTrainedTokenizerBase | int, config: SamplerConfig
+        self,
+        model: PreTrainedModel,
+        tokenizer_or_eos: PreTrainedTokenizerBase | int,
+        config: SamplerConfig,
+        pad_id: int | None = None,
     ) -> None:
         check_engine_support(model)
         window = sliding_window(model)
@@ -102,11 +66,11 @@ class MicroGroupSampler:
         self.model = model
         self.config = config
         if isinstance(tokenizer_or_eos, int):
-            self.eos_id, self.pad_id = tokenizer_or_eos, tokenizer_or_eos
+            self.eos_id, pad = tokenizer_or_eos, None
         else:
-            self.eos_id = tokenizer_or_eos.eos_token_id
-            pad = tokenizer_or_eos.pad_token_id
-            self.pad_id = self.eos_id if pad is None else pad
+            self.eos_id, pad = tokenizer_or_eos.eos_token_id, tokenizer_or_eos.pad_token_id
+        pad = pad if pad_id is None else pad_id
+        self.pad_id = self.eos_id if pad is None else pad
         self.stop_ids = stop_token_ids(model, self.eos_id, config.stop_token_ids)
         self.calls = 0
         self.last_stats: dict[str, Any] = {}
@@ -116,9 +80,6 @@ class MicroGroupSampler:
         self.sizer = PoolSizer(
             config.num_slots, config.rollout_memory, config.max_new_tokens, config.top_k, config.top_p
         )
-        # Data-parallel ranks (set by the trainer's module); state learned from rollouts (the length
-        # predictor) can pool it over ranks with ``self.ranks.gather`` / ``self.ranks.sum``.
-        self.ranks = Ranks()
         # The KV slot pool and its decode step (CUDA graph), kept between rollouts (config.keep_pool).
         self.pools = PoolCache()
         self.predictor = (
@@ -127,42 +88,26 @@ class MicroGroupSampler:
             else None
         )
 
-    # -- validation -------------------------------------------------------------------------
-    def check_prompts(self, prompt_ids: list[list[int]]) -> None:
-        """Raises a ValueError naming the prompt that is empty or cannot fit the model's context."""
-        if not prompt_ids:
-            raise ValueError("prompt_ids is empty; give at least one prompt")
-        limit = max_positions(self.model)
-        window = sliding_window(self.model)
-        for i, p in enumerate(prompt_ids):
-            if len(p) == 0:
-                raise ValueError(f"prompt_ids[{i}] is empty; every prompt needs at least one token")
-            if window is not None and len(p) + self.config.max_new_tokens >= window:
-                raise ValueError(
-                    f"prompt_ids[{i}] has {len(p)} tokens; with max_new_tokens={self.config.max_new_tokens} a "
-                    f"sequence reaches {len(p) + self.config.max_new_tokens} positions, but the model has "
-                    f"sliding-window attention layers (sliding_window={window}) and the slot-pool engine attends "
-                    f"over whole sequences. Keep prompt + max_new_tokens below {window}."
-                )
-            if limit is not None and len(p) + self.config.max_new_tokens > limit:
-                raise ValueError(
-                    f"prompt_ids[{i}] has {len(p)} tokens; with max_new_tokens="
-                    f"{self.config.max_new_tokens} it needs {len(p) + self.config.max_new_tokens} "
-                    f"positions but the model's context (max_position_embeddings) is {limit}. "
-                    f"Shorten the prompt or lower max_new_tokens to <= {limit - len(p)}."
-                )
-
     # -- sampling ---------------------------------------------------------------------------
     @torch.no_grad()
-    def sample(self, prompt_ids: list[list[int]], group_size: int, seed: int = 0, prompt_offset: int = 0) -> Rollouts:
+    def sample(
+        self,
+        prompt_ids: list[list[int]],
+        group_size: int,
+        seed: int = 0,
+        prompt_offset: int = 0,
+        ranks: Ranks | None = None,
+    ) -> Rollouts:
         """``group_size`` completions of each prompt, prompt-major (see :class:`Rollouts`).
 
         Sample j of ``prompt_ids[i]`` draws from the random stream (seed, prompt_offset + i, j):
         ``prompt_offset`` is the global index of ``prompt_ids[0]`` when a batch is split over ranks.
+        ``ranks``: the data-parallel ranks sharing the batch; what the rollout teaches the length
+        predictor is pooled over them, so every rank's predictor stays identical.
         """
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1")
-        self.check_prompts(prompt_ids)
+        check_prompts(self.model, prompt_ids, self.config.max_new_tokens)
         adapt_threads(self.model, rows=len(prompt_ids) * group_size)  # CPU threads: work size, free cores
         cfg = self.config
         was_training = self.model.training
@@ -174,7 +119,7 @@ class MicroGroupSampler:
             if cfg.decoder == "engine":
                 rollouts = self._oom_backoff(
                     lambda slots: self._sample_engine(
-                        prompt_ids, group_size, seed, slots, learn=True, prompt_offset=prompt_offset
+                        prompt_ids, group_size, seed, slots, learn=True, prompt_offset=prompt_offset, ranks=ranks
                     ),
                     self.sizer.slots(self.model, prompt_ids),
                     "model.sampler.num_slots",
@@ -200,7 +145,7 @@ class MicroGroupSampler:
     @torch.no_grad()
     def generate_one(self, prompt_ids: list[list[int]], batch_size: int = 128) -> Rollouts:
         """One completion per prompt, ``batch_size`` slots at once (evaluation, e.g. greedy)."""
-        self.check_prompts(prompt_ids)
+        check_prompts(self.model, prompt_ids, self.config.max_new_tokens)
         was_training = self.model.training
         self.model.eval()
         try:
@@ -260,6 +205,7 @@ class MicroGroupSampler:
         num_slots: int,
         learn: bool = False,
         prompt_offset: int = 0,
+        ranks: Ranks | None = None,
     ) -> Rollouts:
         cfg = self.config
         # 1) predict each prompt's completion length (the length-aware refill policies order by it)
@@ -323,7 +269,7 @@ class MicroGroupSampler:
             rollouts.stats.update(prediction_errors(per_seq, rollouts.lengths))
             lengths = rollouts.lengths
             # every data-parallel rank learns the pooled update, so their predictors stay identical
-            predictor.sync = pool_over_ranks(self.ranks.gather) if self.ranks.world_size > 1 else None
+            predictor.sync = pool_over_ranks(ranks.gather) if ranks is not None and ranks.world_size > 1 else None
             predictor.update(keys, feats, [lengths[i : i + group_size] for i in range(0, len(lengths), group_size)])
             rollouts.stats["predict_time_s"] = predict_time
         return rollouts

@@ -9,15 +9,7 @@ per-sequence work, the same operators whatever the batch.
 
 from __future__ import annotations
 
-import hashlib
-
 import torch
-
-
-def derive_seed(*parts: int) -> int:
-    """A 63-bit seed from integers, stable across processes and platforms."""
-    digest = hashlib.blake2b(",".join(map(str, parts)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:

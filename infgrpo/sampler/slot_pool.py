@@ -16,7 +16,8 @@ The model sees an ordinary ``Cache``: with an explicit 4D mask and explicit ``po
 calls :meth:`SlotLayer.update`, so any Hugging Face causal LM of the Llama / Qwen3 families (plain,
 peft-wrapped or 4-bit) with full attention and ``sdpa`` or ``eager`` attention decodes over the pool
 unchanged. Sliding-window layers are exact only below their window (the sampler refuses longer
-sequences); other attention implementations are refused (see ``sampler.check_engine_support``).
+sequences); other attention implementations are refused
+(:func:`~infgrpo.sampler.model_support.check_engine_support`).
 
 The host owns the bookkeeping (which slots are free, each slot's length); the device tensors
 ``positions`` and ``kv`` are only written by copies and by the step itself, so nothing is read back.
@@ -29,20 +30,9 @@ import gc
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from infgrpo.sampler.model_support import kv_shape
+
 WIDTH_MULTIPLE = 128
-
-
-def text_config(config):  # noqa: ANN001, ANN201 - a transformers PretrainedConfig
-    """The language model's part of a (possibly multimodal) config; the config itself otherwise."""
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
-def kv_shape(config) -> tuple[int, int, int]:  # noqa: ANN001 - a transformers PretrainedConfig
-    """(num_layers, kv_heads, head_dim) of a decoder config."""
-    cfg = text_config(config)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    return cfg.num_hidden_layers, kv_heads, head_dim
 
 
 def pool_width(positions: int) -> int:

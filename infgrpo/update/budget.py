@@ -33,12 +33,12 @@ from dataclasses import dataclass
 
 import torch
 
-from infgrpo.sampler.pool_sizing import free_memory, parse_rollout_memory
+from infgrpo.runtime.memory import free_memory, parse_memory
 
 
 def parse_update_memory(value: int | float | str) -> int | float:
     """Validated ``update_memory``: bytes (int, or ``"8GB"``) or a share of free memory (float in (0, 1])."""
-    return parse_rollout_memory(value, field="update_memory")
+    return parse_memory(value, "update_memory")
 
 
 def check_token_budget(token_budget: int | str) -> None:
@@ -69,7 +69,7 @@ class UpdateShape:
 
 def update_shape(model: torch.nn.Module) -> UpdateShape:
     """The :class:`UpdateShape` of a Hugging Face causal LM (plain, peft-wrapped or quantized)."""
-    from infgrpo.sampler.slot_pool import text_config
+    from infgrpo.sampler.model_support import text_config
 
     cfg = text_config(model.config)
     emb = model.get_input_embeddings().weight  # the residual stream's dtype (float32 after k-bit preparation)

@@ -52,7 +52,7 @@ def check_chunked_head(model: nn.Module, chunk_tokens: int) -> None:
             f"logit_chunk_tokens={chunk_tokens!r} must be an integer >= 1 (positions through the LM head at a "
             "time) or 0 (full logits)"
         )
-    from infgrpo.sampler.slot_pool import text_config
+    from infgrpo.sampler.model_support import text_config
 
     cfg = text_config(model.config)
     for name in UNSUPPORTED_LOGIT_TRANSFORMS:

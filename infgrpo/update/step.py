@@ -6,7 +6,7 @@ forward + backward per micro-batch with the loss normalized by whole-batch count
 peak memory is set by ``token_budget`` alone. No Lightning here: the caller passes ``backward``.
 
 Data parallel (DDP): each rank holds a share of the batch. The normalizers are summed over ranks
-(:class:`~infgrpo.ranks.Ranks`), so each rank's loss is its share of the *global* loss; DDP averages
+(:class:`~infgrpo.runtime.ranks.Ranks`), so each rank's loss is its share of the *global* loss; DDP averages
 gradients over ranks, so each rank backpropagates its share times ``world_size``, and the averaged
 gradient is that of the global loss, as one process over the whole batch would compute it. Every
 micro-batch but the last runs under ``no_sync`` (DDP's gradient-accumulation context): ranks then
@@ -23,7 +23,7 @@ import torch
 from transformers import PreTrainedModel
 
 from infgrpo.algo import LossNorm, clipped_surrogate, policy_loss
-from infgrpo.ranks import Ranks
+from infgrpo.runtime.ranks import Ranks
 from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget, split_rows
 from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 from infgrpo.update.logprobs import completion_logprobs

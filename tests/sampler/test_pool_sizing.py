@@ -3,10 +3,11 @@
 import pytest
 import torch
 
+from infgrpo.runtime.memory import budget_bytes, parse_memory
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
-from infgrpo.sampler.pool_sizing import budget_bytes, parse_rollout_memory, plan_pool, pool_shape
+from infgrpo.sampler.pool_sizing import plan_pool, pool_shape
 from infgrpo.sampler.slot_pool import SlotPool
-from tests.conftest import random_model
+from tests.helpers import random_model
 
 VOCAB = 1000
 
@@ -22,7 +23,7 @@ def model():
     + [(0.5, 0.5), (1.0, 1.0), ("0.25", 0.25), ("123", 123), (4e9, 4_000_000_000)],
 )
 def test_rollout_memory_takes_bytes_units_or_a_share(value, expected):
-    parsed = parse_rollout_memory(value)
+    parsed = parse_memory(value, "rollout_memory")
     assert parsed == expected and type(parsed) is type(expected)
 
 

@@ -2,10 +2,10 @@ import pytest
 import torch
 
 from infgrpo import MicroGroupSampler, SamplerConfig
-from infgrpo.sampler.sampler import kv_bytes_per_token
+from infgrpo.sampler.model_support import kv_bytes_per_token
 from infgrpo.sampler.slot_pool import pool_width
 from infgrpo.update import collate, completion_logprobs
-from tests.conftest import random_model
+from tests.helpers import random_model
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])

@@ -9,7 +9,7 @@ import torch
 from infgrpo.sampler.engine import Engine
 from infgrpo.sampler.schedule_metrics import lower_bound_steps
 from infgrpo.sampler.simulate import naive_micro_group_steps, simulate
-from tests.conftest import random_model
+from tests.helpers import random_model
 
 POLICIES = ["fifo", "sjf", "lpt", "planned"]
 PROMPTS = [[5, 9, 11, 40], [7], [3, 30, 31, 32, 33, 34, 35], [60, 61]]

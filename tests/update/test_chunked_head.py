@@ -9,9 +9,7 @@ from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
 from infgrpo.update import collate, completion_logprobs
 from infgrpo.update.logprobs import causal_lm_parts
-from tests.conftest import random_model
-from tests.test_models import dequantized_reference, trained_4bit_lora
-from tests.test_module import trainer
+from tests.helpers import dequantized_reference, random_model, trained_4bit_lora, trainer
 
 PROMPTS = [[1, 5, 7, 9], [3, 4], [8, 9, 10, 11, 12], [6]]
 COMPLETIONS = [[20, 21, 22], [30, 31, 32, 33, 34, 35, 36], [40], [50, 51, 52, 53]]  # 15 real positions

@@ -10,7 +10,7 @@ from infgrpo.update import (
     split_microbatches,
 )
 from infgrpo.update.batching import collate
-from tests.conftest import random_model
+from tests.helpers import random_model
 
 
 def test_pack_respects_budget_and_covers_every_row():

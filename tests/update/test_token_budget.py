@@ -9,8 +9,7 @@ from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
 from infgrpo.update.budget import UpdateSizer, per_token_bytes, plan_token_budget, update_shape
 from infgrpo.update.logprobs import check_chunked_head
-from tests.conftest import random_model
-from tests.test_module import trainer
+from tests.helpers import random_model, trainer
 
 SMALL = dict(vocab_size=103, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
 

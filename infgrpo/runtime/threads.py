@@ -17,7 +17,7 @@ minus the cores other processes kept busy since the last decision (from ``/proc/
 time subtracted). An integer fixes the count (what torch.set_num_threads would do; e.g. for bit-identical
 runs across machines, since a reduction split over another number of threads may round differently).
 
-    from infgrpo.threads import set_threads, adapt_threads
+    from infgrpo.runtime.threads import set_threads, adapt_threads
     set_threads("auto")                      # process-wide; also INFGRPO_THREADS=auto|N
     adapt_threads(model, rows=32)            # called by the sampler and GRPOModule; returns the count
 """

@@ -9,7 +9,7 @@ Three kinds of prompt, each answered by one deterministic string:
 The answer's length is a function of the prompt, so a length predictor and a length-aware scheduler
 have something to learn. The tokenizer is character level, so one character is one token.
 
-Run ``python -m infgrpo.data.synthetic`` to print a few examples.
+Run ``python -m infgrpo.assets.task`` to print a few examples.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import torch
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
 from infgrpo.fit import main
-from infgrpo.hardware import check_accelerator, cpu_flags, slow_cpu_dtype
+from infgrpo.runtime.hardware import check_accelerator, cpu_flags, slow_cpu_dtype
 
 X86 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\nmodel name\t: x\n"
 SAPPHIRE = "flags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from infgrpo.threads import (
+from infgrpo.runtime.threads import (
     WORK_PER_THREAD,
     CpuSample,
     ThreadGovernor,

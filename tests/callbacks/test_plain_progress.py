@@ -6,9 +6,9 @@ import re
 import lightning as L
 
 from infgrpo import GRPOModule, SamplerConfig
+from infgrpo.callbacks.plain_progress import PlainProgress
 from infgrpo.data import PromptDataModule
 from infgrpo.fit import main
-from infgrpo.plain_progress import PlainProgress
 
 LINE = re.compile(
     r"^\[infgrpo\] step (\d+)/4 reward -?[\d.]+ accuracy [\d.]+ rollout [\d.]+ s update [\d.]+ s \d+ tok/s$"

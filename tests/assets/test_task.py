@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from infgrpo.data.synthetic import TASKS, flawed, is_eval_prompt, make_split, sample_problem, solve
+from infgrpo.assets.task import TASKS, flawed, is_eval_prompt, make_split, sample_problem, solve
 
 
 def test_answers_verify_and_lengths_vary_with_the_prompt():

@@ -5,7 +5,7 @@ import math
 import lightning as L
 
 from infgrpo import GRPOModule, SamplerConfig
-from infgrpo.completion_log import _number, log_completions, prompt_for_table
+from infgrpo.callbacks.completion_table import _number, log_completions, prompt_for_table
 from infgrpo.data import PromptDataModule
 from infgrpo.rewards.shaping import overlong_penalty
 

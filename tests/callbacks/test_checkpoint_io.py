@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from infgrpo.checkpoint_io import atomic_torch_save
+from infgrpo.callbacks.checkpoint_io import atomic_torch_save
 
 
 class Unpicklable:
@@ -21,7 +21,7 @@ def test_failed_save_keeps_the_previous_checkpoint_intact(tmp_path):
 def test_remote_paths_go_through_fsspec_and_storage_options_are_refused(tmp_path, monkeypatch):
     import fsspec
 
-    from infgrpo.checkpoint_io import AtomicCheckpointIO
+    from infgrpo.callbacks.checkpoint_io import AtomicCheckpointIO
 
     io = AtomicCheckpointIO()
     monkeypatch.chdir(tmp_path)  # a remote path written as a local one would land here ("memory:/bucket/...")

@@ -1,0 +1,1 @@
+"""What the sampler, the update and the module share, without Lightning: threads, ranks, hardware, memory, OOM."""

@@ -1,0 +1,100 @@
+"""What the slot-pool engine needs of a model, checked before decoding: attention, windows, context, stops.
+
+    check_engine_support(model)                         # attn_implementation sdpa or eager
+    check_prompts(model, prompt_ids, max_new_tokens)    # no empty prompt, none past the context or window
+    kv_shape(model.config)                              # (layers, kv_heads, head_dim)
+
+Also the model introspection the sampler, the pool sizing and the update share (``text_config``,
+``kv_shape``, ``kv_bytes_per_token``).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+
+def text_config(config):  # noqa: ANN001, ANN201 - a transformers PretrainedConfig
+    """The language model's part of a (possibly multimodal) config; the config itself otherwise."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def kv_shape(config) -> tuple[int, int, int]:  # noqa: ANN001 - a transformers PretrainedConfig
+    """(num_layers, kv_heads, head_dim) of a decoder config."""
+    cfg = text_config(config)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    return cfg.num_hidden_layers, kv_heads, head_dim
+
+
+def kv_bytes_per_token(model: PreTrainedModel) -> int:
+    """Bytes of K and V for one token position over all layers of ``model``."""
+    layers, kv_heads, head_dim = kv_shape(model.config)
+    return 2 * layers * kv_heads * head_dim * (torch.finfo(model.dtype).bits // 8)
+
+
+def max_positions(model: PreTrainedModel) -> int | None:
+    """The model's context length (``max_position_embeddings`` of its text config); None when it has none."""
+    return getattr(text_config(model.config), "max_position_embeddings", None)
+
+
+ENGINE_ATTENTION = ("eager", "sdpa")
+
+
+def sliding_window(model: PreTrainedModel) -> int | None:
+    """The attention window of ``model``'s sliding-window layers, or None when every layer attends fully."""
+    cfg = text_config(model.config)
+    window = getattr(cfg, "sliding_window", None)
+    layer_types = getattr(cfg, "layer_types", None)
+    if not window:
+        return None
+    if layer_types is not None and all(t == "full_attention" for t in layer_types):
+        return None
+    return int(window)
+
+
+def check_engine_support(model: PreTrainedModel) -> None:
+    """Refuses attention implementations the slot-pool engine cannot drive (it passes a 4D mask)."""
+    impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    if impl not in ENGINE_ATTENTION:
+        raise ValueError(
+            f"the model uses attn_implementation={impl!r}; the slot-pool engine needs 'sdpa' or 'eager' (it "
+            "passes its own 4D attention mask over the slot pool). Load the model with attn_implementation='sdpa'."
+        )
+
+
+def stop_token_ids(model: PreTrainedModel, eos_id: int, extra: list[int]) -> list[int]:
+    """The tokens that end a completion: ``eos_id``, the model's ``generation_config`` EOS ids, ``extra``.
+
+    Chat models often list several (Qwen3: ``<|im_end|>`` and ``<|endoftext|>``); HF ``generate``
+    stops on all of them, and so does the sampler. Order kept, duplicates dropped.
+    """
+    gen = getattr(model, "generation_config", None)
+    listed = getattr(gen, "eos_token_id", None) if gen is not None else None
+    listed = [] if listed is None else [listed] if isinstance(listed, int) else list(listed)
+    return list(dict.fromkeys([eos_id, *listed, *extra]))
+
+
+def check_prompts(model: PreTrainedModel, prompt_ids: list[list[int]], max_new_tokens: int) -> None:
+    """Raises a ValueError naming the prompt that is empty or cannot fit the model's context."""
+    if not prompt_ids:
+        raise ValueError("prompt_ids is empty; give at least one prompt")
+    limit = max_positions(model)
+    window = sliding_window(model)
+    for i, p in enumerate(prompt_ids):
+        if len(p) == 0:
+            raise ValueError(f"prompt_ids[{i}] is empty; every prompt needs at least one token")
+        if window is not None and len(p) + max_new_tokens >= window:
+            raise ValueError(
+                f"prompt_ids[{i}] has {len(p)} tokens; with max_new_tokens={max_new_tokens} a "
+                f"sequence reaches {len(p) + max_new_tokens} positions, but the model has "
+                f"sliding-window attention layers (sliding_window={window}) and the slot-pool engine attends "
+                f"over whole sequences. Keep prompt + max_new_tokens below {window}."
+            )
+        if limit is not None and len(p) + max_new_tokens > limit:
+            raise ValueError(
+                f"prompt_ids[{i}] has {len(p)} tokens; with max_new_tokens="
+                f"{max_new_tokens} it needs {len(p) + max_new_tokens} "
+                f"positions but the model's context (max_position_embeddings) is {limit}. "
+                f"Shorten the prompt or lower max_new_tokens to <= {limit - len(p)}."
+            )

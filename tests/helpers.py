@@ -1,0 +1,80 @@
+"""Helpers shared by the tests: tiny random models, a saved base folder, 4-bit + LoRA policies, a quiet Trainer."""
+
+import lightning as L
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+from infgrpo.models import load_policy
+
+
+def random_model(arch: str, dtype: torch.dtype = torch.float32, vocab: int = 103, seed: int = 0, **config):
+    """A freshly initialized tiny model of the given architecture (eos id 2, pad id 0); ``config`` overrides."""
+    torch.manual_seed(seed)
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    common.update(config)
+    if arch == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(head_dim=16, **common))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    return model.to(dtype).eval()
+
+
+def save_base(arch, tokenizer, folder):
+    random_model(arch, torch.float32, vocab=len(tokenizer), seed=3).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def trained_4bit_lora(arch, tokenizer, folder):
+    """(4-bit policy with a LoRA r=4 adapter whose B is nonzero, the base folder): lora_A gets gradients too."""
+    base = save_base(arch, tokenizer, folder)
+    policy = load_policy(base, lora_r=4, load_in_4bit=True, bnb_4bit_compute_dtype="float32")
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    return policy, base
+
+
+def dequantized_reference(policy, base, lora_r):
+    """``policy``'s base weights dequantized into a float64 copy of ``base``, with its LoRA weights."""
+    import bitsandbytes as bnb
+    from bitsandbytes.functional import dequantize_4bit
+    from peft import LoraConfig, get_peft_model
+
+    ref = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float64)
+    weights = {
+        name.removeprefix("base_model.model.").replace(".base_layer", "") + ".weight": dequantize_4bit(
+            mod.weight.data, mod.weight.quant_state
+        ).double()
+        for name, mod in policy.named_modules()
+        if isinstance(mod, bnb.nn.Linear4bit)
+    }
+    assert len(weights) == 14 and not ref.load_state_dict(weights, strict=False).unexpected_keys
+    ref = get_peft_model(ref, LoraConfig(r=lora_r, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
+    lora = {k: v.double() for k, v in policy.state_dict().items() if "lora_" in k}
+    assert not ref.load_state_dict(lora, strict=False).unexpected_keys
+    return ref
+
+
+def trainer(tmp_path, steps, **kw):
+    return L.Trainer(
+        max_steps=steps,
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        **kw,
+    )
