@@ -104,7 +104,7 @@ class StepMeter(L.Callback):
         for key in ("loss", "update/token_budget", "micro_batches", "completion_length", "rollout/decode_steps"):
             if f"train/{key}" in metrics:
                 self.result[key.split("/")[-1]] = float(metrics[f"train/{key}"])
-        rollout = pl_module.sampler.last_stats
+        rollout = pl_module.last_step.rollouts.stats if pl_module.last_step is not None else None
         if rollout:
             self.result["generated_tokens"] = rollout["generated_tokens"]
             self.result["rollout_wall_s"] = rollout["wall_time_s"]

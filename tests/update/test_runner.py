@@ -63,7 +63,7 @@ def test_update_retries_on_smaller_microbatches_and_trains_identically(tmp_path,
         module, rows = train(tmp_path / "oom", steps, limit=120, only_with_grad=only_with_grad, token_budget=4096, **kw)
     assert rows[0]["oom_retries"] >= 1 and rows[0]["token_budget"] <= 120
     assert rows[1]["oom_retries"] == 0  # the second step starts within the budget that fit
-    assert module.token_budget_cap <= 120
+    assert module.updater.token_budget_cap <= 120
     ref_params = dict(reference.policy.named_parameters())
     for name, p in module.policy.named_parameters():
         assert torch.allclose(p, ref_params[name], atol=1e-10, rtol=0), name
