@@ -135,9 +135,7 @@ def none_on_second(completions, metadata):
 
 
 def test_skip_keeps_a_failed_reward_nan_and_counts_it():
-    scores = score_rewards(
-        {f"{__name__}:none_on_second": 1.0}, ["a", "b", "c"], META + META[:1], on_error="skip"
-    )
+    scores = score_rewards({f"{__name__}:none_on_second": 1.0}, ["a", "b", "c"], META + META[:1], on_error="skip")
     total, parts, failed = scores.total, scores.parts, scores.failed
     assert total[0] == 1.0 and math.isnan(total[1]) and total[2] == 0.0
     assert math.isnan(parts[f"{__name__}:none_on_second"][1])
@@ -156,11 +154,8 @@ def test_skip_sums_the_rewards_that_did_not_fail_as_trl_does():
 
 
 def test_zero_scores_a_failed_reward_zero_and_counts_it():
-    scores = score_rewards(
-        {f"{__name__}:none_on_second": 1.0}, ["a", "b"], META, on_error="zero"
-    )
-    total, parts, failed = scores.total, scores.parts, scores.failed
-    assert total.tolist() == [1.0, 0.0] and failed.tolist() == [False, True]
+    scores = score_rewards({f"{__name__}:none_on_second": 1.0}, ["a", "b"], META, on_error="zero")
+    assert scores.total.tolist() == [1.0, 0.0] and scores.failed.tolist() == [False, True]
 
 
 def test_unknown_reward_on_error_names_the_valid_choices():
