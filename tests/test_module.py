@@ -222,14 +222,6 @@ def test_resume_from_an_end_of_epoch_checkpoint_continues_with_the_next_epoch(tm
     assert resumed == straight[4:]
 
 
-def test_gradient_checkpointing_and_lora_train(tmp_path):
-    module = GRPOModule(**SMALL, lora_r=4, gradient_checkpointing=True)
-    assert module.policy.base_model.model.is_gradient_checkpointing
-    lora = {k: v.clone() for k, v in module.policy.named_parameters() if "lora_B" in k}
-    trainer(tmp_path, 1).fit(module, data())
-    assert any(not torch.equal(v, lora[k]) for k, v in module.policy.named_parameters() if "lora_B" in k)
-
-
 def test_kl_bias_correction_is_on_by_default_as_in_trl_1_16():
     # one default for the module and the update's LossConfig (they used to disagree: True vs False)
     assert inspect.signature(GRPOModule).parameters["kl_bias_correction"].default is True
