@@ -36,6 +36,7 @@ from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.training.hparams import check_hparams
 from infgrpo.training.metrics import step_metrics
+from infgrpo.training.optim import adamw_with_warmup
 from infgrpo.training.record import StepRecord
 from infgrpo.training.rng_state import gather_rng_state, reseed_rank, restore_rng_state
 from infgrpo.training.scoring import score_rollouts
@@ -340,15 +341,9 @@ class GRPOModule(L.LightningModule):
 
     # -- optimization and checkpoints -------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
-        """AdamW over the trainable parameters, with a linear warmup over ``warmup_steps`` optimizer steps.
-
-        The scheduler is stepped by :meth:`optimizer_step` after every optimizer step.
-        """
-        hp = self.hparams
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=hp.learning_rate, weight_decay=hp.weight_decay)
-        warm = max(hp.warmup_steps, 0)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
+        """AdamW over the trainable parameters with a linear warmup (stepped by the update after every optimizer step)."""
+        hp, params = self.hparams, [p for p in self.policy.parameters() if p.requires_grad]
+        opt, sched = adamw_with_warmup(params, hp.learning_rate, hp.weight_decay, hp.warmup_steps)
         return {"optimizer": opt, "lr_scheduler": sched}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
