@@ -341,7 +341,7 @@ class GRPOModule(L.LightningModule):
 
     # -- optimization and checkpoints -------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
-        """AdamW over the trainable parameters with a linear warmup (stepped by the update after every optimizer step)."""
+        """AdamW over the trainable parameters, linear warmup (the update steps both after each optimizer step)."""
         hp, params = self.hparams, [p for p in self.policy.parameters() if p.requires_grad]
         opt, sched = adamw_with_warmup(params, hp.learning_rate, hp.weight_decay, hp.warmup_steps)
         return {"optimizer": opt, "lr_scheduler": sched}
