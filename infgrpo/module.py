@@ -44,6 +44,7 @@ from infgrpo.update import LossConfig
 from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 from infgrpo.update.logprobs import check_chunked_head
 from infgrpo.update.runner import PolicyUpdate
+from infgrpo.update.shared_prompt import SharePrompt, resolve_share_prompt
 
 
 class GRPOModule(L.LightningModule):
@@ -88,6 +89,11 @@ class GRPOModule(L.LightningModule):
         mask_truncated_completions: leave completions cut at ``max_new_tokens`` out of the loss (DAPO's
             overlong filtering; TRL's option of the same name). They still count in the group's advantages.
         num_iterations: optimizer steps per rollout (mu); > 1 reuses the rollout with old log-probs.
+        share_prompt: run each prompt once per micro-batch in the update, its G completions attending to its
+            K/V (the same loss and gradients as prompt + completion rows, up to rounding; the prompt's time and
+            activations are paid once, not G times). ``auto``: on wherever it is exact for the model (sdpa or
+            eager attention, no sliding window, text-only, a probe at load), off with one line saying why
+            elsewhere; ``on``: an error where it cannot be; ``off``: every row carries its prompt.
         token_budget: padded tokens per update micro-batch; bounds training memory for any B*G. ``auto``: as
             many as ``update_memory`` holds, from a per-token cost of the model's activations plus one logit
             chunk (:mod:`infgrpo.update.budget`), planned per update from its longest sequence and printed;
@@ -149,6 +155,7 @@ class GRPOModule(L.LightningModule):
         kl_bias_correction: bool = True,
         mask_truncated_completions: bool = False,
         num_iterations: int = 1,
+        share_prompt: SharePrompt = "auto",
         token_budget: int | str = 4096,
         update_memory: int | float | str = 0.7,
         logit_chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
@@ -196,8 +203,9 @@ class GRPOModule(L.LightningModule):
             max_completion_length=sampler.max_new_tokens, kl_bias_correction=kl_bias_correction,
             logit_chunk_tokens=logit_chunk_tokens,
         )  # fmt: skip
+        shared = resolve_share_prompt(self.policy, share_prompt)  # validated, probed on the loaded model
         self.updater = PolicyUpdate(
-            loss, num_iterations, token_budget, update_memory, mask_truncated_completions, self.sampler.pad_id
+            loss, num_iterations, token_budget, update_memory, mask_truncated_completions, self.sampler.pad_id, shared
         )
         self.rewards = rewards
         self.scoring = dict(rewards=rewards, on_error=reward_on_error, max_completion_length=sampler.max_new_tokens)

@@ -19,6 +19,8 @@ from transformers import PreTrainedModel
 
 from infgrpo.update.batching import MicroBatch
 from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS, chunked_logprobs, head_terms
+from infgrpo.update.shared_batching import SharedMicroBatch
+from infgrpo.update.shared_prompt import shared_hidden, shared_logits
 
 UNSUPPORTED_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 """Config fields of models whose forward changes the logits after the LM head (Gemma 2/3 soft-capping,
@@ -88,19 +90,31 @@ def check_chunked_head(model: nn.Module, chunk_tokens: int) -> None:
 
 def completion_logprobs(
     model: PreTrainedModel,
-    mb: MicroBatch,
+    mb: MicroBatch | SharedMicroBatch,
     temperature: float = 1.0,
     chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
 ) -> torch.Tensor:
     """Log-probs (n, C) of ``mb.completion_ids`` under ``model`` at ``temperature``.
 
     ``chunk_tokens``: positions through the LM head at a time (the chunked path), or 0 for the
-    full-logits path (see the module docstring). Positions after a row's completion (padding) hold 0
-    on the chunked path and the pad token's log-prob on the full path; both are masked in the loss.
+    full-logits path (see the module docstring). A :class:`~infgrpo.update.shared_batching.SharedMicroBatch`
+    runs each prompt once (:mod:`infgrpo.update.shared_prompt`). Positions after a row's completion
+    (padding) hold 0 on the chunked path and the pad token's log-prob on the full path; both are masked
+    in the loss.
     """
     if chunk_tokens == 0:
         return full_logits_logprobs(model, mb, temperature)
     decoder, head = causal_lm_parts(model)
+    real = mb.generated  # (n, C): generated tokens, not padding
+    h = hidden_before_completions(decoder, mb)[real]  # (N, H): the state that predicts each token
+    logp = chunked_logprobs(head, h, mb.completion_ids[real], temperature, chunk_tokens)  # (N,)
+    return logp.new_zeros(real.shape).index_put((real,), logp)  # (n, C)
+
+
+def hidden_before_completions(decoder: torch.nn.Module, mb: MicroBatch | SharedMicroBatch) -> torch.Tensor:
+    """Final hidden states (n, C, H): position t is the state that predicts completion token t."""
+    if isinstance(mb, SharedMicroBatch):
+        return shared_hidden(decoder, mb)
     c_len = mb.completion_ids.shape[1]
     hidden = decoder(
         input_ids=mb.input_ids,
@@ -108,20 +122,13 @@ def completion_logprobs(
         position_ids=mb.position_ids,
         use_cache=False,
     ).last_hidden_state  # (n, P + C, H)
-    real = mb.attention_mask[:, -c_len:].bool()  # (n, C): generated tokens, not padding
-    h = hidden[:, -c_len - 1 : -1][real]  # (N, H): position t predicts completion token t
-    logp = chunked_logprobs(head, h, mb.completion_ids[real], temperature, chunk_tokens)  # (N,)
-    return logp.new_zeros(real.shape).index_put((real,), logp)  # (n, C)
+    return hidden[:, -c_len - 1 : -1]
 
 
-def full_logits_logprobs(
-    model: PreTrainedModel, mb: MicroBatch, temperature: float = 1.0, chunk_rows: int = 8
-) -> torch.Tensor:
-    """Log-probs (n, C) from the model's own logits (the full-logits path; ``logit_chunk_tokens: 0``).
-
-    Only the last C + 1 positions produce logits (``logits_to_keep``), and the log-softmax runs in
-    chunks of ``chunk_rows`` rows so float32 logits of the whole micro-batch never coexist.
-    """
+def completion_logits(model: PreTrainedModel, mb: MicroBatch | SharedMicroBatch) -> torch.Tensor:
+    """The model's own logits (n, C, V) before each completion token (only the last C + 1 positions computed)."""
+    if isinstance(mb, SharedMicroBatch):
+        return shared_logits(model, mb)
     c_len = mb.completion_ids.shape[1]
     out = model(
         input_ids=mb.input_ids,
@@ -135,7 +142,18 @@ def full_logits_logprobs(
             f"{type(model).__name__} returned logits for {out.logits.shape[1]} positions, not the last {c_len + 1}: "
             "it ignores logits_to_keep, which infgrpo needs to align completion tokens with their log-probs"
         )
-    logits = out.logits[:, :-1]  # (n, C, V): position t predicts completion token t
+    return out.logits[:, :-1]  # (n, C, V): position t predicts completion token t
+
+
+def full_logits_logprobs(
+    model: PreTrainedModel, mb: MicroBatch | SharedMicroBatch, temperature: float = 1.0, chunk_rows: int = 8
+) -> torch.Tensor:
+    """Log-probs (n, C) from the model's own logits (the full-logits path; ``logit_chunk_tokens: 0``).
+
+    The log-softmax runs in chunks of ``chunk_rows`` rows so float32 logits of the whole micro-batch
+    never coexist.
+    """
+    logits = completion_logits(model, mb)  # (n, C, V)
     scale = temperature if temperature > 0 else 1.0
     pieces = []
     for s in range(0, logits.shape[0], chunk_rows):

@@ -27,6 +27,9 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget, split_rows
 from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 from infgrpo.update.logprobs import completion_logprobs
+from infgrpo.update.shared_batching import SharedMicroBatch, split_shared
+
+Batch = MicroBatch | SharedMicroBatch
 
 
 @dataclass
@@ -58,19 +61,20 @@ def prepare_microbatches(
 
 
 def split_microbatches(
-    mbs: list[MicroBatch], old: list[torch.Tensor] | None, ref: list[torch.Tensor] | None
-) -> tuple[list[MicroBatch], list[torch.Tensor] | None, list[torch.Tensor] | None]:
+    mbs: list[Batch], old: list[torch.Tensor] | None, ref: list[torch.Tensor] | None
+) -> tuple[list[Batch], list[torch.Tensor] | None, list[torch.Tensor] | None]:
     """Every micro-batch of two or more rows in two halves, with its frozen log-probs (n, C) split alike.
 
     The accumulated gradient does not depend on the packing (the loss is normalized by whole-batch
     counts), so an update retried on the halves computes the same gradient in less memory.
     """
-    out_mbs: list[MicroBatch] = []
+    out_mbs: list[Batch] = []
     out_old: list[torch.Tensor] = []
     out_ref: list[torch.Tensor] = []
     for k, mb in enumerate(mbs):
         per_row = [old[k] if old is not None else None, ref[k] if ref is not None else None]
-        for half, (o, r) in split_rows(mb, per_row):
+        split = split_shared if isinstance(mb, SharedMicroBatch) else split_rows
+        for half, (o, r) in split(mb, per_row):
             out_mbs.append(half)
             out_old.append(o)
             out_ref.append(r)
@@ -87,7 +91,7 @@ def reference_context(model: PreTrainedModel, ref_model: PreTrainedModel | None)
 @torch.no_grad()
 def frozen_logprobs(
     model: PreTrainedModel,
-    mbs: list[MicroBatch],
+    mbs: list[Batch],
     temperature: float,
     ref_model: PreTrainedModel | None = None,
     reference: bool = False,
@@ -106,7 +110,7 @@ def frozen_logprobs(
 
 def accumulate_policy_gradients(
     model: PreTrainedModel,
-    mbs: list[MicroBatch],
+    mbs: list[Batch],
     advantages: torch.Tensor,
     cfg: LossConfig,
     backward: Callable[[torch.Tensor], None],
