@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,9 +35,9 @@ TOKEN_SUM_LOSSES = ("bnpo", "dr_grpo", "dapo", "cispo")
 """Loss types that sum per-token terms: at sequence level they weight each sequence by its length (TRL warns)."""
 
 
-def _finite(field: str, value: object, rule: str, ok: bool) -> None:
-    """Raises a ValueError naming ``field`` and ``value`` unless ``value`` is a finite number and ``ok``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not ok:
+def _finite(field: str, value: object, rule: str, ok: Callable[[float], bool] = lambda v: True) -> None:
+    """Raises a ValueError naming ``field`` and ``value`` unless ``value`` is a finite number and ``ok(value)``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not ok(value):
         raise ValueError(f"{field}={value!r} must be {rule}")
 
 
@@ -126,15 +127,14 @@ class Objective:
         KL_ESTIMATORS.check(self.kl_estimator)
         # 2) ranges
         for name in ("epsilon_low", "epsilon_high", "beta", "vespo_k_pos", "vespo_lambda_pos"):
-            _finite(name, getattr(self, name), "a number >= 0", getattr(self, name) >= 0)
+            _finite(name, getattr(self, name), "a number >= 0", lambda v: v >= 0)
         for name in ("vespo_k_neg", "vespo_lambda_neg", "entropy_coef_delta"):
-            _finite(name, getattr(self, name), "a number >= 0", getattr(self, name) >= 0)
+            _finite(name, getattr(self, name), "a number >= 0", lambda v: v >= 0)
         for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
-            _finite(name, getattr(self, name), "a number > 0 (the gate divides by it)", getattr(self, name) > 0)
-        q = self.top_entropy_quantile
-        _finite("top_entropy_quantile", q, "in [0, 1] (the share of tokens kept)", 0 <= q <= 1)
+            _finite(name, getattr(self, name), "a number > 0 (the gate divides by it)", lambda v: v > 0)
+        _finite("top_entropy_quantile", self.top_entropy_quantile, "in [0, 1] (the share kept)", lambda v: 0 <= v <= 1)
         for name in ("entropy_coef", "entropy_coef_min", "entropy_coef_max", "entropy_target"):
-            _finite(name, getattr(self, name), "a finite number", True)
+            _finite(name, getattr(self, name), "a finite number")
         if self.entropy_coef_min > self.entropy_coef_max:
             raise ValueError(
                 f"entropy_coef_min={self.entropy_coef_min} must be <= entropy_coef_max={self.entropy_coef_max}"
@@ -145,7 +145,7 @@ class Objective:
                 f"{self.entropy_coef_min}, entropy_coef_max={self.entropy_coef_max}]"
             )
         if self.delta is not None:
-            _finite("delta", self.delta, "None or a number > 0 (the cap of the unclipped ratio)", self.delta > 0)
+            _finite("delta", self.delta, "None or a number > 0 (the cap of the unclipped ratio)", lambda v: v > 0)
             if self.delta <= 1 + self.epsilon_high:
                 warnings.warn(
                     f"delta={self.delta} is not above 1 + epsilon_high={1 + self.epsilon_high}: the two-sided clip "
@@ -155,7 +155,12 @@ class Objective:
                 )
         if self.off_policy_mask_threshold is not None:
             t = self.off_policy_mask_threshold
-            _finite("off_policy_mask_threshold", t, "None or a number >= 0 (a mean KL per token, e.g. 0.5)", t >= 0)
+            _finite(
+                "off_policy_mask_threshold",
+                t,
+                "None or a number >= 0 (a mean KL per token, e.g. 0.5)",
+                lambda v: v >= 0,
+            )
         self._check_rollout_correction()
         self._warn_like_trl()
 
@@ -163,9 +168,9 @@ class Objective:
         """TRL's rules for ``vllm_importance_sampling_*`` (``GRPOConfig.__post_init__``, ``GRPOTrainer.__init__``)."""
         lo, hi, mode = self.rollout_correction_clip_min, self.rollout_correction_clip_max, self.rollout_correction
         if lo is not None:
-            _finite("rollout_correction_clip_min", lo, "None or a number >= 0 (a bound on a ratio)", lo >= 0)
+            _finite("rollout_correction_clip_min", lo, "None or a number >= 0 (a bound on a ratio)", lambda v: v >= 0)
         if hi is not None:
-            _finite("rollout_correction_clip_max", hi, "None or a number > 0 (a bound on a ratio)", hi > 0)
+            _finite("rollout_correction_clip_max", hi, "None or a number > 0 (a bound on a ratio)", lambda v: v > 0)
         if lo is not None and hi is not None and lo >= hi:
             raise ValueError(f"rollout_correction_clip_min={lo} must be less than rollout_correction_clip_max={hi}")
         if mode.endswith("_truncate") and lo is None and hi is None:

@@ -17,7 +17,12 @@ import torch
 
 from infgrpo.algo import Objective
 
-GRPOTrainer = __import__("trl.trainer.grpo_trainer", fromlist=["GRPOTrainer"]).GRPOTrainer
+
+def grpo_trainer():
+    """TRL's ``GRPOTrainer`` class (imported on first use: trl is a test dependency, and a slow import)."""
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    return GRPOTrainer
 
 
 class OneProcess:
@@ -48,6 +53,7 @@ class TRLLoss:
     """
 
     def __init__(self, obj: Objective, max_completion_length: int, accumulation: int = 1):
+        trainer = self.trainer_class = grpo_trainer()
         args = SimpleNamespace(
             use_bias_correction_kl=obj.kl_bias_correction,
             delta=obj.delta,
@@ -85,10 +91,10 @@ class TRLLoss:
             _entropy_bonus_enabled=obj.entropy_coef != 0.0 or obj.use_adaptive_entropy,
             _last_world_entropy=math.inf,
             _entropy_window_stats=None,
-            get_off_policy_mask=GRPOTrainer.get_off_policy_mask,
-            get_gamma_weights=GRPOTrainer.get_gamma_weights,
+            get_off_policy_mask=trainer.get_off_policy_mask,
+            get_gamma_weights=trainer.get_gamma_weights,
         )
-        self.trainer.get_high_entropy_mask = types.MethodType(GRPOTrainer.get_high_entropy_mask, self.trainer)
+        self.trainer.get_high_entropy_mask = types.MethodType(trainer.get_high_entropy_mask, self.trainer)
 
     @property
     def metrics(self) -> dict[str, list[float]]:
@@ -130,7 +136,7 @@ class TRLLoss:
         default = torch.get_default_dtype()
         torch.set_default_dtype(torch.float64)
         try:
-            return GRPOTrainer._compute_loss(self.trainer, None, inputs)
+            return self.trainer_class._compute_loss(self.trainer, None, inputs)
         finally:
             torch.set_default_dtype(default)
 
