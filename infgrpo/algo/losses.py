@@ -18,6 +18,12 @@ losses of any split of the batch into micro-batches equals the loss of the whole
 
 TRL divides ``bnpo`` by the tokens of each *local* micro-batch; here one optimization step covers
 the whole rollout, so ``bnpo`` and ``dapo`` coincide and micro-batching changes nothing.
+
+:data:`LOSS_TYPES` holds the four names the clipped surrogate above is aggregated by (what
+``accumulate_policy_gradients`` runs today). :data:`NORMALIZERS` holds every loss type of
+:class:`~infgrpo.algo.Objective` (TRL 1.16 ``GRPOTrainer._compute_loss``): ``sapo`` is normalized as
+``grpo``, ``cispo`` and ``vespo`` as ``dapo``, and ``luspo`` by :func:`aggregate_luspo` (each sequence's
+token sum, averaged over sequences).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from infgrpo.algo.kl import KL_ESTIMATORS
 from infgrpo.registry import Registry
 
 LOSS_TYPES = Registry("loss_type")
+NORMALIZERS = Registry("loss_type")
 
 
 @dataclass(frozen=True)
@@ -39,6 +46,8 @@ class LossNorm:
     num_sequences: int
     num_tokens: int
     max_completion_length: int
+    num_bonus_tokens: int | None = None
+    """Tokens the entropy bonus averages over (completion tokens the entropy mask keeps); None: ``num_tokens``."""
 
 
 @dataclass
@@ -87,6 +96,8 @@ def clipped_surrogate(
     return SurrogateTerms(loss, kl, low, high)
 
 
+@NORMALIZERS.register("grpo")
+@NORMALIZERS.register("sapo")
 @LOSS_TYPES.register("grpo")
 def aggregate_grpo(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) -> torch.Tensor:
     """``grpo``: each sequence's token mean, summed and divided by the batch's ``norm.num_sequences``."""
@@ -94,6 +105,10 @@ def aggregate_grpo(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) 
     return seq_mean.sum() / norm.num_sequences
 
 
+@NORMALIZERS.register("bnpo")
+@NORMALIZERS.register("dapo")
+@NORMALIZERS.register("cispo")
+@NORMALIZERS.register("vespo")
 @LOSS_TYPES.register("bnpo")
 @LOSS_TYPES.register("dapo")
 def aggregate_tokens(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) -> torch.Tensor:
@@ -101,10 +116,17 @@ def aggregate_tokens(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm
     return (per_token * mask).sum() / max(norm.num_tokens, 1)
 
 
+@NORMALIZERS.register("dr_grpo")
 @LOSS_TYPES.register("dr_grpo")
 def aggregate_dr_grpo(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) -> torch.Tensor:
     """``dr_grpo``: sum over active tokens divided by ``num_sequences x max_completion_length``."""
     return (per_token * mask).sum() / (norm.num_sequences * norm.max_completion_length)
+
+
+@NORMALIZERS.register("luspo")
+def aggregate_luspo(per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) -> torch.Tensor:
+    """``luspo``: each sequence's token sum (its GSPO loss times its length), divided by ``norm.num_sequences``."""
+    return (per_token * mask).sum() / norm.num_sequences
 
 
 def policy_loss(loss_type: str, per_token: torch.Tensor, mask: torch.Tensor, norm: LossNorm) -> torch.Tensor:
