@@ -4,7 +4,7 @@ from infgrpo.algo.advantages import ADVANTAGES, grpo_advantages, zero_std_fracti
 from infgrpo.algo.entropy import AdaptiveEntropyCoef, entropy_from_logits, entropy_threshold, high_entropy_mask
 from infgrpo.algo.importance import log_importance_weights, off_policy_mask
 from infgrpo.algo.kl import KL_ESTIMATORS
-from infgrpo.algo.losses import LOSS_TYPES, NORMALIZERS, LossNorm, clipped_surrogate, policy_loss
+from infgrpo.algo.losses import NORMALIZERS, LossNorm
 from infgrpo.algo.objective import Objective
 from infgrpo.algo.objective_loss import ObjectiveOutput, objective_loss, reduce_means
 from infgrpo.algo.policy_terms import POLICY_TERMS, gamma_weights
@@ -18,14 +18,12 @@ from infgrpo.algo.rollout_correction import (
 __all__ = [
     "ADVANTAGES",
     "KL_ESTIMATORS",
-    "LOSS_TYPES",
     "NORMALIZERS",
     "POLICY_TERMS",
     "AdaptiveEntropyCoef",
     "LossNorm",
     "Objective",
     "ObjectiveOutput",
-    "clipped_surrogate",
     "combine_mismatch",
     "entropy_from_logits",
     "entropy_threshold",
@@ -37,7 +35,6 @@ __all__ = [
     "mismatch_sums",
     "objective_loss",
     "off_policy_mask",
-    "policy_loss",
     "reduce_means",
     "rollout_correction_weights",
     "zero_std_fraction",
