@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES
+from infgrpo.algo.objective import ImportanceSamplingLevel, LossType, RolloutCorrection
 from infgrpo.callbacks.completion_table import CompletionTable
 from infgrpo.evaluation import score_heldout
 from infgrpo.models import frozen_reference, load_policy, load_tokenizer, resolve_output_dir, save_trained
@@ -76,7 +77,10 @@ class GRPOModule(L.LightningModule):
             advantage 0). Failed completions are counted in ``train/rewards_failed``.
         advantage: advantage estimator name (``grpo``).
         scale_rewards: ``group`` / ``batch`` / ``none``: which std divides the centered rewards.
-        loss_type: ``grpo`` (per-sequence mean), ``bnpo``, ``dapo`` or ``dr_grpo``.
+        loss_type: ``grpo`` (per-sequence mean), ``bnpo``, ``dapo``, ``dr_grpo`` (the clipped surrogate),
+            ``cispo`` (MiniMax-M1: the clipped importance weight, detached, times A logp), ``sapo`` (a soft gate
+            instead of the clip), ``luspo`` (GSPO scaled by sequence length) or ``vespo`` (a gamma-shaped
+            sequence weight); TRL 1.16's definitions (see infgrpo.algo.Objective).
         epsilon_low: lower clip range: the ratio is clipped below at 1 - epsilon_low.
         epsilon_high: upper clip range: the ratio is clipped above at 1 + epsilon_high (DAPO uses 0.28).
         beta: KL coefficient against the reference policy (0 = no reference is loaded).
@@ -86,6 +90,35 @@ class GRPOModule(L.LightningModule):
             reverse KL to the reference (DeepSeek-V3.2), also on-policy, where the ratio is 1 but its gradient
             is not; a TRL recipe with ``beta > 0`` then trains the same here. Off gives the original GRPO
             (DeepSeekMath) k3 gradient and TRL < 1.16's behaviour. No effect with ``beta: 0``.
+        delta: two-sided clipping (INTELLECT-2): the unclipped ratio is also capped at delta (None: off).
+        importance_sampling_level: ``token`` (one ratio per token) or ``sequence`` (GSPO: the sequence's mean
+            log-ratio, the objective Qwen3 was trained with).
+        sapo_temperature_pos: SAPO's gate temperature for positive advantages.
+        sapo_temperature_neg: SAPO's gate temperature for zero or negative advantages.
+        vespo_k_pos: VESPO's power k for sequences of advantage >= 0.
+        vespo_lambda_pos: VESPO's decay lambda for sequences of advantage >= 0.
+        vespo_k_neg: VESPO's power k for sequences of negative advantage.
+        vespo_lambda_neg: VESPO's decay lambda for sequences of negative advantage.
+        top_entropy_quantile: policy gradient only on tokens at or above the 1 - rho quantile of the batch's
+            token entropies (rho = 0.2 in "Beyond the 80/20 Rule"; 1 keeps all). Over the whole batch on every
+            rank (TRL: per micro-batch); costs one pass without gradients per optimizer step.
+        entropy_coef: entropy bonus, loss -= entropy_coef x mean entropy of the kept tokens (the start value of
+            the adaptive schedule).
+        use_adaptive_entropy: Skywork-OR1's schedule: the coefficient moves by entropy_coef_delta after each
+            optimizer step towards keeping the mean entropy at entropy_target, within
+            [entropy_coef_min, entropy_coef_max]; applied only while the last step's entropy is at or below it.
+        entropy_coef_min: lower bound of the adaptive coefficient.
+        entropy_coef_max: upper bound of the adaptive coefficient.
+        entropy_coef_delta: step of the adaptive coefficient.
+        entropy_target: target mean entropy (nats) of the adaptive schedule.
+        off_policy_mask_threshold: DeepSeek-V3.2's off-policy sequence mask: a sequence of negative advantage
+            whose mean (rollout log-prob - policy log-prob) exceeds this is left out (None: off).
+        rollout_correction: correct the mismatch between the rollout's log-probs and the training forward's
+            (TRL's vllm_importance_sampling_mode): ``none``, ``token_truncate``, ``token_mask``,
+            ``sequence_truncate`` or ``sequence_mask``. The mismatch is logged every step either way
+            (``train/rollout/logprob_mismatch_mean``, ``_max``, ``ratio_mean``).
+        rollout_correction_clip_max: upper bound of the correction's ratio (None: none).
+        rollout_correction_clip_min: lower bound of the correction's ratio (None: none).
         mask_truncated_completions: leave completions cut at ``max_new_tokens`` out of the loss (DAPO's
             overlong filtering; TRL's option of the same name). They still count in the group's advantages.
         num_iterations: optimizer steps per rollout (mu); > 1 reuses the rollout with old log-probs.
@@ -147,12 +180,31 @@ class GRPOModule(L.LightningModule):
         reward_on_error: str = "raise",
         advantage: str = "grpo",
         scale_rewards: str = "group",
-        loss_type: str = "grpo",
+        loss_type: LossType = "grpo",
         epsilon_low: float = 0.2,
         epsilon_high: float = 0.2,
         beta: float = 0.0,
         kl_estimator: str = "k3",
         kl_bias_correction: bool = True,
+        delta: float | None = None,
+        importance_sampling_level: ImportanceSamplingLevel = "token",
+        sapo_temperature_pos: float = 1.0,
+        sapo_temperature_neg: float = 1.05,
+        vespo_k_pos: float = 2.0,
+        vespo_lambda_pos: float = 3.0,
+        vespo_k_neg: float = 3.0,
+        vespo_lambda_neg: float = 2.0,
+        top_entropy_quantile: float = 1.0,
+        entropy_coef: float = 0.0,
+        use_adaptive_entropy: bool = False,
+        entropy_coef_min: float = 0.0,
+        entropy_coef_max: float = 1.0,
+        entropy_coef_delta: float = 0.005,
+        entropy_target: float = 0.2,
+        off_policy_mask_threshold: float | None = None,
+        rollout_correction: RolloutCorrection = "none",
+        rollout_correction_clip_max: float | None = 3.0,
+        rollout_correction_clip_min: float | None = None,
         mask_truncated_completions: bool = False,
         num_iterations: int = 1,
         share_prompt: SharePrompt = "auto",
@@ -174,7 +226,7 @@ class GRPOModule(L.LightningModule):
         sampler = SamplerConfig(**sampler) if isinstance(sampler, dict) else dataclasses.replace(sampler)
         rewards = dict(rewards) if rewards is not None else {"synthetic": 1.0}
         # 1) validate everything a user can set, before loading anything
-        threads = check_hparams(locals())
+        threads, objective = check_hparams(locals())
         # plain types only, so checkpoints load with torch.load(weights_only=True)
         self.save_hyperparameters(ignore=["sampler"])
         self.hparams["sampler"] = dataclasses.asdict(sampler)
@@ -197,12 +249,8 @@ class GRPOModule(L.LightningModule):
         )
         self.eval_sampler = MicroGroupSampler(self.policy, self.tokenizer, eval_cfg)
         # 4) the update, and the state of a run
-        loss = LossConfig(
-            loss_type=loss_type, epsilon_low=epsilon_low, epsilon_high=epsilon_high, beta=beta,
-            kl_estimator=kl_estimator, temperature=sampler.temperature if sampler.temperature > 0 else 1.0,
-            max_completion_length=sampler.max_new_tokens, kl_bias_correction=kl_bias_correction,
-            logit_chunk_tokens=logit_chunk_tokens,
-        )  # fmt: skip
+        temperature = sampler.temperature if sampler.temperature > 0 else 1.0
+        loss = LossConfig(objective, temperature, sampler.max_new_tokens, logit_chunk_tokens)
         shared = resolve_share_prompt(self.policy, share_prompt)  # validated, probed on the loaded model
         self.updater = PolicyUpdate(
             loss, num_iterations, token_budget, update_memory, mask_truncated_completions, self.sampler.pad_id, shared
@@ -355,15 +403,19 @@ class GRPOModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": sched}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Adds the sampler's state (rollout count, length predictor) as ``infgrpo_sampler``, and every
-        rank's torch random state (dropout masks) as ``infgrpo_rng`` (all ranks call this hook)."""
+        """Adds the sampler's state (rollout count, length predictor) as ``infgrpo_sampler``, the update's
+        (adaptive entropy coefficient) as ``infgrpo_update``, and every rank's torch random state (dropout
+        masks) as ``infgrpo_rng`` (all ranks call this hook)."""
         checkpoint["infgrpo_sampler"] = self.sampler.state_dict()
+        checkpoint["infgrpo_update"] = self.updater.state_dict()
         checkpoint["infgrpo_rng"] = gather_rng_state(self.ranks, self.device)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Restores the sampler's state; keeps the random states for :meth:`on_train_start`."""
         if "infgrpo_sampler" in checkpoint:
             self.sampler.load_state_dict(checkpoint["infgrpo_sampler"])
+        if "infgrpo_update" in checkpoint:
+            self.updater.load_state_dict(checkpoint["infgrpo_update"])
         self._pending_rng = checkpoint.get("infgrpo_rng")
 
     def on_train_start(self) -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from infgrpo.algo import AdaptiveEntropyCoef, entropy_threshold, high_entropy_mask
 from infgrpo.runtime.oom import first_line, retry_on_oom
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
@@ -43,6 +44,7 @@ from infgrpo.update.step import (
     LossConfig,
     accumulate_policy_gradients,
     frozen_logprobs,
+    per_row,
     prepare_microbatches,
     split_microbatches,
 )
@@ -99,6 +101,7 @@ class PolicyUpdate:
         self.mask_truncated_completions = mask_truncated_completions
         self.sizer = UpdateSizer(token_budget, update_memory, loss.logit_chunk_tokens)
         self.token_budget_cap: int | None = None  # after an out-of-memory retry: the budget that fit
+        self.entropy_coef = AdaptiveEntropyCoef.from_objective(loss.objective)  # None unless adaptive
 
     def run(
         self,
@@ -130,8 +133,8 @@ class PolicyUpdate:
 
         # 2) frozen log-probs; out of memory: packed again at half the budget
         def frozen(state: tuple[int, list[Batch]]) -> tuple[list | None, list | None]:
-            mbs, chunk = state[1], cfg.logit_chunk_tokens
-            ref = frozen_logprobs(policy, mbs, cfg.temperature, ref_model, True, chunk) if cfg.beta > 0 else None
+            mbs, chunk, beta = state[1], cfg.logit_chunk_tokens, cfg.objective.beta
+            ref = frozen_logprobs(policy, mbs, cfg.temperature, ref_model, True, chunk) if beta > 0 else None
             old = frozen_logprobs(policy, mbs, cfg.temperature, chunk_tokens=chunk) if self.num_iterations > 1 else None
             return ref, old
 
@@ -140,12 +143,17 @@ class PolicyUpdate:
             return half, pack(half)
 
         (ref, old), (budget, mbs), retries = retry_on_oom(frozen, (budget, pack(budget)), repack)
+        behaviour = per_row(mbs, rollouts.logprobs)  # the rollout's log-probs, (n_mb, C_mb) each
 
         # 3) mu optimizer steps; out of memory: every micro-batch split in two (nothing was stepped yet)
         def accumulate(state: tuple) -> dict[str, float]:
             zero_grad()
-            batch, old_lp, ref_lp = state
-            return accumulate_policy_gradients(policy, batch, advantages, cfg, backward, old_lp, ref_lp, ranks, no_sync)
+            batch, old_lp, ref_lp, behaviour_lp = state
+            masks = self.entropy_masks(policy, batch, ranks) if cfg.objective.entropy_mask else None
+            coef = self.entropy_coef.applied() if self.entropy_coef is not None else None
+            return accumulate_policy_gradients(
+                policy, batch, advantages, cfg, backward, old_lp, ref_lp, ranks, no_sync, behaviour_lp, masks, coef
+            )
 
         def split(state: tuple, message: str) -> tuple:
             zero_grad()  # drop the partial gradients
@@ -154,12 +162,38 @@ class PolicyUpdate:
 
         policy.train()
         for _ in range(self.num_iterations):
-            stats, (mbs, old, ref), more = retry_on_oom(accumulate, (mbs, old, ref), split)
+            stats, (mbs, old, ref, behaviour), more = retry_on_oom(accumulate, (mbs, old, ref, behaviour), split)
             retries += more
             optimizer_step()
+            bonus = stats.pop("entropy_bonus", None)  # (entropy sum, tokens) of the step
+            if self.entropy_coef is not None:
+                self.entropy_coef.update(*bonus)
+        stats["entropy_coef"] = self.entropy_coef.coef if self.entropy_coef is not None else cfg.objective.entropy_coef
         if retries:  # later updates pack within what fit
             self.token_budget_cap = budget = largest(mbs)
         return UpdateResult(stats, budget, retries, largest(mbs))
+
+    def entropy_masks(self, policy: PreTrainedModel, mbs: list[Batch], ranks: Ranks) -> list[torch.Tensor]:
+        """``top_entropy_quantile``: each micro-batch's (n, C) mask of the tokens at or above the quantile of
+        the *whole* batch's entropies (every rank's), from a pass without gradients under the current policy."""
+        cfg = self.loss
+        _, entropies = frozen_logprobs(policy, mbs, cfg.temperature, chunk_tokens=cfg.logit_chunk_tokens, entropy=True)
+        masks = [mb.completion_mask for mb in mbs]
+        threshold = entropy_threshold(entropies, masks, cfg.objective.top_entropy_quantile, ranks)
+        return [high_entropy_mask(e, m, threshold) for e, m in zip(entropies, masks, strict=True)]
+
+    def state_dict(self) -> dict[str, float]:
+        """What later updates learned: the adaptive entropy coefficient (TRL's keys) and the budget that fit."""
+        state: dict = {"token_budget_cap": self.token_budget_cap}
+        if self.entropy_coef is not None:
+            state.update(self.entropy_coef.state_dict())
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`."""
+        self.token_budget_cap = state.get("token_budget_cap")
+        if self.entropy_coef is not None and "entropy_coef" in state:
+            self.entropy_coef.load_state_dict(state)
 
     def observe(self, peak_rise_bytes: int | None, result: UpdateResult) -> None:
         """CUDA: checks the plan of ``token_budget: auto`` against the update's measured peak rise."""

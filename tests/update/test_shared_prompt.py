@@ -9,6 +9,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from infgrpo import GRPOModule, SamplerConfig
+from infgrpo.algo import Objective
 from infgrpo.data import PromptDataModule
 from infgrpo.sampler import Rollouts
 from infgrpo.update import LossConfig, accumulate_policy_gradients, completion_logprobs, prepare_microbatches
@@ -81,7 +82,7 @@ def test_the_loss_and_the_gradients_of_an_update_equal_the_unshared_ones_with_ch
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     adv = torch.randn(len(COMPLETIONS), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    cfg = LossConfig(loss_type="dapo", beta=0.0, max_completion_length=8, logit_chunk_tokens=4)
+    cfg = LossConfig(Objective(loss_type="dapo"), max_completion_length=8, logit_chunk_tokens=4)
     results = []
     for mbs in (unshared(), prepare_shared_microbatches(PROMPTS, ROW_PROMPT, COMPLETIONS, 20, pad_id=0)):
         model.zero_grad(set_to_none=True)
