@@ -1,7 +1,8 @@
 """Reward functions selected by name, weighted, computed per completion with its prompt's metadata.
 
 Built-ins: ``synthetic`` (the tiny task's verifier), ``gsm8k`` / ``numeric`` (numeric exact match),
-``format`` (think/answer tags), ``overlong`` (DAPO's soft length penalty). Any importable callable
+``math`` (math-verify, as TRL's ``accuracy_reward``), ``format`` (think/answer tags), ``overlong``
+(DAPO's soft length penalty). Any importable callable
 works too: ``"package.module:function"``; see :mod:`infgrpo.rewards.core` for the signature.
 """
 
