@@ -24,11 +24,12 @@ from typing import Any
 
 import lightning as L
 from torch.utils.data import DataLoader
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
-from infgrpo.assets import TINY_DATA_DIR, resolve_model_path
+from infgrpo.assets import TINY_DATA_DIR
 from infgrpo.data.reasoning_tasks import check_task, is_reasoning_gym, task_rows
 from infgrpo.data.resumable import ResumableBatchSampler
+from infgrpo.models import load_tokenizer  # the policy's own loader: same aliases, GGUF files and pad token
 from infgrpo.runtime.seeds import derive_seed
 
 FILE_TYPES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -73,7 +74,8 @@ class PromptDataModule(L.LightningDataModule):
             (e.g. ``reasoning_gym:chain_sum``; ``reasoning_gym:composite`` mixes tasks; needs
             ``pip install -e ".[tasks]"``).
         config_name: the hub dataset's configuration (e.g. ``main`` for ``openai/gsm8k``).
-        tokenizer: tokenizer name or folder (``"tiny"`` = the shipped one); usually linked to the model.
+        tokenizer: tokenizer name or folder (``"tiny"`` = the shipped one, ``"smollm2"``, a ``.gguf``
+            file); usually linked to the model.
         train_split: split used for training rollouts.
         eval_split: held-out split used for validation (None disables validation). For
             ``reasoning_gym:<task>`` the split names only label messages.
@@ -92,6 +94,8 @@ class PromptDataModule(L.LightningDataModule):
         system_prompt: optional system message put before each prompt (needs the chat template).
         chat_template: wrap prompts in the tokenizer's chat template.
         seed: seed of the shuffled order.
+        gguf_file: the GGUF file (in the ``tokenizer`` folder) whose tokenizer is used; usually linked
+            to ``model.gguf_file``.
         task_config: settings of a ``reasoning_gym:<task>`` source, passed to the task's config
             (e.g. ``{min_terms: 2, max_terms: 2, max_digits: 2}`` for ``chain_sum``); a composite
             takes ``{datasets: [{name, weight, config}, ...]}``.
@@ -120,6 +124,7 @@ class PromptDataModule(L.LightningDataModule):
         system_prompt: str | None = None,
         chat_template: bool = True,
         seed: int = 0,
+        gguf_file: str | None = None,
         task_config: dict[str, Any] | None = None,
         train_size: int | None = None,
         task_seed: int = 0,
@@ -209,7 +214,7 @@ class PromptDataModule(L.LightningDataModule):
         if self.train_items:
             return
         hp = self.hparams
-        tok = AutoTokenizer.from_pretrained(resolve_model_path(hp.tokenizer))
+        tok = load_tokenizer(hp.tokenizer, hp.gguf_file)
         train, held_out = self.rows()
         self.train_items = self._encode(tok, train, hp.train_split)
         if hp.eval_split:
