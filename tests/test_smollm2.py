@@ -43,10 +43,13 @@ def test_the_gguf_loads_as_a_plain_model_with_the_files_own_dequantized_weights(
     assert getattr(model.config, "quantization_config", None) is None  # dense weights: trainable, saveable
     assert all(type(m) is torch.nn.Linear for m in model.model.layers[0].mlp.children() if hasattr(m, "weight"))
     tensors = {t.name: t for t in gguf.GGUFReader(str(smollm2_gguf())).tensors}
-    for name, param in (("token_embd.weight", model.model.embed_tokens.weight), ("blk.3.ffn_down.weight", None)):
-        param = model.model.layers[3].mlp.down_proj.weight if param is None else param
+    pairs = {
+        "token_embd.weight": model.model.embed_tokens,
+        "blk.3.ffn_down.weight": model.model.layers[3].mlp.down_proj,
+    }
+    for name, module in pairs.items():  # Q8_0 and Q4_1 blocks, unpacked by the gguf package itself
         t = tensors[name]
-        assert torch.equal(torch.from_numpy(gguf.quants.dequantize(t.data, t.tensor_type)), param.detach())
+        assert torch.equal(torch.from_numpy(gguf.quants.dequantize(t.data, t.tensor_type)), module.weight.detach())
     assert tok.eos_token == "<|im_end|>" and tok.chat_template and len(tok) == model.config.vocab_size
 
 
