@@ -223,9 +223,7 @@ class LengthPredictor:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores a :meth:`state_dict`; the head's weights are solved again on the next prediction."""
         self.A, self.b = state["A"].clone().double(), state["b"].clone().double()
-        self.rows, self.y_sum = float(state["rows"]), float(state["y_sum"])
-        # written before "seen" existed: the decayed count is a lower bound of the prompts seen
-        self.seen = int(state.get("seen", math.ceil(self.rows)))
+        self.rows, self.y_sum, self.seen = float(state["rows"]), float(state["y_sum"]), int(state["seen"])
         self.history = OrderedDict(
             (k, (float(v[0]), int(v[1]))) for k, v in zip(state["history_keys"], state["history_values"], strict=True)
         )

@@ -20,7 +20,7 @@ def lower_bound_steps(durations: list[int], num_slots: int) -> int:
     return max(max(durations), math.ceil(sum(durations) / num_slots))
 
 
-def ranks(values: torch.Tensor) -> torch.Tensor:
+def average_ranks(values: torch.Tensor) -> torch.Tensor:
     """Ranks 1..n of ``values`` (n,), ties given their average rank (float64)."""
     order = torch.argsort(values, stable=True)
     sorted_vals = values[order]
@@ -37,7 +37,7 @@ def ranks(values: torch.Tensor) -> torch.Tensor:
 
 def spearman(x: list[float], y: list[float]) -> float:
     """Spearman rank correlation of two equally long lists; 0.0 when either is constant."""
-    rx, ry = ranks(torch.tensor(x, dtype=torch.float64)), ranks(torch.tensor(y, dtype=torch.float64))
+    rx, ry = average_ranks(torch.tensor(x, dtype=torch.float64)), average_ranks(torch.tensor(y, dtype=torch.float64))
     rx, ry = rx - rx.mean(), ry - ry.mean()
     denom = float(rx.norm() * ry.norm())
     return float(rx @ ry) / denom if denom > 0 else 0.0
