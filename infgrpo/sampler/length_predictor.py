@@ -25,20 +25,33 @@ distributed run stay identical when ``sync`` reduces them (see :meth:`update`).
     predictor = LengthPredictor("learned", max_length=256)
     preds = predictor.predict(keys, feats)          # (P,) lengths in tokens
     predictor.update(keys, feats, group_lengths)    # after the rollout
+
+    seen = predictor.look(model, prompt_ids)        # the same for a rollout: keys, features, predictions
+    predictor.learn(seen, lengths, group_size)      # ... and its lengths, prompt-major
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 MODES = ("learned", "history")
 HISTORY_CAP = 4.0  # a prompt's own history counts at most this many times the head
+
+
+class Prediction(NamedTuple):
+    """What :meth:`LengthPredictor.look` saw and said: prompt keys, features (P, d) or None, lengths, seconds."""
+
+    keys: list[str]
+    features: torch.Tensor | None
+    lengths: list[float]
+    seconds: float
 
 
 def prompt_key(prompt_ids: list[int]) -> str:
@@ -189,6 +202,17 @@ class LengthPredictor:
         if self.sync is not None:
             delta = self.sync(delta)
         self.apply(delta)
+
+    def look(self, model: torch.nn.Module, prompt_ids: list[list[int]]) -> Prediction:
+        """Keys, features (mode ``learned``: one forward of ``model``) and predicted lengths of a rollout's prompts."""
+        start = time.perf_counter()
+        keys = [prompt_key(p) for p in prompt_ids]
+        features = prompt_features(model, prompt_ids) if self.needs_features else None
+        return Prediction(keys, features, self.predict(keys, features), time.perf_counter() - start)
+
+    def learn(self, seen: Prediction, lengths: list[int], group_size: int) -> None:
+        """:meth:`update` from a rollout that :meth:`look` saw: ``lengths`` prompt-major, ``group_size`` per prompt."""
+        self.update(seen.keys, seen.features, [lengths[i : i + group_size] for i in range(0, len(lengths), group_size)])
 
     def apply(self, delta: dict[str, Any]) -> None:
         """Folds one (possibly cross-rank) update into the state."""

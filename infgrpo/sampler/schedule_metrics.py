@@ -3,12 +3,13 @@
 - ``lower_bound_steps``: no schedule of these lengths on ``num_slots`` slots takes fewer decode steps
   than ``max(max_i d_i, ceil(sum_i d_i / num_slots))``, d_i the steps sequence i occupies a slot.
 - ``prediction_errors``: mean absolute error (tokens), Spearman rank correlation and the share of
-  predictions within +-20% of the actual length.
+  predictions within +-20% of the actual length (``prediction_stats``: with the per-sequence predictions).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -52,3 +53,9 @@ def prediction_errors(predicted: list[float], actual: list[int]) -> dict[str, fl
         "length_spearman": spearman(predicted, [float(v) for v in actual]),
         "length_within_20pct": float(((p - a).abs() <= 0.2 * a).double().mean()),
     }
+
+
+def prediction_stats(predicted: list[float], lengths: list[int], group_size: int) -> dict[str, Any]:
+    """A rollout's ``predicted_lengths`` (one per sequence; ``predicted`` has one per prompt) and their errors."""
+    per_seq = [predicted[i // group_size] for i in range(len(lengths))]
+    return {"predicted_lengths": per_seq, **prediction_errors(per_seq, lengths)}
