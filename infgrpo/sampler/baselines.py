@@ -2,7 +2,8 @@
 
     rollouts = BASELINES.get("hf_micro")(model, prompt_ids, group_size, num_slots, seed, 0, kwargs, kv_bytes)
 
-Chosen by ``SamplerConfig.decoder`` (the slot-pool ``engine``, or a name of :data:`BASELINES`):
+Chosen by ``SamplerConfig.decoder`` (:data:`Decoder`: the slot-pool ``engine``, or a name of
+:data:`BASELINES`):
 
 - ``micro_groups``: the prompt is prefilled **once**; its KV cache is copied into each micro-group
   of ``num_slots`` samples, decoded round by round (the paper's micro sampling groups, without
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, PreTrainedModel
@@ -24,6 +26,9 @@ from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, Pre
 from infgrpo.registry import Registry
 from infgrpo.runtime.seeds import derive_seed
 from infgrpo.sampler.rollouts import Rollouts
+
+Decoder = Literal["engine", "micro_groups", "hf_micro", "hf_full"]
+"""``SamplerConfig.decoder``: the slot-pool engine, or one of :data:`BASELINES`."""
 
 
 @dataclass
@@ -212,7 +217,7 @@ class Baseline:
 
 
 BASELINES = Registry("decoder")
-"""The HF decoders by ``SamplerConfig.decoder`` name (every decoder but ``engine``)."""
+"""The HF decoders by ``SamplerConfig.decoder`` name (every :data:`Decoder` but ``engine``)."""
 BASELINES.register("micro_groups")(Baseline(prefill_once=True, whole_group=False))
 BASELINES.register("hf_micro")(Baseline(prefill_once=False, whole_group=False))
 BASELINES.register("hf_full")(Baseline(prefill_once=False, whole_group=True))

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
@@ -46,6 +47,11 @@ from infgrpo.runtime.oom import first_line
 from infgrpo.sampler.counter_rng import counter_uniform
 from infgrpo.sampler.sampling import sample_tokens
 from infgrpo.sampler.slot_pool import SlotPool
+
+CudaGraphs = Literal["auto", "on", "off"]
+"""``SamplerConfig.cuda_graphs``: capture the step on CUDA devices ('auto'), insist on it ('on'), or never."""
+DecodeAttention = Literal["efficient", "cudnn", "math", "auto"]
+"""``SamplerConfig.decode_attention``: the SDPA kernel pinned for the step (the keys of ``ATTENTION_BACKENDS``)."""
 
 # The pinned kernel first; the math kernel behind it only for inputs the pinned one refuses (it takes any mask).
 ATTENTION_BACKENDS: dict[str, list[SDPBackend] | None] = {
@@ -65,8 +71,8 @@ class StepSettings:
     top_k: int
     top_p: float
     pad_id: int
-    cuda_graphs: str = "auto"
-    attention: str = "efficient"
+    cuda_graphs: CudaGraphs = "auto"
+    attention: DecodeAttention = "efficient"
 
 
 def model_fingerprint(model: PreTrainedModel) -> tuple:

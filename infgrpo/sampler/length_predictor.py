@@ -37,11 +37,16 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 
-MODES = ("learned", "history")
+from infgrpo.registry import check_choice, choices
+
+Mode = Literal["learned", "history"]
+"""What a :class:`LengthPredictor` blends: the ridge head and the history ('learned'), or the history alone."""
+LengthPrediction = Literal[Mode, "none"]
+"""``SamplerConfig.length_predictor``: a :data:`Mode`, or 'none' (no predictor)."""
 HISTORY_CAP = 4.0  # a prompt's own history counts at most this many times the head
 
 
@@ -121,7 +126,7 @@ class LengthPredictor:
 
     def __init__(
         self,
-        mode: str = "learned",
+        mode: Mode = "learned",
         max_length: int = 128,
         dim: int = 128,
         ridge: float = 1.0,
@@ -130,8 +135,7 @@ class LengthPredictor:
         max_history: int = 100_000,
         seed: int = 0,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"length_predictor={mode!r} is not known; valid: {', '.join(MODES)}")
+        check_choice("length_predictor", mode, choices(Mode))
         if not 0 < decay <= 1:
             raise ValueError(f"decay={decay} must be in (0, 1]")
         self.mode, self.max_length, self.dim = mode, max_length, dim
