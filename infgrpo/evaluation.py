@@ -1,12 +1,47 @@
-"""Held-out evaluation: decode one completion per prompt and score it with the reward functions."""
+"""Held-out evaluation: decode one completion per prompt and score it with the reward functions.
+
+    result = evaluate(model, tokenizer, items, {"synthetic": 1.0}, accuracy_reward="synthetic")
+    # {"reward": 0.73, "completion_length": 12.4, "accuracy": 0.73}
+
+:func:`score_heldout` is the one scoring path: ``GRPOModule.validation_step`` and :func:`evaluate`
+(tutorials, ``bench train-tiny``) both call it. Rewards get ``completion_lengths`` and
+``max_completion_length`` (the sampler's ``max_new_tokens``) as in training; failed rewards follow
+``reward_on_error`` and are left out of the means (NaN under ``skip``).
+"""
 
 from __future__ import annotations
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from infgrpo.rewards import compute_rewards
+from infgrpo.rewards import RewardScores, correct_answers, score_rewards
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
+
+
+def score_heldout(
+    sampler: MicroGroupSampler,
+    tokenizer: PreTrainedTokenizerBase,
+    items: list[dict],
+    rewards: dict[str, float],
+    reward_on_error: str = "raise",
+    batch_size: int = 128,
+) -> tuple[RewardScores, list[int]]:
+    """The rewards of one completion per item (``batch_size`` prompts decode at once), and their lengths.
+
+    ``items`` are ``{"prompt_ids": list[int], "meta": dict}`` as produced by the data module.
+    """
+    adapt_threads(sampler.model, rows=min(batch_size, len(items)))  # CPU threads: work size, free cores
+    out = sampler.generate_one([it["prompt_ids"] for it in items], batch_size=batch_size)
+    texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+    scores = score_rewards(
+        rewards,
+        texts,
+        [it["meta"] for it in items],
+        reward_on_error,
+        completion_lengths=out.lengths,
+        max_completion_length=sampler.config.max_new_tokens,
+    )
+    return scores, out.lengths
 
 
 def evaluate(
@@ -18,26 +53,14 @@ def evaluate(
     max_new_tokens: int = 128,
     temperature: float = 0.0,
     batch_size: int = 128,
+    reward_on_error: str = "raise",
 ) -> dict[str, float]:
-    """Mean reward (and accuracy: share with ``accuracy_reward >= 1``) over ``items``.
-
-    ``items`` are ``{"prompt_ids": list[int], "meta": dict}`` as produced by the data module;
-    ``batch_size`` prompts decode at once. Rewards get ``completion_lengths`` and
-    ``max_completion_length`` (= ``max_new_tokens``) like in training.
-    """
+    """Mean reward (and accuracy: share with ``accuracy_reward >= 1``) over ``items``, and the mean length."""
     cfg = SamplerConfig(max_new_tokens=max_new_tokens, temperature=temperature, keep_pool=False)
-    sampler = MicroGroupSampler(model, tokenizer, cfg)
-    adapt_threads(model, rows=min(batch_size, len(items)))  # CPU threads: work size, free cores
-    out = sampler.generate_one([it["prompt_ids"] for it in items], batch_size=batch_size)
-    texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-    total, parts = compute_rewards(
-        rewards,
-        texts,
-        [it["meta"] for it in items],
-        completion_lengths=out.lengths,
-        max_completion_length=max_new_tokens,
+    scores, lengths = score_heldout(
+        MicroGroupSampler(model, tokenizer, cfg), tokenizer, items, rewards, reward_on_error, batch_size
     )
-    result = {"reward": total.mean().item(), "completion_length": sum(out.lengths) / len(out)}
+    result = {"reward": scores.total.nanmean().item(), "completion_length": sum(lengths) / len(lengths)}
     if accuracy_reward is not None:
-        result["accuracy"] = (parts[accuracy_reward] >= 1.0).float().mean().item()
+        result["accuracy"] = correct_answers(scores.parts[accuracy_reward]).mean().item()
     return result

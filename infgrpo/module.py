@@ -1,31 +1,20 @@
 """GRPOModule: the LightningModule that wires sampler, rewards and the GRPO objective together.
 
-Each training batch is a list of prompts. Before the optimization step (``on_train_batch_start``)
-the :class:`~infgrpo.MicroGroupSampler` draws ``group_size`` completions per prompt without
-gradients; ``training_step`` scores them, computes group advantages and runs ``num_iterations``
-optimizer steps, each accumulating gradients over micro-batches bounded by ``token_budget`` tokens.
-
-Data parallel (``Trainer(strategy="ddp", devices=N, num_nodes=M)``): each rank samples the groups of
-its contiguous share of the global batch, with random streams keyed by the *global* prompt index,
-so a run on N ranks draws the completions one process with the whole batch would. Groups never span
-ranks; batch-wide quantities (``scale_rewards: batch``, the loss normalizers, metrics) are gathered
-over ranks (:class:`~infgrpo.runtime.ranks.Ranks`), and the parameters stay identical on every rank.
-
-    from infgrpo import GRPOModule, SamplerConfig
-    from infgrpo.data import PromptDataModule
-    import lightning as L
-
     module = GRPOModule(model="tiny", group_size=8, sampler=SamplerConfig(num_slots=8))
     L.Trainer(max_steps=20).fit(module, PromptDataModule(path="tiny", batch_size=4))
+
+One training step reads like DESIGN.md's data flow: rollout (:class:`~infgrpo.MicroGroupSampler`, no
+gradients) -> scores (:mod:`infgrpo.training.scoring`) -> group advantages (:mod:`infgrpo.algo`) -> update
+(:class:`~infgrpo.update.runner.PolicyUpdate`: ``num_iterations`` optimizer steps over token-budget
+micro-batches) -> metrics (:mod:`infgrpo.training.metrics`). Under DDP each rank samples its contiguous
+share of the global batch with streams keyed by the *global* prompt index (the completions one process
+would draw); batch-wide quantities are gathered over :class:`~infgrpo.runtime.ranks.Ranks`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
-import time
-import warnings
 from typing import Any, Literal
 
 import lightning as L
@@ -34,55 +23,27 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch.nn.parallel import DistributedDataParallel
 from torchmetrics import MeanMetric
 
-from infgrpo.algo import ADVANTAGES, KL_ESTIMATORS, LOSS_TYPES, zero_std_fraction
-from infgrpo.algo.advantages import check_scale_rewards, nanstd
-from infgrpo.callbacks.completion_table import log_completions, prompt_for_table
-from infgrpo.models import (
-    check_dtype,
-    check_loading,
-    frozen_reference,
-    load_policy,
-    load_tokenizer,
-    resolve_output_dir,
-    save_trained,
-)
-from infgrpo.rewards import check_rewards, compute_rewards
-from infgrpo.rewards.core import check_on_error
+from infgrpo.algo import ADVANTAGES
+from infgrpo.callbacks.completion_table import CompletionTable
+from infgrpo.evaluation import score_heldout
+from infgrpo.models import frozen_reference, load_policy, load_tokenizer, resolve_output_dir, save_trained
+from infgrpo.rewards import correct_answers
 from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
 from infgrpo.runtime.memory import PhaseMemory
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.seeds import derive_seed
-from infgrpo.runtime.threads import adapt_threads, check_threads, set_threads
+from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
-from infgrpo.update import (
-    LossConfig,
-    accumulate_policy_gradients,
-    frozen_logprobs,
-    prepare_microbatches,
-    split_microbatches,
-)
-from infgrpo.update.budget import UpdateSizer, check_token_budget, parse_update_memory
+from infgrpo.training.hparams import check_hparams
+from infgrpo.training.metrics import step_metrics
+from infgrpo.training.optim import adamw_with_warmup
+from infgrpo.training.record import StepRecord
+from infgrpo.training.rng_state import gather_rng_state, reseed_rank, restore_rng_state
+from infgrpo.training.scoring import score_rollouts
+from infgrpo.update import LossConfig
 from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 from infgrpo.update.logprobs import check_chunked_head
-
-SCHEDULE_METRICS = (
-    "bubble_fraction",
-    "steps_over_lower_bound",
-    "replans",
-    "length_mae",
-    "length_spearman",
-    "length_within_20pct",
-    "predict_time_s",
-    "num_slots",
-    "oom_retries",
-)
-"""Keys of ``Rollouts.stats`` logged as ``train/rollout/<key>`` (when the sampler reports them)."""
-
-
-def accuracy(values: torch.Tensor) -> torch.Tensor:
-    """Share of ``values`` (N,) >= 1 (a correct answer), failed (NaN) values left out; NaN when all failed."""
-    scored = values[~values.isnan()]
-    return (scored >= 1.0).float().mean() if scored.numel() else torch.tensor(float("nan"))
+from infgrpo.update.runner import PolicyUpdate
 
 
 class GRPOModule(L.LightningModule):
@@ -206,88 +167,44 @@ class GRPOModule(L.LightningModule):
         sampler = SamplerConfig(**sampler) if isinstance(sampler, dict) else dataclasses.replace(sampler)
         rewards = dict(rewards) if rewards is not None else {"synthetic": 1.0}
         # 1) validate everything a user can set, before loading anything
-        if not isinstance(group_size, int) or group_size < 2:
-            raise ValueError(f"group_size={group_size!r} must be an integer >= 2 (GRPO compares samples of a group)")
-        if num_iterations < 1:
-            raise ValueError(f"num_iterations={num_iterations} must be >= 1")
-        check_token_budget(token_budget)
-        if token_budget == "auto":
-            parse_update_memory(update_memory)
-        if isinstance(logit_chunk_tokens, bool) or not isinstance(logit_chunk_tokens, int) or logit_chunk_tokens < 0:
-            raise ValueError(
-                f"logit_chunk_tokens={logit_chunk_tokens!r} must be an integer >= 1 (positions through the LM head "
-                "at a time) or 0 (full logits)"
-            )
-        if epsilon_low < 0 or epsilon_high < 0:
-            raise ValueError(f"epsilon_low={epsilon_low}, epsilon_high={epsilon_high} must be >= 0")
-        if beta < 0:
-            raise ValueError(f"beta={beta} must be >= 0")
-        check_on_error(reward_on_error)
-        if accuracy_reward is not None and accuracy_reward not in rewards:
-            raise ValueError(f"accuracy_reward={accuracy_reward!r} must be one of rewards: {', '.join(rewards)}")
-        ADVANTAGES.check(advantage)
-        LOSS_TYPES.check(loss_type)
-        KL_ESTIMATORS.check(kl_estimator)
-        check_scale_rewards(scale_rewards)
-        check_dtype(dtype)
-        check_loading(lora_r, load_in_4bit, bnb_4bit_quant_type, bnb_4bit_compute_dtype)
-        check_rewards(rewards)
-        threads = check_threads(threads, "threads")
+        threads = check_hparams(locals())
         # plain types only, so checkpoints load with torch.load(weights_only=True)
         self.save_hyperparameters(ignore=["sampler"])
         self.hparams["sampler"] = dataclasses.asdict(sampler)
         self.automatic_optimization = False
         set_threads(threads)  # process-wide: torch has one intra-op pool
-        # 2) load the policy, its tokenizer and (if needed) a frozen reference
+        # 2) the policy, its tokenizer and (full fine-tuning with beta > 0) a frozen reference
         self.tokenizer = load_tokenizer(model)
         self.policy = load_policy(
-            model,
-            dtype,
-            lora_r,
-            lora_alpha,
-            lora_dropout,
-            lora_target_modules,
-            load_in_4bit,
-            bnb_4bit_quant_type,
-            bnb_4bit_use_double_quant,
-            bnb_4bit_compute_dtype,
-            gradient_checkpointing,
-        ).train()
+            model, dtype, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
+            lora_target_modules=lora_target_modules, load_in_4bit=load_in_4bit,
+            bnb_4bit_quant_type=bnb_4bit_quant_type, bnb_4bit_use_double_quant=bnb_4bit_use_double_quant,
+            bnb_4bit_compute_dtype=bnb_4bit_compute_dtype, gradient_checkpointing=gradient_checkpointing,
+        ).train()  # fmt: skip
         check_chunked_head(self.policy, logit_chunk_tokens)  # refuses models whose logits it cannot reproduce
         self._ref: list = [frozen_reference(self.policy)] if beta > 0 and lora_r == 0 else []
+        # 3) the samplers (evaluation: the training settings but its temperature, FIFO, no pool kept)
         self.sampler = MicroGroupSampler(self.policy, self.tokenizer, sampler)
-        self.eval_sampler = MicroGroupSampler(
-            self.policy,
-            self.tokenizer,
-            SamplerConfig(
-                max_new_tokens=sampler.max_new_tokens,
-                temperature=eval_temperature,
-                stop_token_ids=sampler.stop_token_ids,
-                cuda_graphs=sampler.cuda_graphs,
-                decode_attention=sampler.decode_attention,
-                keep_pool=False,  # evaluation is rare: its pool would only hold memory between runs
-            ),
+        eval_cfg = dataclasses.replace(
+            sampler, temperature=eval_temperature, refill="fifo", length_predictor="none", keep_pool=False
         )
-        self.loss_cfg = LossConfig(
-            loss_type,
-            epsilon_low,
-            epsilon_high,
-            beta,
-            kl_estimator,
-            sampler.temperature if sampler.temperature > 0 else 1.0,
-            sampler.max_new_tokens,
-            kl_bias_correction,
-            logit_chunk_tokens,
+        self.eval_sampler = MicroGroupSampler(self.policy, self.tokenizer, eval_cfg)
+        # 4) the update, and the state of a run
+        loss = LossConfig(
+            loss_type=loss_type, epsilon_low=epsilon_low, epsilon_high=epsilon_high, beta=beta,
+            kl_estimator=kl_estimator, temperature=sampler.temperature if sampler.temperature > 0 else 1.0,
+            max_completion_length=sampler.max_new_tokens, kl_bias_correction=kl_bias_correction,
+            logit_chunk_tokens=logit_chunk_tokens,
+        )  # fmt: skip
+        self.updater = PolicyUpdate(
+            loss, num_iterations, token_budget, update_memory, mask_truncated_completions, self.sampler.pad_id
         )
         self.rewards = rewards
-        self.val_reward = MeanMetric()
-        self.val_accuracy = MeanMetric()
-        self._rollout: Rollouts | None = None
-        self.ranks = Ranks()  # the data-parallel ranks, known once fit starts
-        # after an update ran out of device memory: the token budget that fit (see _after_update_oom)
-        self.token_budget_cap: int | None = None
-        self.update_sizer = UpdateSizer(token_budget, update_memory, logit_chunk_tokens)
+        self.scoring = dict(rewards=rewards, on_error=reward_on_error, max_completion_length=sampler.max_new_tokens)
+        self.val_reward, self.val_accuracy = MeanMetric(), MeanMetric()
+        self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
         self.phase_memory = PhaseMemory()  # peaks (CUDA) and windows of the rollout and the update
+        self.last_step: StepRecord | None = None  # read by the CompletionTable callback and benchmarks
 
     @property
     def ref_model(self) -> torch.nn.Module | None:
@@ -299,7 +216,11 @@ class GRPOModule(L.LightningModule):
         """
         return self._ref[0] if self._ref else None
 
-    # -- rollout ----------------------------------------------------------------------------
+    def configure_callbacks(self) -> list[L.Callback]:
+        """The completion table, when ``log_completions_every_n_steps`` is set."""
+        every = self.hparams.log_completions_every_n_steps
+        return [CompletionTable(every, self.hparams.num_completions_to_log)] if every else []
+
     def on_fit_start(self) -> None:
         """Moves the frozen reference (if any) to the module's device and learns the data-parallel ranks.
 
@@ -315,234 +236,79 @@ class GRPOModule(L.LightningModule):
         self.setup_ranks()
 
     def setup_ranks(self) -> None:
-        """Learns the data-parallel ranks from the trainer (each rollout hands them to the sampler).
+        """Learns the data-parallel ranks from the trainer (each rollout and update gets them).
 
         Each rank reseeds torch's global generator (used only by dropout) with its rank, so ranks draw
         distinct dropout masks; the rollout streams are keyed by global prompt index instead.
         """
         world = self.trainer.world_size
-        if world == 1:
-            self.ranks = Ranks()
-        else:
-            if not isinstance(self.trainer.strategy.model, DistributedDataParallel):
-                raise ValueError(
-                    f"trainer.strategy={type(self.trainer.strategy).__name__} is not supported with {world} "
-                    "processes; use strategy 'ddp' (ranks run different numbers of micro-batches, which only "
-                    "DDP's gradient accumulation (no_sync) tolerates)"
-                )
-            self.ranks = Ranks(world, self.global_rank, lambda x: self.all_gather(x.to(self.device)))
-            torch.manual_seed(derive_seed(torch.initial_seed(), self.global_rank))
+        if world > 1 and not isinstance(self.trainer.strategy.model, DistributedDataParallel):
+            raise ValueError(
+                f"trainer.strategy={type(self.trainer.strategy).__name__} is not supported with {world} "
+                "processes; use strategy 'ddp' (ranks run different numbers of micro-batches, which only "
+                "DDP's gradient accumulation (no_sync) tolerates)"
+            )
+        gather = (lambda x: self.all_gather(x.to(self.device))) if world > 1 else None
+        self.ranks = Ranks(world, self.global_rank, gather)
+        self._no_sync = getattr(self.trainer.strategy, "block_backward_sync", contextlib.nullcontext)
+        reseed_rank(self.ranks)
 
-    def on_train_batch_start(self, batch: list[dict], batch_idx: int) -> None:
-        """Samples the group of every prompt of the batch before the optimization step."""
+    # -- one GRPO step ----------------------------------------------------------------------
+    def rollout(self, batch: list[dict]) -> Rollouts:
+        """``group_size`` completions of every prompt of ``batch``, no gradients (streams keyed by global prompt)."""
         seed = derive_seed(self.hparams.seed, self.sampler.calls)  # the same on every rank
+        offset = self.ranks.prompt_offset(len(batch))
         prompts = [b["prompt_ids"] for b in batch]
-        offset = self.ranks.prompt_offset(len(batch))  # streams keyed by the global prompt index
-        self.phase_memory.start("rollout", self.device)
-        self._rollout = self.sampler.sample(
-            prompts, self.hparams.group_size, seed, prompt_offset=offset, ranks=self.ranks
-        )
-        self.phase_memory.end("rollout", self.device)
+        with self.phase_memory.phase("rollout", self.device):
+            return self.sampler.sample(prompts, self.hparams.group_size, seed, prompt_offset=offset, ranks=self.ranks)
 
-    def score(
-        self, rollouts: Rollouts, metas: list[dict]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[str], torch.Tensor]:
-        """Rewards (N,) of the completions (NaN: unscorable under ``reward_on_error: skip``), each reward
-        function's values, the decoded texts, and (N,) bool: the completions with a failed reward."""
-        texts = self.tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
-        per_sample_meta = [metas[i] for i in rollouts.prompt_index]
-        total, parts, failed = compute_rewards(
-            self.rewards,
-            texts,
-            per_sample_meta,
-            self.hparams.reward_on_error,
-            completion_lengths=rollouts.lengths,
-            max_completion_length=self.sampler.config.max_new_tokens,
-            return_failed=True,
-        )
-        return total, parts, texts, failed
-
-    # -- update -----------------------------------------------------------------------------
     def training_step(self, batch: list[dict], batch_idx: int) -> None:
-        """Scores the rollout of ``on_train_batch_start`` and runs ``num_iterations`` optimizer steps on it.
+        """One GRPO step on ``batch``: rollout, scores, group advantages, ``num_iterations`` optimizer steps, metrics.
 
-        Rewards and group advantages (N,) for the N = len(batch) x group_size completions (the batch-wide
-        std and the metrics over every rank's rows); micro-batches within ``token_budget``; frozen log-probs
-        of the reference (``beta > 0``) and of the rollout policy (``num_iterations > 1``). Each iteration
-        accumulates the policy gradient over the micro-batches, clips it, and steps the optimizer and the
-        scheduler (manual optimization: nothing is returned). Logs ``train/*`` metrics of the global batch
-        and, every ``log_completions_every_n_steps`` rollouts, a table of completions.
+        Advantages need only this rank's groups; the batch-wide std (``scale_rewards: batch``) and the
+        metrics use every rank's rows. Manual optimization: the update steps the optimizer and the
+        scheduler itself, and nothing is returned.
         """
         hp = self.hparams
-        rollouts = self._rollout
-        assert rollouts is not None, "on_train_batch_start did not run"
-        start = time.perf_counter()
-        self.phase_memory.start("update", self.device)
-        # 1) rewards and group advantages; groups are local, the batch (for its std and the metrics)
-        # is every rank's rows, gathered in global order
-        rewards, parts, texts, failed = self.score(rollouts, [b["meta"] for b in batch])
-        lengths = torch.tensor(rollouts.lengths, dtype=rewards.dtype)
-        truncated = torch.tensor([r == "length" for r in rollouts.finish_reasons], dtype=rewards.dtype)
-        columns = [rewards, lengths, truncated, failed.to(rewards.dtype), *parts.values()]
-        table = self.ranks.gather(torch.stack(columns, dim=1))  # (N_global, 4 + parts)
-        advantages = ADVANTAGES.get(hp.advantage)(rewards, hp.group_size, hp.scale_rewards, batch_rewards=table[:, 0])
-        # 2) micro-batches within the token budget; frozen log-probs where needed. Out of device
-        # memory (one process): again with half the budget; later steps keep the budget that fit.
-        prompts = [rollouts.prompt_ids[i] for i in rollouts.prompt_index]
-        temp = self.loss_cfg.temperature
-        longest = max(len(p) for p in rollouts.prompt_ids) + max(rollouts.lengths, default=0)
-        planned = self.update_sizer.tokens(self.policy, longest)  # the integer, or the plan for update_memory
-        budget = min(planned, self.token_budget_cap or planned)
-        masked = rollouts.finish_reasons if hp.mask_truncated_completions else None
-        adapt_threads(self.policy, rows=budget)  # CPU threads for the update: work size, free cores
-        mbs, oom_retries = self._pack(prompts, rollouts.completion_ids, budget, masked), 0
-        while True:
-            try:
-                chunk = hp.logit_chunk_tokens
-                ref = frozen_logprobs(self.policy, mbs, temp, self.ref_model, True, chunk) if hp.beta > 0 else None
-                old = frozen_logprobs(self.policy, mbs, temp, chunk_tokens=chunk) if hp.num_iterations > 1 else None
-                break
-            except torch.OutOfMemoryError as err:
-                message, ref, old = str(err), None, None
-            budget = self._after_update_oom(message, mbs)
-            mbs, oom_retries = self._pack(prompts, rollouts.completion_ids, budget, masked), oom_retries + 1
-        # 3) mu optimizer steps, each accumulating gradients over the micro-batches
+        rollouts = self.rollout(batch)  # G completions of each prompt, no gradients
+        lr = self.lr_schedulers().get_last_lr()[0]  # the rate of this step's (first) optimizer step
+        with self.phase_memory.phase("update", self.device):
+            scores = score_rollouts(self.tokenizer, rollouts, [b["meta"] for b in batch], **self.scoring)  # (N,)
+            batch_scores = scores.gather(self.ranks)  # (N_global,): for the batch std and the metrics
+            advantages = ADVANTAGES.get(hp.advantage)(
+                scores.total, hp.group_size, hp.scale_rewards, batch_rewards=batch_scores.total
+            )  # (N,)
+            update = self.updater.run(
+                self.policy, rollouts, advantages, self.manual_backward, self._optimizer_step, self._zero_grad,
+                self.ref_model, self.ranks, self._no_sync,
+            )  # fmt: skip
+        self.updater.observe(self.phase_memory.rise("update"), update)
+        times = (rollouts.stats["wall_time_s"], self.phase_memory.seconds("update"))
+        metrics = step_metrics(
+            batch_scores, rollouts.stats, update.metrics(), times, self.ranks, lr, self.phase_memory.metrics(),
+            hp.group_size, hp.accuracy_reward,
+        )  # fmt: skip
+        self._log_step(metrics, len(batch))
+        self.last_step = StepRecord(batch, rollouts, scores, self.sampler.calls - 1)
+
+    def _log_step(self, metrics: dict[str, float], batch_size: int) -> None:
+        """``train/<key>`` to the loggers; the reward and the CUDA memory peaks to the progress bar."""
+        self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=True, batch_size=batch_size)
+        bar = {"reward": metrics["reward"]}
+        bar.update({k.removeprefix("memory/"): v for k, v in metrics.items() if k.startswith("memory/")})
+        self.log_dict(bar, prog_bar=True, on_step=True, batch_size=batch_size, logger=False)
+
+    def _optimizer_step(self) -> None:
+        """Clips the gradient (``max_grad_norm``), steps the optimizer and the learning-rate scheduler."""
         opt = self.optimizers()
-        sched = self.lr_schedulers()
-        no_sync = getattr(self.trainer.strategy, "block_backward_sync", contextlib.nullcontext)
-        self.policy.train()
-        lr = sched.get_last_lr()[0]  # the rate of this step's (first) update, logged below
-        for _ in range(hp.num_iterations):
-            while True:
-                opt.zero_grad(set_to_none=True)
-                try:
-                    stats = accumulate_policy_gradients(
-                        self.policy, mbs, advantages, self.loss_cfg, self.manual_backward, old, ref, self.ranks, no_sync
-                    )
-                    break
-                except torch.OutOfMemoryError as err:
-                    message = str(err)
-                # nothing was stepped yet: drop the partial gradients, split every micro-batch in two
-                opt.zero_grad(set_to_none=True)
-                self._after_update_oom(message, mbs)
-                mbs, old, ref = split_microbatches(mbs, old, ref)
-                oom_retries += 1
-            if hp.max_grad_norm > 0:
-                self.clip_gradients(opt, gradient_clip_val=hp.max_grad_norm, gradient_clip_algorithm="norm")
-            opt.step()
-            sched.step()
-        if oom_retries:  # later steps pack within what fit
-            self.token_budget_cap = budget = max(mb.input_ids.numel() for mb in mbs)
-        update_time = time.perf_counter() - start
-        self.phase_memory.end("update", self.device)
-        rise = self.phase_memory.rise("update")
-        if rise is not None:  # CUDA: the plan of token_budget 'auto' against the measured peak
-            self.update_sizer.observe(rise, max(mb.input_ids.numel() for mb in mbs))
-        # 4) metrics of the global batch (identical on every rank); times and steps of the slowest rank
-        all_rewards, all_lengths = table[:, 0], table[:, 1]
-        all_parts = {name: table[:, 4 + i] for i, name in enumerate(parts)}
-        st = rollouts.stats
-        local = [st["wall_time_s"], update_time, float(st["decode_steps"]), st["slot_utilization"]]
-        per_rank = self.ranks.gather(torch.tensor([local], dtype=torch.float64))  # (world, 4)
-        metrics = {
-            "reward": all_rewards.nanmean(),  # failed rewards (NaN under skip) left out, as TRL does
-            "reward_std": nanstd(all_rewards),
-            "rewards_failed": table[:, 3].sum(),  # completions with a failed reward (reward_on_error)
-            "completion_length": all_lengths.mean(),
-            "completion_length_max": all_lengths.max(),
-            "completions_truncated": table[:, 2].mean(),  # share that hit max_new_tokens
-            "frac_reward_zero_std": zero_std_fraction(all_rewards, hp.group_size),
-            "time/rollout_s": per_rank[:, 0].max(),
-            "time/update_s": per_rank[:, 1].max(),
-            "rollout/decode_steps": per_rank[:, 2].max(),
-            "rollout/slot_utilization": per_rank[:, 3].mean(),
-            "rollout/tokens_per_s": st["tokens_per_s"],  # generated tokens / rollout wall time (this rank)
-            "lr": lr,
-            "update/oom_retries": oom_retries,
-            "update/token_budget": budget,
-            **stats,
-            **self.phase_memory.metrics(),  # CUDA: memory/rollout_peak_gb, memory/update_peak_gb, memory/reserved_gb
-        }
-        if hp.accuracy_reward is not None:
-            metrics["accuracy"] = accuracy(all_parts[hp.accuracy_reward])
-        for key in SCHEDULE_METRICS:  # this rank's schedule and length-prediction telemetry
-            if key in st:
-                metrics[f"rollout/{key}"] = float(st[key])
-        for name, values in all_parts.items():
-            if len(parts) > 1:
-                metrics[f"rewards/{name}"] = values.nanmean()
-        bs = len(batch)
-        self.log_dict({f"train/{k}": float(v) for k, v in metrics.items()}, on_step=True, batch_size=bs)
-        self.log("reward", all_rewards.nanmean(), prog_bar=True, on_step=True, batch_size=bs, logger=False)
-        for key, value in self.phase_memory.metrics().items():  # the progress bar's postfix, e.g. update_peak_gb
-            self.log(key.removeprefix("memory/"), value, prog_bar=True, on_step=True, batch_size=bs, logger=False)
-        every = hp.log_completions_every_n_steps
-        if every and (self.sampler.calls - 1) % every == 0:  # rollout 1, 1 + N, 1 + 2N, ...
-            self._log_completions(batch, rollouts, texts, rewards, parts)
-        self._rollout = None
+        if self.hparams.max_grad_norm > 0:
+            self.clip_gradients(opt, gradient_clip_val=self.hparams.max_grad_norm, gradient_clip_algorithm="norm")
+        opt.step()
+        self.lr_schedulers().step()
 
-    def _log_completions(
-        self, batch: list[dict], rollouts: Rollouts, texts: list[str], rewards: torch.Tensor, parts: dict
-    ) -> None:
-        """A few samples (one per prompt first) as a table for the loggers and the console."""
-        g = rollouts.group_size
-        order = [p * g + j for j in range(g) for p in range(len(batch))][: self.hparams.num_completions_to_log]
-        decoded = self.tokenizer.batch_decode([rollouts.prompt_ids[i // g] for i in order], skip_special_tokens=True)
-        rows = []
-        for prompt, i in zip(decoded, order, strict=True):
-            prompt = prompt_for_table(batch[i // g].get("prompt_text"), prompt)  # the question, not the system prompt
-            row = {"prompt": prompt, "completion": texts[i], "reward": float(rewards[i])}
-            row.update({name: float(v[i]) for name, v in parts.items() if len(parts) > 1})
-            rows.append(row)
-        log_completions(self.trainer.loggers, self.global_step, rows)
-
-    def _pack(
-        self, prompts: list[list[int]], completions: list[list[int]], budget: int, finish_reasons: list[str] | None
-    ) -> list:
-        """The rollout's micro-batches within ``budget`` padded tokens, on this module's device.
-
-        With ``finish_reasons``, completions cut at ``max_new_tokens`` (reason ``length``) get an all-zero
-        loss mask: they keep their place in the group's advantages but add nothing to the loss.
-        """
-        mbs = prepare_microbatches(prompts, completions, budget, self.sampler.pad_id)
-        if finish_reasons is not None:
-            for mb in mbs:
-                for r, row in enumerate(mb.rows):
-                    if finish_reasons[row] == "length":
-                        mb.completion_mask[r] = 0.0
-        return [mb.to(self.device) for mb in mbs]
-
-    def _after_update_oom(self, message: str, mbs: list) -> int:
-        """Frees cached memory after the update ran out of device memory with ``mbs``; returns half their size.
-
-        The size of a micro-batch is its padded tokens (rows x columns). Raises a ``torch.OutOfMemoryError``
-        that says what to lower when halving cannot help (every micro-batch is one sequence already) or
-        when ranks would disagree (data parallel).
-        """
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-        first = message.splitlines()[0] if message else "out of memory"
-        largest = max(mb.input_ids.numel() for mb in mbs)
-        if self.ranks.world_size > 1:
-            raise torch.OutOfMemoryError(
-                f"the update ran out of device memory on rank {self.ranks.rank} with micro-batches of up to "
-                f"{largest} tokens ({first}). With several ranks the budget is not lowered automatically (ranks "
-                f"must agree): set model.token_budget to {largest // 2} or less."
-            )
-        if all(len(mb.rows) == 1 for mb in mbs):
-            raise torch.OutOfMemoryError(
-                f"the update ran out of device memory with one sequence per micro-batch ({first}): a single "
-                f"prompt + completion of up to {largest} tokens does not fit. Enable model.gradient_checkpointing, "
-                "use LoRA (model.lora_r) or 4-bit weights (model.load_in_4bit), or lower "
-                "model.sampler.max_new_tokens."
-            )
-        warnings.warn(
-            f"[infgrpo] the update ran out of device memory with micro-batches of up to {largest} tokens ({first}); "
-            f"retrying with half. Set model.token_budget to {largest // 2} or less to skip this.",
-            stacklevel=2,
-        )
-        return max(1, largest // 2)
+    def _zero_grad(self) -> None:
+        """Drops the gradients (set to None)."""
+        self.optimizers().zero_grad(set_to_none=True)
 
     def on_train_end(self) -> None:
         """Writes the trained adapter (LoRA) or model to ``output_dir`` (relative: under the run's root),
@@ -555,14 +321,15 @@ class GRPOModule(L.LightningModule):
     # -- evaluation -------------------------------------------------------------------------
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         """Decodes one completion per held-out prompt (``eval_temperature``) and accumulates reward and accuracy."""
-        adapt_threads(self.policy, rows=len(batch))
-        rollouts = self.eval_sampler.generate_one([b["prompt_ids"] for b in batch], batch_size=len(batch))
-        rewards, parts, _, _ = self.score(rollouts, [b["meta"] for b in batch])
-        if not rewards.isnan().all():  # failed rewards (NaN under skip) left out
-            self.val_reward.update(rewards[~rewards.isnan()])
-        acc = parts[self.hparams.accuracy_reward] if self.hparams.accuracy_reward is not None else None
-        if acc is not None and not acc.isnan().all():
-            self.val_accuracy.update((acc[~acc.isnan()] >= 1.0).float())
+        hp = self.hparams
+        scores, _ = score_heldout(
+            self.eval_sampler, self.tokenizer, batch, self.rewards, hp.reward_on_error, len(batch)
+        )
+        if not scores.total.isnan().all():  # failed rewards (NaN under skip) left out
+            self.val_reward.update(scores.total[~scores.total.isnan()])
+        correct = correct_answers(scores.parts[hp.accuracy_reward]) if hp.accuracy_reward is not None else None
+        if correct is not None and correct.numel():
+            self.val_accuracy.update(correct)
 
     def on_validation_epoch_end(self) -> None:
         """Logs ``val/reward`` and ``val/accuracy`` (reduced over ranks by torchmetrics), then resets them."""
@@ -574,25 +341,16 @@ class GRPOModule(L.LightningModule):
 
     # -- optimization and checkpoints -------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
-        """AdamW over the trainable parameters, with a linear warmup over ``warmup_steps`` optimizer steps.
-
-        The scheduler is stepped by :meth:`training_step` after every optimizer step.
-        """
-        hp = self.hparams
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=hp.learning_rate, weight_decay=hp.weight_decay)
-        warm = max(hp.warmup_steps, 0)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
+        """AdamW over the trainable parameters, linear warmup (the update steps both after each optimizer step)."""
+        hp, params = self.hparams, [p for p in self.policy.parameters() if p.requires_grad]
+        opt, sched = adamw_with_warmup(params, hp.learning_rate, hp.weight_decay, hp.warmup_steps)
         return {"optimizer": opt, "lr_scheduler": sched}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Adds the sampler's state (rollout count, length predictor) as ``infgrpo_sampler``, and every
         rank's torch random state (dropout masks) as ``infgrpo_rng`` (all ranks call this hook)."""
         checkpoint["infgrpo_sampler"] = self.sampler.state_dict()
-        rng = {"cpu": self.ranks.gather(torch.get_rng_state()[None].to(self.device)).cpu()}  # (world, n)
-        if torch.cuda.is_available() and self.device.type == "cuda":
-            rng["cuda"] = self.ranks.gather(torch.cuda.get_rng_state(self.device)[None].to(self.device)).cpu()
-        checkpoint["infgrpo_rng"] = rng
+        checkpoint["infgrpo_rng"] = gather_rng_state(self.ranks, self.device)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Restores the sampler's state; keeps the random states for :meth:`on_train_start`."""
@@ -606,9 +364,5 @@ class GRPOModule(L.LightningModule):
         Runs after :meth:`on_fit_start` (which seeds each rank); with another number of ranks than the
         checkpoint's, the freshly seeded states are kept.
         """
-        rng, self._pending_rng = getattr(self, "_pending_rng", None), None
-        if rng is None or rng["cpu"].shape[0] != self.ranks.world_size:
-            return
-        torch.set_rng_state(rng["cpu"][self.ranks.rank].to(torch.uint8))
-        if "cuda" in rng and self.device.type == "cuda":
-            torch.cuda.set_rng_state(rng["cuda"][self.ranks.rank].to(torch.uint8), self.device)
+        restore_rng_state(getattr(self, "_pending_rng", None), self.ranks, self.device)
+        self._pending_rng = None

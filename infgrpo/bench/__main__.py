@@ -1,35 +1,29 @@
-"""Run a benchmark by name: ``python -m infgrpo.bench <name> [options]``.
+"""Run a benchmark by name, or re-print a recorded one's tables: ``python -m infgrpo.bench <name> [options]``.
 
 python -m infgrpo.bench train-tiny --json benchmarks/train_tiny.json
+python -m infgrpo.bench table benchmarks/train_tiny.json
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 
-BENCHMARKS = {
-    "train-tiny": "infgrpo.bench.train_tiny",
-    "rollout": "infgrpo.bench.rollout",
-    "step": "infgrpo.bench.step",
-    "schedule": "infgrpo.bench.schedule",
-    "decode-step": "infgrpo.bench.decode_step",
-    "paper": "infgrpo.bench.paper",
-    "busy-cpu": "infgrpo.bench.busy_cpu",
-}
+from infgrpo.bench import BENCHMARKS
+
+COMMANDS = {**BENCHMARKS, "table": "infgrpo.bench.table"}
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Runs the benchmark named by ``argv[0]`` (default: the command line) with the arguments after it.
+    """Runs the command named by ``argv[0]`` (default: the command line) with the arguments after it.
 
     Exits with the usage and the known names when the name is missing or unknown.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in BENCHMARKS:
-        names = ", ".join(BENCHMARKS)
+    if not argv or argv[0] not in COMMANDS:
+        names = ", ".join(COMMANDS)
         raise SystemExit(f"usage: python -m infgrpo.bench <name> [options]; names: {names}")
-    import importlib
-
-    importlib.import_module(BENCHMARKS[argv[0]]).main(argv[1:])
+    importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
 
 
 if __name__ == "__main__":

@@ -9,13 +9,13 @@ both on a quiet machine and beside a spinning child process (one busy core, boun
 itself after ``--busy-limit`` seconds, and is stopped when the run ends). The time of a run is the
 sum of its steps' rollout and update seconds from the CSV log (model loading and imports left out);
 the process's wall time is reported beside it. Runs alternate quiet / busy, so a change of the
-machine's load from other users hits both.
+machine's load from other users hits both. (No ``--threads`` here: ``--settings`` are the values of
+``--model.threads`` compared.)
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import subprocess
@@ -24,7 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from infgrpo.bench.results import write_json
+from infgrpo.bench.harness import Benchmark
+from infgrpo.bench.results import logged_steps
+from infgrpo.bench.table import Column, cell, markdown_table
 from infgrpo.runtime.threads import usable_cores
 
 SPIN = "import time\nend = time.monotonic() + {limit}\nwhile time.monotonic() < end:\n    pass\n"
@@ -37,8 +39,7 @@ def busy_core(limit_s: float) -> subprocess.Popen:
 
 def step_seconds(root: Path) -> list[float]:
     """Rollout + update seconds of each logged step in the run's ``metrics.csv``."""
-    rows = [r for f in sorted(root.rglob("metrics.csv")) for r in csv.DictReader(f.open())]
-    return [float(r["train/time/rollout_s"]) + float(r["train/time/update_s"]) for r in rows if r.get("train/reward")]
+    return [float(r["train/time/rollout_s"]) + float(r["train/time/update_s"]) for r in logged_steps(root)]
 
 
 def fit_run(config: str, steps: int, threads: str, busy: bool, busy_limit: float) -> dict:
@@ -68,16 +69,8 @@ def fit_run(config: str, steps: int, threads: str, busy: bool, busy_limit: float
     return {"threads": threads, "busy": busy, "steps_s": sum(per_step), "per_step_s": per_step, "wall_s": wall}
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Runs the quiet / busy pairs for torch's default threads and ``auto``; prints the table; writes ``--json``."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--config", default="configs/tiny.yaml")
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--repeats", type=int, default=2, help="quiet/busy pairs per setting")
-    ap.add_argument("--settings", nargs="+", default=None, help="--model.threads values (default: all cores, auto)")
-    ap.add_argument("--busy-limit", type=float, default=600.0, help="the spinning child stops after this (s)")
-    ap.add_argument("--json", default=None, help="write the results as JSON here")
-    args = ap.parse_args(argv)
+def run(args: argparse.Namespace) -> dict:
+    """Runs the quiet / busy pairs for each ``--model.threads`` setting (default: all cores, then auto)."""
     cores = usable_cores()
     settings = args.settings or [str(cores), "auto"]
     runs = []
@@ -97,14 +90,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     today_quiet = median(str(cores), False)
     summary = {}
-    print("\n| threads | quiet s | one core busy s | busy / quiet | quiet / today's quiet |\n|---|---|---|---|---|")
     for threads in settings:
         quiet, busy = median(threads, False), median(threads, True)
         summary[threads] = {"quiet_s": quiet, "busy_s": busy, "busy_over_quiet": busy / quiet,
                             "quiet_over_default_quiet": quiet / today_quiet}  # fmt: skip
-        print(f"| {threads} | {quiet:.1f} | {busy:.1f} | {busy / quiet:.2f} | {quiet / today_quiet:.2f} |")
-    result = {
-        "benchmark": "busy-cpu",
+    return {
         "config": args.config,
         "steps": args.steps,
         "repeats": args.repeats,
@@ -114,9 +104,33 @@ def main(argv: list[str] | None = None) -> dict:
         "runs": runs,
         "loadavg_after": Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None,
     }
-    write_json(args.json, result)
-    return result
 
+
+def tables(result: dict) -> str:
+    """Per setting: median seconds quiet and beside a busy core, their ratio, and quiet over the default's quiet."""
+    rows = [{"threads": threads, **figures} for threads, figures in result["summary"].items()]
+    columns: list[Column] = [
+        ("threads", cell("threads")),
+        ("quiet s", cell("quiet_s", ".1f")),
+        ("one core busy s", cell("busy_s", ".1f")),
+        ("busy / quiet", cell("busy_over_quiet", ".2f")),
+        ("quiet / today's quiet", cell("quiet_over_default_quiet", ".2f")),
+    ]
+    return markdown_table(columns, rows)
+
+
+def add_args(ap: argparse.ArgumentParser) -> None:
+    """The busy-cpu benchmark's own arguments."""
+    ap.add_argument("--config", default="configs/tiny.yaml")
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--repeats", type=int, default=2, help="quiet/busy pairs per setting")
+    ap.add_argument("--settings", nargs="+", default=None, help="--model.threads values (default: all cores, auto)")
+    ap.add_argument("--busy-limit", type=float, default=600.0, help="the spinning child stops after this (s)")
+
+
+BENCH = Benchmark("busy-cpu", __doc__, add_args, run, tables, threads=None)
+
+main = BENCH.main  # main(argv=None) -> the result: what --json writes
 
 if __name__ == "__main__":
     main()

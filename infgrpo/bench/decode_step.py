@@ -20,22 +20,22 @@ runs on,
   dispatch) over the rollout, per decode step.
 
 The rollout runs with refill 'fifo' and no length predictor (whose statistics after the rollout
-are not part of decoding). Prints a table, writes ``--json``.
+are not part of decoding), on one thread unless ``--threads`` says otherwise (as the recorded figures
+were). Prints a table, writes ``--json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import sys
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from infgrpo.bench.models import bench_setup
-from infgrpo.bench.results import write_json
-from infgrpo.runtime.threads import set_threads
+from infgrpo.bench.harness import Benchmark
+from infgrpo.bench.models import NAMES_HELP, bench_setup
+from infgrpo.bench.table import Column, cell, markdown_table
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 
 RANDOM_OPS = {"rand", "rand_like", "uniform", "normal", "exponential", "multinomial", "random", "bernoulli", "randint"}
@@ -76,8 +76,7 @@ def bare_forward_ops(model: torch.nn.Module, rows: int, width: int) -> int:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """One rollout under the counters; returns the four figures and the rollout's stats."""
-    set_threads(args.threads or "auto")  # the sampler applies it each rollout (infgrpo.runtime.threads)
+    """One rollout under the counters (threads as ``--threads`` set them); returns the four figures and the stats."""
     model, prompts, pad_id, stop_ids = bench_setup(args.model, args.prompts, 0, args.stop_fraction)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
@@ -125,39 +124,36 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def table(r: dict[str, Any]) -> str:
-    """The four figures as a Markdown table."""
-    return "\n".join(
-        [
-            "| prompts x G | slots | decode steps | input shapes | ops per step | bare forward ops "
-            "| ops vs bare forward | random calls / step | scalar reads / step |",
-            "|" + "---|" * 9,
-            f"| {r['prompts']} x {r['group_size']} | {r['num_slots']} | {r['decode_steps']} | {r['input_shapes']} "
-            f"| {r['ops_per_step']:.0f} | {r['bare_forward_ops']} | {r['ops_vs_bare_forward']:.2f} "
-            f"| {r['random_calls_per_step']:.2f} | {r['scalar_reads_per_step']:.2f} |",
-        ]
-    )
+def tables(result: dict[str, Any]) -> str:
+    """The four figures as a Markdown table (one row: the rollout measured)."""
+    columns: list[Column] = [
+        ("prompts x G", lambda r: f"{r['prompts']} x {r['group_size']}"),
+        ("slots", cell("num_slots")),
+        ("decode steps", cell("decode_steps")),
+        ("input shapes", cell("input_shapes")),
+        ("ops per step", cell("ops_per_step", ".0f")),
+        ("bare forward ops", cell("bare_forward_ops")),
+        ("ops vs bare forward", cell("ops_vs_bare_forward", ".2f")),
+        ("random calls / step", cell("random_calls_per_step", ".2f")),
+        ("scalar reads / step", cell("scalar_reads_per_step", ".2f")),
+    ]
+    return markdown_table(columns, [result], keys=1)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Counts one rollout's decode steps (see the module docstring); prints the table, writes ``--json``."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--model", default="tiny", help="tiny, qwen3-42m or qwen3-1.7b-shape")
+def add_args(ap: argparse.ArgumentParser) -> None:
+    """The decode-step benchmark's own arguments."""
+    ap.add_argument("--model", default="tiny", help=NAMES_HELP)
     ap.add_argument("--prompts", type=int, default=1)
     ap.add_argument("--group-size", type=int, default=64)
     ap.add_argument("--num-slots", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--stop-fraction", type=float, default=0.02, help="random-weight models: stop-token share")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (0 = infgrpo's auto)")
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args(argv)
-    result = measure(args)
-    result["command"] = "python -m infgrpo.bench decode-step " + " ".join(sys.argv[2:] if argv is None else argv)
-    print(table(result))
-    write_json(args.json, result)
-    return result
 
+
+BENCH = Benchmark("decode-step", __doc__, add_args, measure, tables, threads=1)
+
+main = BENCH.main  # main(argv=None) -> the result: what --json writes
 
 if __name__ == "__main__":
     main()

@@ -20,24 +20,27 @@ lease that ends early still leaves what finished:
   allocated per phase and reserved.
 - ``c``: G=128 on 32 slots against ``hf_full``: memory.
 
-Random weights never choose EOS, so a slice of the vocabulary (``--stop-fraction``) stops completions,
-as in ``bench rollout``. Writes ``<json-dir>/paper_<part>.json`` and prints one table at the end.
+Random weights never choose EOS, so a slice of the vocabulary (the suite's stop fraction) stops
+completions (:mod:`infgrpo.bench.models`). Writes ``<json-dir>/paper_<part>.json`` as each part ends
+and prints the tables at the end (``--json`` also writes the whole suite in one file).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from infgrpo.bench import rollout
+from infgrpo.bench.harness import Benchmark, spawn_all, threads_setting
+from infgrpo.bench.memory import mib
+from infgrpo.bench.models import BENCH_MODELS, NAMES_HELP, bench_setup, save_bench_model, tokenizer_stop_ids
 from infgrpo.bench.results import write_json
-from infgrpo.bench.rollout import mib, spawn
-from infgrpo.runtime.threads import set_threads
+from infgrpo.bench.table import Column, cell, markdown_table
 
 FULL = dict(
     model="qwen3-1.7b-shape",
@@ -53,6 +56,7 @@ SMALL = dict(
     c=dict(group_size=32, num_slots=8, max_new_tokens=48, stop_fraction=0.02),
     boxes=dict(checks=120, a=240, b=300, c=240),
 )
+PARTS = ("checks", "a", "b", "c")
 
 
 # -- part b: one GRPO step, in its own process ----------------------------------------------------
@@ -60,21 +64,21 @@ def run_step(cfg: dict) -> dict:
     """One GRPO step of ``configs/qwen3.yaml``'s recipe on ``cfg['model']`` (:func:`~infgrpo.bench.step.measure_step`).
 
     Random-weight bench models are saved with the tiny task's tokenizer and stop on a slice of the
-    vocabulary above its ids (``stop_fraction``), as ``bench rollout`` does; the recipe's data and
+    vocabulary above its ids (:func:`~infgrpo.bench.models.tokenizer_stop_ids`); the recipe's data and
     rewards are replaced by the tiny synthetic task. ``cfg`` may shrink the group, the slots and the
     completions (``--small``) and set the LoRA rank, 4-bit loading and compute dtype.
     """
-    from infgrpo.bench.models import QWEN3_VOCAB
-    from infgrpo.bench.step import measure_step, recipe_kwargs, save_bench_model
+    from infgrpo.bench.step import measure_step, recipe_kwargs
 
     with tempfile.TemporaryDirectory() as tmp:
-        model, stop = cfg["model"], []
-        if model in ("qwen3-42m", "qwen3-1.7b-shape"):
-            model = save_bench_model(model, Path(tmp) / model)
-            stop = list(range(103, 103 + max(1, round(QWEN3_VOCAB * cfg["stop_fraction"]))))
+        name = cfg["model"]
+        model = save_bench_model(name, Path(tmp) / name)
+        random_weights = name in BENCH_MODELS and BENCH_MODELS[name].random_weights
+        stop = tokenizer_stop_ids(cfg["stop_fraction"]) if random_weights else []
         sampler = dict(num_slots=cfg["num_slots"], max_new_tokens=cfg["max_new_tokens"], stop_token_ids=stop)
         overrides = dict(group_size=cfg["group_size"], lora_r=cfg["lora_r"], lora_alpha=2 * cfg["lora_r"])
         overrides.update(load_in_4bit=cfg["load_in_4bit"], bnb_4bit_compute_dtype=cfg["compute"], dtype=cfg["compute"])
+        overrides.update(threads=threads_setting(cfg.get("threads")))
         module_kwargs, data_kwargs = recipe_kwargs(cfg["config"], model=model, prompts=1, sampler=sampler, **overrides)
         result = measure_step(module_kwargs, data_kwargs)
     return {**cfg, **result}
@@ -83,7 +87,6 @@ def run_step(cfg: dict) -> dict:
 # -- checks: CUDA only ---------------------------------------------------------------------------
 def run_checks(cfg: dict) -> dict:
     """On CUDA: device hash == CPU hash; graph replay == eager step (same completions)."""
-    from infgrpo.bench.models import bench_setup
     from infgrpo.sampler import MicroGroupSampler, SamplerConfig
     from infgrpo.sampler.counter_rng import mix32
 
@@ -107,7 +110,9 @@ def run_checks(cfg: dict) -> dict:
     return result
 
 
-ONE = {"step": run_step, "checks": run_checks}
+def run_one(cfg: dict) -> dict:
+    """One configuration, in this process: part b's step, the checks, or a decoder row (``bench rollout``'s)."""
+    return {"step": run_step, "checks": run_checks}.get(cfg.get("kind"), rollout.run_one)(cfg)
 
 
 # -- the suite ------------------------------------------------------------------------------------
@@ -137,8 +142,35 @@ def part_c(s: dict, model: str) -> list[dict]:
     ]
 
 
+def part_configs(name: str, s: dict, model: str, recipe: str) -> list[dict]:
+    """The configurations of part ``name`` of suite ``s`` (FULL or SMALL) on ``model``."""
+    if name == "a":
+        return part_a(s, model)
+    if name == "c":
+        return part_c(s, model)
+    stop = s["a"]["stop_fraction"]
+    if name == "b":
+        return [dict(s["b"], kind="step", model=model, stop_fraction=stop, config=recipe)]
+    return [dict(kind="checks", model=model, stop_fraction=stop)]
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Each part in turn, each configuration in a fresh process within the part's time box and the suite's."""
+    s = SMALL if args.small else FULL
+    model = args.model or s["model"]
+    deadline = time.monotonic() + args.budget
+    parts: dict[str, list[dict]] = {}
+    for name in args.parts:
+        configs = [dict(c, threads=args.threads) for c in part_configs(name, s, model, args.config)]
+        parts[name] = spawn_all("paper", configs, deadline=min(deadline, time.monotonic() + s["boxes"][name]))
+        part = {"benchmark": "paper", "part": name, "command": args.command, "rows": parts[name]}
+        write_json(Path(args.json_dir) / f"paper_{name}.json", part)
+    return {"parts": parts}
+
+
+# -- tables --------------------------------------------------------------------------------------
 def label(r: dict) -> str:
-    """A row's decoder and the settings that tell it apart."""
+    """A decoder row's decoder and the settings that tell it apart."""
     extra = []
     if r.get("cuda_graphs"):
         extra.append(f"graphs {r['cuda_graphs']}")
@@ -147,98 +179,102 @@ def label(r: dict) -> str:
     return r["decoder"] + (f" ({', '.join(extra)})" if extra else "")
 
 
-def table(parts: dict[str, list[dict]]) -> str:
-    """One Markdown table over every part's rows."""
-    lines = [
-        "| part | configuration | slots | decode steps | ms / step | tokens/s | tok/s vs hf_full | memory MiB "
-        "| memory vs hf_full |",
-        "|" + "---|" * 9,
+def step_memory(r: dict) -> str:
+    """Part b's memory: CUDA peaks allocated by phase and reserved, or the RSS rise by phase."""
+    if "cuda_peak_allocated_bytes" not in r:
+        return f"RSS rise: rollout {mib(r['rss_rollout_rise_bytes'])} / update {mib(r['rss_update_rise_bytes'])} MiB"
+    gb = {k: r[f"cuda_{k}_bytes"] / 1e9 for k in ("rollout_peak_allocated", "update_peak_allocated", "peak_reserved")}
+    return (
+        f"rollout {gb['rollout_peak_allocated']:.2f} / update {gb['update_peak_allocated']:.2f} GB allocated, "
+        f"{gb['peak_reserved']:.2f} GB reserved"
+    )
+
+
+def decoder_table(parts: dict[str, list[dict]]) -> str:
+    """Parts a and c: decode steps, ms per step, tokens/s and memory, with ratios to the part's ``hf_full``."""
+    rows = [dict(r, part=name) for name in ("a", "c") for r in parts.get(name, [])]
+
+    def vs_full(value: Callable[[dict], float]) -> Callable[[dict], str]:
+        return lambda r: rollout.versus(parts[r["part"]], r, "hf_full", value)
+
+    columns: list[Column] = [
+        ("part", cell("part")),
+        ("configuration", lambda r: f"{label(r)} G={r['group_size']}"),
+        ("slots", lambda r: r.get("slots_used", r["num_slots"])),
+        ("decode steps", cell("decode_steps")),
+        ("ms / step", cell("ms_per_step", ".1f")),
+        ("tokens/s", cell("tokens_per_s", ".0f")),
+        ("tok/s vs hf_full", vs_full(lambda x: x["tokens_per_s"])),
+        ("memory MiB", lambda r: mib(rollout.memory_bytes(r))),
+        ("memory vs hf_full", vs_full(rollout.memory_bytes)),
     ]
-    for name in ("a", "c"):
-        rows = parts.get(name, [])
-        full = next((r for r in rows if r["decoder"] == "hf_full" and "skipped" not in r), None)
-        for r in rows:
-            if "skipped" in r:
-                skipped = f"skipped: {r['skipped']}"
-                lines.append(f"| {name} | {label(r)} G={r['group_size']} | {r['num_slots']} | {skipped} |")
-                continue
-            mem = r.get("cuda_peak_bytes", r["peak_rss_delta_bytes"])
-            fmem = full.get("cuda_peak_bytes", full["peak_rss_delta_bytes"]) if full else 0
-            tps = f"{r['tokens_per_s'] / full['tokens_per_s']:.2f}" if full else ""
-            mem_ratio = f"{mem / fmem:.2f}" if fmem > 0 else ""
-            lines.append(
-                f"| {name} | {label(r)} G={r['group_size']} | {r['slots_used']} | {r['decode_steps']} "
-                f"| {r['ms_per_step']:.1f} | {r['tokens_per_s']:.0f} | {tps} | {mib(mem)} | {mem_ratio} |"
-            )
-    for r in parts.get("b", []):
-        if "skipped" in r:
-            lines.append(f"| b | GRPO step | | skipped: {r['skipped']} |")
-            continue
-        steps = r.get("decode_steps", 0)
-        gb = 1e9
-        mem = (
-            f"rollout {r['cuda_rollout_peak_allocated_bytes'] / gb:.2f} / update "
-            f"{r['cuda_update_peak_allocated_bytes'] / gb:.2f} GB allocated, "
-            f"{r['cuda_peak_reserved_bytes'] / gb:.2f} GB reserved"
-            if "cuda_peak_allocated_bytes" in r
-            else f"RSS rise: rollout {mib(r['rss_rollout_rise_bytes'])} / update {mib(r['rss_update_rise_bytes'])} MiB"
-        )
-        lines.append(
-            f"| b | GRPO step (rollout {r['rollout_time_s']:.1f} s, update {r['update_time_s']:.1f} s) "
-            f"| {r['num_slots']} | {steps:.0f} | {1000 * r['rollout_time_s'] / max(steps, 1):.1f} "
-            f"| {r.get('generated_tokens', 0) / r['rollout_time_s']:.0f} | | {mem} | |"
-        )
-    for r in parts.get("checks", []):
-        lines.append(f"| checks | {json.dumps({k: v for k, v in r.items() if k not in ('model',)})} |")
-    return "\n".join(lines)
+    return markdown_table(columns, rows, keys=3)
+
+
+def step_table(rows: list[dict]) -> str:
+    """Part b: the rollout's decode steps, ms per step and tokens/s; rollout and update seconds; memory by phase."""
+
+    def steps(r: dict) -> float:
+        return r.get("decode_steps", 0)
+
+    columns: list[Column] = [
+        ("part", lambda r: "b"),
+        ("configuration", lambda r: f"GRPO step G={r['group_size']}"),
+        ("slots", cell("num_slots")),
+        ("decode steps", lambda r: f"{steps(r):.0f}"),
+        ("ms / step", lambda r: f"{1000 * r['rollout_time_s'] / max(steps(r), 1):.1f}"),
+        ("tokens/s", lambda r: f"{r.get('generated_tokens', 0) / r['rollout_time_s']:.0f}"),
+        ("rollout s", cell("rollout_time_s", ".1f")),
+        ("update s", cell("update_time_s", ".1f")),
+        ("memory", step_memory),
+    ]
+    return markdown_table(columns, rows, keys=3)
+
+
+def checks_table(rows: list[dict]) -> str:
+    """The CUDA checks: device hash == CPU hash, graph replay == eager step."""
+    columns: list[Column] = [
+        ("part", lambda r: "checks"),
+        ("model", cell("model")),
+        ("hash on CUDA == CPU", lambda r: r["hash_cuda_equals_cpu"]),
+        ("graph captures", lambda r: r["graph_captures"]),
+        ("graph == eager", lambda r: r["graph_equals_eager"]),
+        ("graph log-prob max abs diff", lambda r: f"{r['graph_logprob_max_abs_diff']:.3g}"),
+    ]
+    return markdown_table(columns, rows, keys=2)
+
+
+def tables(result: dict) -> str:
+    """The decoders (parts a, c), the GRPO step (b), the checks: of the whole suite (``parts``) or one part's file."""
+    parts = result["parts"] if "parts" in result else {result["part"]: result["rows"]}
+    out = [decoder_table(parts)] if parts.get("a") or parts.get("c") else []
+    out += [step_table(parts["b"])] if parts.get("b") else []
+    return "\n\n".join(out + ([checks_table(parts["checks"])] if parts.get("checks") else []))
+
+
+def from_file(result: dict, path: Path) -> dict:
+    """A part's JSON for :func:`tables`: files written before the ``part`` field are named ``paper_<part>.json``."""
+    if "parts" not in result and "part" not in result:
+        result = {**result, "part": path.stem.removeprefix("paper_")}
+    return result
+
+
+def add_args(ap: argparse.ArgumentParser) -> None:
+    """The suite's own arguments."""
+    ap.add_argument("--small", action="store_true", help="the 42M model on a CPU, shrunk to a few minutes")
+    ap.add_argument("--model", default=None, help=f"default: the suite's; {NAMES_HELP}")
+    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+    ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole suite")
+    ap.add_argument("--json-dir", default="benchmarks/paper", help="where each part's paper_<part>.json goes")
+    ap.add_argument("--config", default="configs/qwen3.yaml", help="the recipe part (b) runs one step of")
+
+
+BENCH = Benchmark("paper", __doc__, add_args, run, tables, run_one=run_one, threads=0)
 
 
 def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     """Runs the suite (see the module docstring); returns the rows of each part."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--small", action="store_true", help="the 42M model on a CPU, shrunk to a few minutes")
-    ap.add_argument("--model", default=None, help="a benchmark model name or a local model folder")
-    ap.add_argument("--parts", nargs="+", default=["checks", "a", "b", "c"], choices=["checks", "a", "b", "c"])
-    ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole suite")
-    ap.add_argument("--json-dir", default="benchmarks/paper")
-    ap.add_argument("--config", default="configs/qwen3.yaml", help="the recipe part (b) runs one step of")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads in each process (0 = infgrpo's auto)")
-    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.one:
-        cfg = json.loads(args.one)
-        set_threads(cfg.get("threads") or "auto")  # the sampler applies it each rollout (infgrpo.runtime.threads)
-        print(json.dumps(ONE[cfg["kind"]](cfg)))
-        return {}
-    s = SMALL if args.small else FULL
-    model = args.model or s["model"]
-    deadline = time.monotonic() + args.budget
-    parts: dict[str, list[dict]] = {}
-    for name in args.parts:
-        if name == "a":
-            configs = part_a(s, model)
-        elif name == "c":
-            configs = part_c(s, model)
-        elif name == "b":
-            stop = s["a"]["stop_fraction"]
-            configs = [dict(s["b"], kind="step", model=model, stop_fraction=stop, config=args.config)]
-        else:
-            configs = [dict(kind="checks", model=model, stop_fraction=s["a"]["stop_fraction"])]
-        configs = [dict(c, threads=args.threads) for c in configs]
-        box_end = min(deadline, time.monotonic() + s["boxes"][name])
-        rows = []
-        for cfg in configs:
-            left = box_end - time.monotonic()
-            if left < 5:
-                rows.append({**cfg, "skipped": "time box spent"})
-                continue
-            bench = "paper" if "kind" in cfg else "rollout"
-            rows.append(spawn(cfg, left, bench=bench))
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-        parts[name] = rows
-        write_json(str(Path(args.json_dir) / f"paper_{name}.json"), {"command": " ".join(sys.argv), "rows": rows})
-    print(table(parts))
-    return parts
+    return BENCH.main(argv).get("parts", {})
 
 
 if __name__ == "__main__":

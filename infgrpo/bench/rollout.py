@@ -20,76 +20,20 @@ peak memory measured.
 from __future__ import annotations
 
 import argparse
-import gc
-import json
 import math
-import subprocess
-import sys
-import threading
-import time
+from collections.abc import Callable
 
-import psutil
 import torch
 
-from infgrpo.bench.models import bench_setup
-from infgrpo.bench.results import write_json
-from infgrpo.runtime.threads import set_threads
+from infgrpo.bench.harness import Benchmark, spawn_all
+from infgrpo.bench.memory import PeakRSS, mib
+from infgrpo.bench.models import NAMES_HELP, bench_setup
+from infgrpo.bench.table import Column, cell, markdown_table, ratio
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 
 
-class RSSTimeline:
-    """Polls this process's resident memory in a thread, keeping (time, bytes) samples."""
-
-    def __init__(self, interval: float = 0.002) -> None:
-        self.proc, self.interval, self.samples = psutil.Process(), interval, []
-
-    def __enter__(self) -> RSSTimeline:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-        return self
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            self.record(self.proc.memory_info().rss)
-            time.sleep(self.interval)
-
-    def record(self, rss: int) -> None:
-        """Keeps one sample (the timeline keeps them all, with their time)."""
-        self.samples.append((time.perf_counter(), rss))
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.record(self.proc.memory_info().rss)
-
-    def rise(self, start: float, end: float) -> tuple[int, int]:
-        """(peak within [start, end] minus the level at ``start``, that level) in bytes."""
-        before = [r for t, r in self.samples if t <= start]
-        inside = [r for t, r in self.samples if start <= t <= end]
-        base = before[-1] if before else (inside[0] if inside else 0)
-        return max(inside, default=base) - base, base
-
-
-class PeakRSS(RSSTimeline):
-    """Polls this process's resident memory in a thread; ``peak - base`` is the rise during the block.
-
-    Keeps only the peak: a list of samples would itself grow the memory it measures.
-    """
-
-    def __enter__(self) -> PeakRSS:
-        gc.collect()
-        self.base = self.peak = self.proc.memory_info().rss
-        return super().__enter__()
-
-    def record(self, rss: int) -> None:
-        """Keeps the larger of the peak so far and ``rss``."""
-        self.peak = max(self.peak, rss)
-
-
 def run_one(cfg: dict) -> dict:
-    """One configuration, in this process: decode and measure."""
-    set_threads(cfg.get("threads") or "auto")  # the sampler applies it (infgrpo.runtime.threads)
+    """One configuration, in this process (the child of :func:`~infgrpo.bench.harness.spawn`): decode and measure."""
     model, prompts, pad_id, stop_ids = bench_setup(cfg["model"], cfg["prompts"], 0, cfg.get("stop_fraction", 0.02))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
@@ -142,86 +86,8 @@ def run_one(cfg: dict) -> dict:
     return result
 
 
-def spawn(cfg: dict, timeout: float | None = None, bench: str = "rollout") -> dict:
-    """Runs one configuration of benchmark ``bench`` in a fresh Python process; returns its JSON result."""
-    cmd = [sys.executable, "-m", "infgrpo.bench", bench, "--one", json.dumps(cfg)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {**cfg, "skipped": f"over {timeout} s"}
-    if proc.returncode != 0:
-        tail = (proc.stderr or "").strip().splitlines()[-1:] or ["?"]
-        return {**cfg, "skipped": f"failed: {tail[0][:200]}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def mib(n: float) -> str:
-    """``n`` bytes in MiB, with a thousands separator and one decimal."""
-    return f"{n / 2**20:,.1f}"
-
-
-def table(rows: list[dict]) -> str:
-    """The decoder comparison as a Markdown table, one row per configuration.
-
-    Columns: slots, KV bytes held, peak memory (CUDA or RSS rise), decode steps and their lower bound,
-    tokens/s and wall time, then ratios to ``hf_micro`` (steps, tokens/s) and ``hf_full`` (memory) of
-    the same prompts and G.
-    """
-    memory = "CUDA peak MiB" if any("cuda_peak_bytes" in r for r in rows) else "RSS rise MiB"
-    head = (
-        f"| prompts | G | decoder | slots | KV MiB | {memory} | decode steps | lower bound | tokens/s | wall s "
-        "| steps vs hf_micro | tok/s vs hf_micro | memory vs hf_full |"
-    )
-    lines = [head, "|" + "---|" * 13]
-    for r in rows:
-        if "skipped" in r:
-            lines.append(
-                f"| {r['prompts']} | {r['group_size']} | {r['decoder']} | | | | skipped: {r['skipped']} | | | | | | |"
-            )
-            continue
-        peers = {
-            x["decoder"]: x
-            for x in rows
-            if "skipped" not in x and x["prompts"] == r["prompts"] and x["group_size"] == r["group_size"]
-        }
-        mem = r.get("cuda_peak_bytes", r["peak_rss_delta_bytes"])
-        micro, full = peers.get("hf_micro"), peers.get("hf_full")
-        steps_ratio = f"{r['decode_steps'] / micro['decode_steps']:.2f}" if micro else ""
-        tps_ratio = f"{r['tokens_per_s'] / micro['tokens_per_s']:.2f}" if micro else ""
-        mem_full = full.get("cuda_peak_bytes", full["peak_rss_delta_bytes"]) if full else 0
-        mem_ratio = f"{mem / mem_full:.2f}" if full and mem_full > 0 else ""
-        lines.append(
-            f"| {r['prompts']} | {r['group_size']} | {r['decoder']} | {r['slots_used']} | {mib(r['kv_bytes_peak'])} "
-            f"| {mib(mem)} | {r['decode_steps']} | {r['lower_bound_steps']} | {r['tokens_per_s']:.0f} "
-            f"| {r['wall_time_s']:.2f} | {steps_ratio} | {tps_ratio} | {mem_ratio} |"
-        )
-    return "\n".join(lines)
-
-
-def auto_table(rows: list[dict]) -> str:
-    """The ``--rollout-memory`` table: slots chosen per budget, bytes planned, peak measured."""
-    cuda = any("cuda_peak_bytes" in r for r in rows)
-    memory = "CUDA peak MiB" if cuda else "RSS rise MiB"
-    head = (
-        f"| budget | prompts x G | auto slots | slots used | tokens a slot | planned MiB | KV held MiB | {memory} "
-        "| measured / planned | decode steps | tokens/s |"
-    )
-    lines = [head, "|" + "---|" * 11]
-    for r in rows:
-        if "skipped" in r:
-            lines.append(f"| {r['rollout_memory']} | {r['prompts']} x {r['group_size']} | skipped: {r['skipped']} |")
-            continue
-        mem = r.get("cuda_peak_bytes", r["peak_rss_delta_bytes"])
-        lines.append(
-            f"| {r['rollout_memory']} | {r['prompts']} x {r['group_size']} | {r['auto_slots']} | {r['slots_used']} "
-            f"| {r['max_len']} | {mib(r['planned_bytes'])} | {mib(r['kv_bytes_peak'])} | {mib(mem)} "
-            f"| {mem / r['planned_bytes']:.2f} | {r['decode_steps']} | {r['tokens_per_s']:.0f} |"
-        )
-    return "\n".join(lines)
-
-
 def config(args: argparse.Namespace, prompts: int, group_size: int, decoder: str, **extra: object) -> dict:
-    """One configuration for :func:`spawn`: the command line's settings for (prompts, G, decoder)."""
+    """One configuration for :func:`run_one`: the command line's settings for (prompts, G, decoder)."""
     return dict(
         model=args.model,
         prompts=prompts,
@@ -236,29 +102,111 @@ def config(args: argparse.Namespace, prompts: int, group_size: int, decoder: str
     )
 
 
-def run_budgets(args: argparse.Namespace) -> list[dict]:
-    """``--rollout-memory``: the engine with ``num_slots: auto`` under each budget, each in a fresh process."""
-    rows = []
+def configs(args: argparse.Namespace) -> list[dict]:
+    """Every (prompts, G, decoder), or with ``--rollout-memory`` every (prompts, G, budget) of the engine.
+
+    Decoder configurations with more than ``--max-sequences`` sequences come already skipped.
+    """
+    if args.rollout_memory:
+        return [
+            config(args, prompts, g, "engine", rollout_memory=budget)
+            for prompts in args.prompts
+            for g in args.group_sizes
+            for budget in args.rollout_memory
+        ]
+    out = []
     for prompts in args.prompts:
         for g in args.group_sizes:
-            for budget in args.rollout_memory:
-                cfg = config(args, prompts, g, "engine", rollout_memory=budget)
-                rows.append(spawn(cfg, args.timeout))
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print(auto_table(rows))
-    write_json(args.json, {"command": " ".join(sys.argv), "rows": rows})
-    return rows
+            for decoder in args.decoders:
+                out.append(config(args, prompts, g, decoder))
+                if prompts * g > args.max_sequences:
+                    out[-1]["skipped"] = f"{prompts * g} sequences > --max-sequences"
+    return out
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
-    """Compares the decoders on every (prompts, G), each configuration in a fresh process; returns the rows.
+def run(args: argparse.Namespace) -> dict:
+    """Each configuration in a fresh process: ``{"rows": [...]}``."""
+    return {"rows": spawn_all("rollout", configs(args), timeout=args.timeout)}
 
-    Prints each row as JSON to stderr and the :func:`table` to stdout, and writes ``--json``. With
-    ``--rollout-memory`` it runs :func:`run_budgets` instead; with ``--one`` (used by :func:`spawn`) it
-    runs one configuration in this process and prints its JSON.
+
+# -- tables --------------------------------------------------------------------------------------
+def memory_bytes(r: dict) -> float:
+    """A row's peak memory: the CUDA allocator's on a GPU, else the rise of resident memory."""
+    return r.get("cuda_peak_bytes", r["peak_rss_delta_bytes"])
+
+
+def memory_header(rows: list[dict]) -> str:
+    """The memory column's name for these rows."""
+    return "CUDA peak MiB" if any("cuda_peak_bytes" in r for r in rows) else "RSS rise MiB"
+
+
+def versus(rows: list[dict], r: dict, decoder: str, value: Callable[[dict], float]) -> str:
+    """``value(r)`` over ``value`` of the row of ``decoder`` with the same prompts and G ('' without one)."""
+    peer = next(
+        (
+            x
+            for x in rows
+            if "skipped" not in x
+            and x["decoder"] == decoder
+            and (x["prompts"], x["group_size"]) == (r["prompts"], r["group_size"])
+        ),
+        None,
+    )
+    return ratio(value(r), value(peer)) if peer is not None else ""
+
+
+def decoder_table(rows: list[dict]) -> str:
+    """The decoder comparison, one row per configuration.
+
+    Columns: slots, KV bytes held, peak memory (CUDA or RSS rise), decode steps and their lower bound,
+    tokens/s and wall time, then ratios to ``hf_micro`` (steps, tokens/s) and ``hf_full`` (memory) of
+    the same prompts and G.
     """
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--model", default="tiny", help="tiny, qwen3-42m or qwen3-1.7b-shape")
+    columns: list[Column] = [
+        ("prompts", cell("prompts")),
+        ("G", cell("group_size")),
+        ("decoder", cell("decoder")),
+        ("slots", cell("slots_used")),
+        ("KV MiB", lambda r: mib(r["kv_bytes_peak"])),
+        (memory_header(rows), lambda r: mib(memory_bytes(r))),
+        ("decode steps", cell("decode_steps")),
+        ("lower bound", cell("lower_bound_steps")),
+        ("tokens/s", cell("tokens_per_s", ".0f")),
+        ("wall s", cell("wall_time_s", ".2f")),
+        ("steps vs hf_micro", lambda r: versus(rows, r, "hf_micro", lambda x: x["decode_steps"])),
+        ("tok/s vs hf_micro", lambda r: versus(rows, r, "hf_micro", lambda x: x["tokens_per_s"])),
+        ("memory vs hf_full", lambda r: versus(rows, r, "hf_full", memory_bytes)),
+    ]
+    return markdown_table(columns, rows, keys=3)
+
+
+def budget_table(rows: list[dict]) -> str:
+    """The ``--rollout-memory`` table: slots chosen per budget, bytes planned, peak measured."""
+    columns: list[Column] = [
+        ("budget", cell("rollout_memory")),
+        ("prompts x G", lambda r: f"{r['prompts']} x {r['group_size']}"),
+        ("auto slots", cell("auto_slots")),
+        ("slots used", cell("slots_used")),
+        ("tokens a slot", cell("max_len")),
+        ("planned MiB", lambda r: mib(r["planned_bytes"])),
+        ("KV held MiB", lambda r: mib(r["kv_bytes_peak"])),
+        (memory_header(rows), lambda r: mib(memory_bytes(r))),
+        ("measured / planned", lambda r: f"{memory_bytes(r) / r['planned_bytes']:.2f}"),
+        ("decode steps", cell("decode_steps")),
+        ("tokens/s", cell("tokens_per_s", ".0f")),
+    ]
+    return markdown_table(columns, rows, keys=2)
+
+
+def tables(result: dict) -> str:
+    """The budget table for ``--rollout-memory`` rows, else the decoder comparison."""
+    rows = result["rows"]
+    return budget_table(rows) if any("rollout_memory" in r for r in rows) else decoder_table(rows)
+
+
+def add_args(ap: argparse.ArgumentParser) -> None:
+    """The rollout benchmark's own arguments."""
+    ap.add_argument("--model", default="tiny", help=NAMES_HELP)
     ap.add_argument("--group-sizes", type=int, nargs="+", default=[8, 32, 128, 512])
     ap.add_argument("--prompts", type=int, nargs="+", default=[1, 8], help="prompts per step")
     ap.add_argument("--num-slots", type=int, default=16)
@@ -280,28 +228,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
         default=0.02,
         help="random-weight models: share of the vocabulary that stops a completion (mean length ~ 1 / it)",
     )
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = infgrpo's auto)")
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.one:
-        print(json.dumps(run_one(json.loads(args.one))))
-        return []
-    if args.rollout_memory:
-        return run_budgets(args)
-    rows = []
-    for prompts in args.prompts:
-        for g in args.group_sizes:
-            for decoder in args.decoders:
-                cfg = config(args, prompts, g, decoder)
-                if prompts * g > args.max_sequences:
-                    rows.append({**cfg, "skipped": f"{prompts * g} sequences > --max-sequences"})
-                    continue
-                rows.append(spawn(cfg, args.timeout))
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print(table(rows))
-    write_json(args.json, {"command": " ".join(sys.argv), "rows": rows})
-    return rows
+
+
+BENCH = Benchmark("rollout", __doc__, add_args, run, tables, run_one=run_one, threads=0)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Compares the decoders on every (prompts, G), each configuration in a fresh process; returns the rows.
+
+    Prints each row as JSON to stderr and the table to stdout, and writes ``--json``. With
+    ``--rollout-memory`` it runs the engine under each budget instead.
+    """
+    return BENCH.main(argv).get("rows", [])
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@
    Accounting as the paper's: one decode step per token.
 3. **Planner time**: ``plan(...)`` for 4,096 sequences on 64 slots, and the ptas at the paper's size.
 
-Every row reports decode steps / lower bound, ``max(max_i L_i, ceil(sum_i L_i / slots))``.
+Every row reports decode steps / lower bound, ``max(max_i L_i, ceil(sum_i L_i / slots))``. Part 1 runs
+on 2 threads unless ``--threads`` says otherwise (as the recorded figures were).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ import time
 
 import torch
 
-from infgrpo.bench.results import write_json
+from infgrpo.bench.harness import Benchmark
+from infgrpo.bench.table import Column, cell, markdown_table
 from infgrpo.bench.traces import DISTRIBUTIONS, NOISE_LEVELS, noisy_predictions, synthetic_lengths
+from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler.planner import plan
 from infgrpo.sampler.schedule_metrics import lower_bound_steps, prediction_errors
 from infgrpo.sampler.simulate import naive_micro_group_steps, simulate
@@ -55,6 +58,7 @@ def tiny_rollouts(warmup: int, batches: int, seed: int = 0) -> dict:
     B, G, S, T = 8, 8, 8, 96
     tok = load_tokenizer("tiny")
     model = load_policy("tiny").eval()
+    adapt_threads(model, rows=S)  # the engine itself does not adapt: --threads N sets N, 0 decides here once
     data = PromptDataModule(path="tiny", tokenizer="tiny", eval_split=None)
     data.setup("fit")
     order = torch.randperm(len(data.train_items), generator=torch.Generator().manual_seed(seed)).tolist()
@@ -186,62 +190,76 @@ def planner_times(repeats: int = 5) -> list[dict]:
 
 
 # -- tables ------------------------------------------------------------------------------------
-def grid_table(rows: list[dict]) -> str:
-    """Part 2's rows as a Markdown table: steps / lower bound of each policy, and the best one's gain over naive."""
-    cols = ("naive", *POLICIES)
-    lines = [
-        "| lengths | prompts x G | slots | prediction | " + " | ".join(cols) + " | best vs naive |",
-        "|" + "---|" * (5 + len(cols)),
+def tiny_table(tiny: dict) -> str:
+    """Part 1: steps / lower bound of each policy (mean and worst batch), and the learned predictor's errors."""
+    rows = [
+        {"policy": p, "mean": v, "worst": tiny["steps_over_bound_max"][p]} for p, v in tiny["steps_over_bound"].items()
     ]
-    for r in rows:
-        best = min(r[p] for p in POLICIES)
-        lines.append(
-            f"| {r['dist']} | {r['prompts']} x {r['G']} | {r['slots']} | {r['level']} | "
-            + " | ".join(f"{r[c]:.3f}" for c in cols)
-            + f" | {1 - best / r['naive']:+.1%} |"
-        )
-    return "\n".join(lines)
+    columns: list[Column] = [
+        ("policy", cell("policy")),
+        ("decode steps / lower bound (mean)", cell("mean", ".3f")),
+        ("worst batch", cell("worst", ".3f")),
+    ]
+    pe = tiny["prediction"]
+    return (
+        f"## Real rollouts: {tiny['setup']}; {tiny['batches']} batches after {tiny['warmup_batches']} of warm-up\n"
+        f"{markdown_table(columns, rows)}\n\n"
+        f"learned predictor: MAE {pe['length_mae']:.1f} tokens, Spearman {pe['length_spearman']:.2f}, "
+        f"within +-20%: {pe['length_within_20pct']:.0%}; predict time / decode time "
+        f"{tiny['predict_time_over_decode']:.3f}"
+    )
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Runs the three parts, prints their Markdown tables, writes ``--json`` and returns the results."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def grid_table(rows: list[dict]) -> str:
+    """Part 2: steps / lower bound of naive micro-groups and each policy, and the best one's gain over naive."""
+    columns: list[Column] = [
+        ("lengths", cell("dist")),
+        ("prompts x G", lambda r: f"{r['prompts']} x {r['G']}"),
+        ("slots", cell("slots")),
+        ("prediction", cell("level")),
+        *((p, cell(p, ".3f")) for p in ("naive", *POLICIES)),
+        ("best vs naive", lambda r: f"{1 - min(r[p] for p in POLICIES) / r['naive']:+.1%}"),
+    ]
+    return "## Trace simulator: decode steps / lower bound\n" + markdown_table(columns, rows)
+
+
+def planner_table(rows: list[dict]) -> str:
+    """Part 3: the planner's median time, the method whose bound applies, makespan / lower bound, guarantee."""
+    columns: list[Column] = [
+        ("sequences", cell("sequences")),
+        ("slots", cell("slots")),
+        ("method", cell("method")),
+        ("used", cell("used")),
+        ("median ms", cell("ms_median", ".2f")),
+        ("makespan / bound", cell("makespan_over_bound", ".4f")),
+        ("guarantee", cell("guarantee", ".3f")),
+    ]
+    return "## Planner time\n" + markdown_table(columns, rows)
+
+
+def tables(result: dict) -> str:
+    """The three parts' tables."""
+    return "\n\n".join([tiny_table(result["tiny"]), grid_table(result["grid"]), planner_table(result["planner"])])
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Runs the three parts (see the module docstring): ``{"tiny": ..., "grid": [...], "planner": [...]}``."""
+    tiny = tiny_rollouts(args.warmup, args.batches)
+    grid = simulate_grid(tiny.pop("groups"), args.seeds, args.quick)
+    return {"tiny": tiny, "grid": grid, "planner": planner_times()}
+
+
+def add_args(ap: argparse.ArgumentParser) -> None:
+    """The schedule benchmark's own arguments."""
     ap.add_argument("--warmup", type=int, default=20, help="tiny batches that only train the predictor")
     ap.add_argument("--batches", type=int, default=20, help="tiny batches measured per policy")
     ap.add_argument("--seeds", type=int, default=5, help="instances averaged per small configuration")
     ap.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(min(torch.get_num_threads(), 2))
 
-    tiny = tiny_rollouts(args.warmup, args.batches)
-    sob = tiny["steps_over_bound"]
-    print(f"\n## Real rollouts: {tiny['setup']}; {args.batches} batches after {args.warmup} of warm-up")
-    print("| policy | decode steps / lower bound (mean) | worst batch |\n|---|---|---|")
-    for p, v in sob.items():
-        print(f"| {p} | {v:.3f} | {tiny['steps_over_bound_max'][p]:.3f} |")
-    pe = tiny["prediction"]
-    print(
-        f"\nlearned predictor: MAE {pe['length_mae']:.1f} tokens, Spearman {pe['length_spearman']:.2f}, "
-        f"within +-20%: {pe['length_within_20pct']:.0%}; predict time / decode time "
-        f"{tiny['predict_time_over_decode']:.3f}"
-    )
-    grid = simulate_grid(tiny["groups"], args.seeds, args.quick)
-    print("\n## Trace simulator: decode steps / lower bound\n" + grid_table(grid))
-    times = planner_times()
-    print("\n## Planner time\n| sequences | slots | method | used | median ms | makespan / bound | guarantee |")
-    print("|---|---|---|---|---|---|---|")
-    for t in times:
-        print(
-            f"| {t['sequences']} | {t['slots']} | {t['method']} | {t['used']} | {t['ms_median']:.2f} "
-            f"| {t['makespan_over_bound']:.4f} | {t['guarantee']:.3f} |"
-        )
-    tiny.pop("groups")
-    result = {"command": " ".join(["python -m infgrpo.bench schedule", *(argv or sys.argv[2:])]), "tiny": tiny}
-    result.update(grid=grid, planner=times)
-    write_json(args.json, result)
-    return result
 
+BENCH = Benchmark("schedule", __doc__, add_args, run, tables, threads=2)
+
+main = BENCH.main  # main(argv=None) -> the result: what --json writes
 
 if __name__ == "__main__":
     main()

@@ -10,7 +10,9 @@ Memory by phase: on GPU the CUDA allocator's peak in the rollout and in the upda
 and the most it reserved; on CPU the rise of resident memory within each phase's time window above
 its level at the phase's start (polled every 2 ms). Both paths of a variant draw the same rollout, so
 their losses must agree. ``qwen3-42m`` (and ``qwen3-1.7b-shape``) are saved to a temporary folder
-first, so they go through the same ``from_pretrained`` path as a hub model.
+first (:func:`~infgrpo.bench.models.save_bench_model`), so they go through the same ``from_pretrained``
+path as a hub model; their random weights never stop early, so completions run to max_new_tokens.
+``--threads`` becomes ``GRPOModule(threads=...)`` in each process.
 
 For other suites, :func:`measure_step` measures one step of any ``GRPOModule`` configuration and
 :func:`recipe_kwargs` turns a YAML recipe (``configs/qwen3.yaml``) into one that runs offline.
@@ -19,9 +21,6 @@ For other suites, :func:`measure_step` measures one step of any ``GRPOModule`` c
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,8 +30,10 @@ import lightning as L
 import psutil
 import torch
 
-from infgrpo.bench.results import write_json
-from infgrpo.bench.rollout import RSSTimeline, mib, spawn
+from infgrpo.bench.harness import Benchmark, spawn_all, threads_setting
+from infgrpo.bench.memory import RSSTimeline, mib
+from infgrpo.bench.models import save_bench_model
+from infgrpo.bench.table import Column, cell, markdown_table, ratio
 from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 
 VARIANTS = {
@@ -104,30 +105,11 @@ class StepMeter(L.Callback):
         for key in ("loss", "update/token_budget", "micro_batches", "completion_length", "rollout/decode_steps"):
             if f"train/{key}" in metrics:
                 self.result[key.split("/")[-1]] = float(metrics[f"train/{key}"])
-        rollout = pl_module.sampler.last_stats
+        rollout = pl_module.last_step.rollouts.stats if pl_module.last_step is not None else None
         if rollout:
             self.result["generated_tokens"] = rollout["generated_tokens"]
             self.result["rollout_wall_s"] = rollout["wall_time_s"]
             self.result["graph_captures"] = rollout.get("graph_captures", 0)
-
-
-def save_bench_model(name: str, folder: str | Path) -> str:
-    """Saves benchmark model ``name`` (``qwen3-42m`` float32, ``qwen3-1.7b-shape`` bfloat16; random weights)
-    with the tiny task's tokenizer (token ids < 103) to ``folder``; returns the folder. ``tiny`` is returned as is."""
-    if name == "tiny":
-        return "tiny"
-    from infgrpo.bench.models import paper_shape_qwen3, random_qwen3
-    from infgrpo.models import load_tokenizer
-
-    if name == "qwen3-42m":
-        model = random_qwen3()
-    elif name == "qwen3-1.7b-shape":
-        model = paper_shape_qwen3(torch.bfloat16, device="cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        raise ValueError(f"model={name!r}; valid: tiny, qwen3-42m, qwen3-1.7b-shape")
-    model.save_pretrained(folder)
-    load_tokenizer("tiny").save_pretrained(folder)
-    return str(folder)
 
 
 def recipe_kwargs(
@@ -198,8 +180,7 @@ def measure_step(module_kwargs: dict, data_kwargs: dict, measure: int = 1, seed:
 
 
 def run_one(cfg: dict) -> dict:
-    """One configuration, in this process (see :func:`main`): :func:`measure_step` of a bench model."""
-    torch.set_num_threads(cfg.get("threads") or torch.get_num_threads())
+    """One configuration, in this process (the child of :func:`~infgrpo.bench.harness.spawn`): :func:`measure_step`."""
     with tempfile.TemporaryDirectory() as tmp:
         model = save_bench_model(cfg["model"], Path(tmp) / cfg["model"])
         module_kwargs = dict(
@@ -209,6 +190,7 @@ def run_one(cfg: dict) -> dict:
             token_budget=cfg["token_budget"],
             logit_chunk_tokens=cfg["logit_chunk_tokens"],
             num_iterations=cfg.get("num_iterations", 1),
+            threads=threads_setting(cfg.get("threads")),
             **VARIANTS[cfg["variant"]],
         )
         from infgrpo import SamplerConfig
@@ -218,41 +200,76 @@ def run_one(cfg: dict) -> dict:
         return {**cfg, **measure_step(module_kwargs, data_kwargs)}
 
 
-def table(rows: list[dict]) -> str:
-    """Markdown table: per configuration the memory rise of each phase, the update's over the full path's
-    (same variant), the loss, the token budget and micro-batches, and times."""
+def configs(args: argparse.Namespace) -> list[dict]:
+    """Every (variant, log-prob path) with the model's defaults where the command line gives none."""
+    defaults = MODEL_DEFAULTS.get(args.model, MODEL_DEFAULTS["qwen3-42m"])
+    shared = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}
+    if shared["token_budget"] != "auto":
+        shared["token_budget"] = int(shared["token_budget"])
+    return [
+        dict(model=args.model, variant=variant, logit_chunk_tokens=chunk, **shared)
+        | dict(num_iterations=args.num_iterations, threads=args.threads)
+        for variant in args.variants or DEFAULT_VARIANTS.get(args.model, list(VARIANTS))
+        for chunk in args.logit_chunk_tokens
+    ]
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Each configuration in a fresh process: ``{"rows": [...]}``."""
+    return {"rows": spawn_all("step", configs(args), timeout=args.timeout)}
+
+
+def phase_table(rows: list[dict]) -> str:
+    """Per configuration the memory rise of each phase, the update's over the full path's (same variant), the
+    first step's loss and gradient norm, the token budget and micro-batches, and times."""
     cuda = any("cuda_update_rise_bytes" in r for r in rows)
     unit = "CUDA peak rise MiB" if cuda else "RSS rise MiB"
-    lines = [
-        f"| variant | logit_chunk_tokens | trainable params | rollout {unit} | update {unit} | update vs full "
-        "| first step: loss | gradient norm | token budget | micro-batches | rollout s | update s |",
-        "|" + "---|" * 12,
+    rollout, update = (f"{'cuda' if cuda else 'rss'}_{phase}_rise_bytes" for phase in ("rollout", "update"))
+
+    def vs_full(r: dict) -> str:
+        full = [x for x in rows if x["variant"] == r["variant"] and x["logit_chunk_tokens"] == 0 and "skipped" not in x]
+        return ratio(r[update], full[0][update]) if full else ""
+
+    columns: list[Column] = [
+        ("variant", cell("variant")),
+        ("logit_chunk_tokens", lambda r: "full" if r["logit_chunk_tokens"] == 0 else f"{r['logit_chunk_tokens']:,}"),
+        ("trainable params", cell("trainable_params", ",")),
+        (f"rollout {unit}", lambda r: mib(r[rollout])),
+        (f"update {unit}", lambda r: mib(r[update])),
+        ("update vs full", vs_full),
+        ("first step: loss", lambda r: f"{r.get('first_loss', float('nan')):.8g}"),
+        ("gradient norm", lambda r: f"{r.get('first_grad_norm', float('nan')):.7g}"),
+        ("token budget", lambda r: f"{int(r.get('token_budget', 0)):,}"),
+        ("micro-batches", lambda r: int(r.get("micro_batches", 0))),
+        ("rollout s", cell("rollout_time_s", ".2f")),
+        ("update s", cell("update_time_s", ".2f")),
     ]
-    for r in rows:
-        path = "full" if r["logit_chunk_tokens"] == 0 else f"{r['logit_chunk_tokens']:,}"
-        if "skipped" in r:
-            lines.append(f"| {r['variant']} | {path} | skipped: {r['skipped']} |" + " |" * 9)
-            continue
-        key = "cuda_{}_rise_bytes" if cuda else "rss_{}_rise_bytes"
-        full = next(
-            (x for x in rows if x["variant"] == r["variant"] and x["logit_chunk_tokens"] == 0 and "skipped" not in x),
-            None,
-        )
-        ratio = f"{r[key.format('update')] / full[key.format('update')]:.2f}" if full else ""
-        lines.append(
-            f"| {r['variant']} | {path} | {r['trainable_params']:,} | {mib(r[key.format('rollout')])} "
-            f"| {mib(r[key.format('update')])} | {ratio} | {r.get('first_loss', float('nan')):.8g} "
-            f"| {r.get('first_grad_norm', float('nan')):.7g} "
-            f"| {int(r.get('token_budget', 0)):,} | {int(r.get('micro_batches', 0))} | {r['rollout_time_s']:.2f} "
-            f"| {r['update_time_s']:.2f} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(columns, rows, keys=2)
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
-    """Runs each configuration in a fresh process, prints a Markdown table, writes ``--json`` and returns the rows."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--model", default="tiny", help="tiny or qwen3-42m")
+def whole_step_table(rows: list[dict]) -> str:
+    """Rows of the issue #3 benchmark (``rss_rise_bytes``: the whole step as one figure), as it printed them."""
+    base = [r for r in rows if r["variant"] == "float-full" and "skipped" not in r]
+    columns: list[Column] = [
+        ("variant", cell("variant")),
+        ("trainable params", cell("trainable_params", ",")),
+        ("RSS after load MiB", lambda r: mib(r["rss_after_load_bytes"])),
+        ("step memory rise MiB", lambda r: mib(r.get("cuda_peak_bytes", r["rss_rise_bytes"]))),
+        ("step time s", cell("step_time_s", ".2f")),
+        ("time vs float-full", lambda r: ratio(r["step_time_s"], base[0]["step_time_s"]) if base else ""),
+    ]
+    return markdown_table(columns, rows, keys=1)
+
+
+def tables(result: dict) -> str:
+    """The phase table (rows of benchmarks/step_tiny.json and step_42m.json predate it: the whole-step table)."""
+    rows = result["rows"]
+    return whole_step_table(rows) if any("rss_rise_bytes" in r for r in rows) else phase_table(rows)
+
+
+def add_args(ap: argparse.ArgumentParser) -> None:
+    """The step benchmark's own arguments."""
+    ap.add_argument("--model", default="tiny", help="tiny or qwen3-42m (or qwen3-1.7b-shape, a local folder)")
     ap.add_argument("--variants", nargs="+", default=None, help="default: tiny all, qwen3-42m float-full")
     ap.add_argument(
         "--logit-chunk-tokens", nargs="+", type=int, default=[DEFAULT_LOGIT_CHUNK_TOKENS, 0], help="0 = full logits"
@@ -263,33 +280,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: per model (tiny 64, qwen3-42m 512)")
     ap.add_argument("--token-budget", default=None, help="default: per model (tiny 4096, qwen3-42m 8192); or auto")
     ap.add_argument("--num-iterations", type=int, default=1, help="mu (with 2 the logged loss is the 2nd iteration's)")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads per process (default: torch's)")
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.one:
-        print(json.dumps(run_one(json.loads(args.one))))
-        return []
-    defaults = MODEL_DEFAULTS.get(args.model, MODEL_DEFAULTS["qwen3-42m"])
-    shared = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in defaults.items()}
-    if shared["token_budget"] != "auto":
-        shared["token_budget"] = int(shared["token_budget"])
-    rows = []
-    for variant in args.variants or DEFAULT_VARIANTS.get(args.model, list(VARIANTS)):
-        for chunk in args.logit_chunk_tokens:
-            cfg = dict(model=args.model, variant=variant, logit_chunk_tokens=chunk, **shared)
-            cfg.update(num_iterations=args.num_iterations, threads=args.threads)
-            rows.append(spawn(cfg, bench="step"))
-            with contextlib.suppress(KeyError):
-                print(
-                    f"[bench step] {variant} chunk={chunk}: rollout {mib(rows[-1]['rss_rollout_rise_bytes'])} MiB, "
-                    f"update {mib(rows[-1]['rss_update_rise_bytes'])} MiB RSS rise, loss {rows[-1].get('loss')}",
-                    file=sys.stderr,
-                )
-    print(table(rows))
-    command = " ".join(["python -m infgrpo.bench step", *(argv if argv is not None else sys.argv[1:])])
-    write_json(args.json, {"command": command, "rows": rows})
-    return rows
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per configuration before skipping it")
+
+
+BENCH = Benchmark("step", __doc__, add_args, run, tables, run_one=run_one, threads=0)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Runs each configuration in a fresh process, prints the table, writes ``--json`` and returns the rows."""
+    return BENCH.main(argv).get("rows", [])
 
 
 if __name__ == "__main__":

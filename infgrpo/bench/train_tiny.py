@@ -4,20 +4,22 @@
 
 Evaluates the shipped model greedily on the held-out split, runs ``python -m infgrpo.fit`` with the
 config (extra arguments are passed through as LightningCLI overrides), then evaluates the trained
-policy on the same prompts.
+policy on the same prompts. Threads are the config's (``threads: auto`` in ``configs/tiny.yaml``);
+pass ``--model.threads N`` to fix them.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from infgrpo.bench.results import write_json
+from infgrpo.bench.harness import Benchmark
+from infgrpo.bench.results import logged_steps
+from infgrpo.bench.table import Column, cell, markdown_table
 from infgrpo.data import PromptDataModule
 from infgrpo.evaluation import evaluate
 from infgrpo.fit import main as fit_main
@@ -26,8 +28,7 @@ from infgrpo.models import load_policy, load_tokenizer
 
 def read_train_curves(root: Path) -> dict[str, float]:
     """Means of the per-step training metrics in the run's CSV log (reward, decode steps, ...)."""
-    rows = [r for f in sorted(root.rglob("metrics.csv")) for r in csv.DictReader(f.open())]
-    rows = [r for r in rows if r.get("train/reward")]
+    rows = logged_steps(root)
 
     def col(name: str) -> list[float]:
         return [float(r[name]) for r in rows if r.get(name)]
@@ -42,20 +43,9 @@ def read_train_curves(root: Path) -> dict[str, float]:
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Evaluates the tiny model, trains it with ``infgrpo.fit``, evaluates it again; returns the results.
-
-    Arguments it does not know go to the fit CLI as overrides. Prints held-out accuracy and mean
-    completion length before and after, the training reward and decode steps from the CSV log, and the
-    fit's wall time; writes ``--json``.
-    """
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--config", default="configs/tiny.yaml")
-    ap.add_argument("--eval-size", type=int, default=500)
-    ap.add_argument("--json", default=None, help="write the results as JSON here")
-    args, overrides = ap.parse_known_args(argv)
+def run(args: argparse.Namespace) -> dict:
+    """Evaluates the tiny model, trains it with ``infgrpo.fit`` (``args.extra`` as overrides), evaluates it again."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
     data = PromptDataModule(path="tiny", tokenizer="tiny", eval_size=args.eval_size)
     data.setup("fit")
     tok = load_tokenizer("tiny")
@@ -64,14 +54,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     with tempfile.TemporaryDirectory() as root:
         start = time.perf_counter()
-        cli = fit_main(["--config", args.config, "--trainer.default_root_dir", root, *overrides])
+        cli = fit_main(["--config", args.config, "--trainer.default_root_dir", root, *args.extra])
         wall = time.perf_counter() - start
         curves = read_train_curves(Path(root))
     after = evaluate(cli.model.policy.eval(), tok, data.eval_items, **settings)
-    result = {
-        "benchmark": "train-tiny",
+    return {
         "config": args.config,
-        "overrides": overrides,
+        "overrides": args.extra,
         "max_steps": cli.trainer.max_steps,
         "eval_prompts": len(data.eval_items),
         "accuracy_before": before["accuracy"],
@@ -83,22 +72,39 @@ def main(argv: list[str] | None = None) -> dict:
         **curves,
         "cpu_threads": os.cpu_count(),
     }
-    print("\n| metric | before | after |\n|---|---|---|")
-    print(
-        f"| held-out accuracy (greedy, {len(data.eval_items)} prompts) | {before['accuracy']:.3f} "
-        f"| {after['accuracy']:.3f} |"
-    )
-    print(f"| mean completion length | {before['completion_length']:.1f} | {after['completion_length']:.1f} |")
-    print(
-        f"| train reward (mean of first / last 10 logged steps) | {curves['reward_first10']:.3f} "
-        f"| {curves['reward_last10']:.3f} |\n"
-        f"| decode steps per rollout (mean) | | {curves['decode_steps_mean']:.1f} |\n"
-        f"| decode steps / lower bound (mean) | | {curves['steps_over_lower_bound_mean']:.3f} |"
-    )
-    print(f"\nfit wall time: {wall:.0f} s for {cli.trainer.max_steps} steps")
-    write_json(args.json, result)
-    return result
 
+
+def tables(result: dict) -> str:
+    """Held-out accuracy and mean length before and after, the training reward and decode steps, the wall time.
+
+    Figures a run did not record (a run stopped early) show as —.
+    """
+
+    def get(key: str | None, spec: str) -> str:
+        return format(result[key], spec) if key in result else ("—" if key else "")
+
+    metrics = [
+        (f"held-out accuracy (greedy, {get('eval_prompts', '')} prompts)", "accuracy_before", "accuracy_after", ".3f"),
+        ("mean completion length", "mean_length_before", "mean_length_after", ".1f"),
+        ("train reward (mean of first / last 10 logged steps)", "reward_first10", "reward_last10", ".3f"),
+        ("decode steps per rollout (mean)", None, "decode_steps_mean", ".1f"),
+        ("decode steps / lower bound (mean)", None, "steps_over_lower_bound_mean", ".3f"),
+    ]
+    rows = [{"metric": name, "before": get(b, spec), "after": get(a, spec)} for name, b, a, spec in metrics]
+    columns: list[Column] = [("metric", cell("metric")), ("before", cell("before")), ("after", cell("after"))]
+    wall = f"fit wall time: {get('fit_wall_time_s', '.0f')} s for {get('max_steps', '')} steps"
+    return f"{markdown_table(columns, rows)}\n\n{wall}"
+
+
+def add_args(ap: argparse.ArgumentParser) -> None:
+    """The train-tiny benchmark's own arguments (the ones it does not know go to the fit CLI)."""
+    ap.add_argument("--config", default="configs/tiny.yaml")
+    ap.add_argument("--eval-size", type=int, default=500)
+
+
+BENCH = Benchmark("train-tiny", __doc__, add_args, run, tables, threads=None, extra_args=True)
+
+main = BENCH.main  # main(argv=None) -> the result: what --json writes
 
 if __name__ == "__main__":
     main()

@@ -1,16 +1,28 @@
 """A small table of prompts, completions and rewards, sent to the loggers and the console.
 
-TensorBoard gets a markdown table (``add_text``); CSV loggers get rows appended to
-``completions.csv`` in their log folder; the console gets a plain table.
+    trainer = L.Trainer(callbacks=[CompletionTable(every_n_rollouts=10, num_completions=4)])
+
+``GRPOModule`` adds this callback itself when ``log_completions_every_n_steps`` is set. After a
+training step it reads the module's ``last_step`` (:class:`~infgrpo.training.record.StepRecord`):
+one completion of each prompt first, then the next of each, and so on. TensorBoard gets a markdown
+table (``add_text``); CSV loggers get rows appended to ``completions.csv`` in their log folder; the
+console gets a plain table.
 """
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import lightning as L
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from infgrpo.training.record import StepRecord
 
 
 def _short(text: str, n: int = 120) -> str:
@@ -61,3 +73,36 @@ def log_completions(loggers: list[Logger], step: int, rows: list[dict], console:
         for r in rows:
             extras = " ".join(f"{k}={_number(r[k])}" for k in keys if k not in ("prompt", "completion"))
             print(f"  {extras} | {_short(r['prompt'], 60)} -> {_short(r['completion'], 80)}")
+
+
+def table_rows(record: StepRecord, tokenizer: PreTrainedTokenizerBase, limit: int) -> list[dict]:
+    """Up to ``limit`` rows of ``record`` (one per prompt first): prompt, completion, reward (and each reward)."""
+    g, prompts = record.rollouts.group_size, len(record.batch)
+    order = [p * g + j for j in range(g) for p in range(prompts)][:limit]
+    ids = [record.rollouts.prompt_ids[i // g] for i in order]
+    decoded = tokenizer.batch_decode(ids, skip_special_tokens=True)
+    scores, parts = record.scores, record.scores.parts
+    rows = []
+    for prompt, i in zip(decoded, order, strict=True):
+        prompt = prompt_for_table(record.batch[i // g].get("prompt_text"), prompt)  # the question, not the system
+        row = {"prompt": prompt, "completion": scores.texts[i], "reward": float(scores.total[i])}
+        row.update({name: float(v[i]) for name, v in parts.items() if len(parts) > 1})
+        rows.append(row)
+    return rows
+
+
+class CompletionTable(L.Callback):
+    """Logs ``num_completions`` completions after rollouts 1, 1 + N, 1 + 2N, ... (N = ``every_n_rollouts``)."""
+
+    def __init__(self, every_n_rollouts: int, num_completions: int = 4) -> None:
+        self.every_n_rollouts, self.num_completions = every_n_rollouts, num_completions
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        """Logs the module's ``last_step`` when its rollout is one of every ``every_n_rollouts``."""
+        record = getattr(pl_module, "last_step", None)
+        if record is None or record.rollout_index % self.every_n_rollouts:
+            return
+        rows = table_rows(record, pl_module.tokenizer, self.num_completions)
+        log_completions(trainer.loggers, trainer.global_step, rows)

@@ -6,6 +6,24 @@ works too: ``"package.module:function"``; see :mod:`infgrpo.rewards.core` for th
 """
 
 from infgrpo.rewards import math, shaping, synthetic  # noqa: F401 - registers the built-ins
-from infgrpo.rewards.core import REWARDS, RewardError, check_rewards, compute_rewards, resolve_reward
+from infgrpo.rewards.core import (
+    REWARDS,
+    RewardError,
+    RewardScores,
+    check_rewards,
+    compute_rewards,
+    correct_answers,
+    resolve_reward,
+    score_rewards,
+)
 
-__all__ = ["REWARDS", "RewardError", "check_rewards", "compute_rewards", "resolve_reward"]
+__all__ = [
+    "REWARDS",
+    "RewardError",
+    "RewardScores",
+    "check_rewards",
+    "compute_rewards",
+    "correct_answers",
+    "resolve_reward",
+    "score_rewards",
+]

@@ -30,6 +30,7 @@ import importlib
 import inspect
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -95,22 +96,40 @@ def check_rewards(rewards: dict[str, float]) -> dict[str, float]:
     return rewards
 
 
-def compute_rewards(
+@dataclass
+class RewardScores:
+    """The rewards of N completions: the weighted total, each function's values, and which failed."""
+
+    total: torch.Tensor
+    """(N,) float32 weighted sum; NaN where every function failed under ``on_error="skip"``."""
+    parts: dict[str, torch.Tensor]
+    """Each reward function's raw (N,) values (NaN where it failed under ``skip``, 0 under ``zero``)."""
+    failed: torch.Tensor
+    """(N,) bool: the completions for which at least one reward failed."""
+
+
+def correct_answers(values: torch.Tensor) -> torch.Tensor:
+    """1.0 where a reward's ``values`` (N,) are >= 1 (a correct answer), 0.0 elsewhere; failed (NaN) values left out.
+
+    ``correct_answers(v).mean()`` is the accuracy (NaN when every value failed).
+    """
+    return (values[~values.isnan()] >= 1.0).float()
+
+
+def score_rewards(
     rewards: dict[str, float],
     completions: list[str],
     metadata: list[dict],
     on_error: str = "raise",
     completion_lengths: list[int] | None = None,
     max_completion_length: int | None = None,
-    return_failed: bool = False,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]] | tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-    """Weighted sum of the reward functions -> (N,) float32, and each function's raw (N,) values.
+) -> RewardScores:
+    """Weighted sum of the reward functions over ``completions``, with each function's values and the failures.
 
     ``on_error="raise"`` turns a failing function or a None/NaN/inf value into a :class:`RewardError`
     naming the function and the sample; ``"zero"`` scores such values 0; ``"skip"`` keeps them NaN in
     the function's values, sums the others (NaN-sum) and leaves the total NaN where every function
-    failed (TRL 1.16; see the module docstring). With ``return_failed`` a third value is returned: (N,)
-    bool, the completions for which at least one reward failed.
+    failed (TRL 1.16; see the module docstring).
     """
     check_on_error(on_error)
     n = len(completions)
@@ -144,4 +163,17 @@ def compute_rewards(
         total += float(weight) * vals.nan_to_num(nan=0.0)
     if on_error == "skip":
         total[torch.stack(list(parts.values())).isnan().all(dim=0)] = math.nan  # unscorable rows
-    return (total, parts, failed) if return_failed else (total, parts)
+    return RewardScores(total, parts, failed)
+
+
+def compute_rewards(
+    rewards: dict[str, float],
+    completions: list[str],
+    metadata: list[dict],
+    on_error: str = "raise",
+    completion_lengths: list[int] | None = None,
+    max_completion_length: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """(total (N,), {name: values (N,)}) of :func:`score_rewards`: the short form for trying rewards by hand."""
+    scores = score_rewards(rewards, completions, metadata, on_error, completion_lengths, max_completion_length)
+    return scores.total, scores.parts

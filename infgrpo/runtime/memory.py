@@ -117,6 +117,11 @@ class PhaseMemory:
         yield
         self.end(phase, device)
 
+    def seconds(self, phase: str) -> float:
+        """Wall time of the latest ``phase`` (its window's length)."""
+        start, end = self.windows[phase]
+        return end - start
+
     def rise(self, phase: str) -> int | None:
         """Bytes the CUDA allocator's peak rose above its level at the start of ``phase`` (None off CUDA)."""
         if phase not in self.peak_allocated:

@@ -33,6 +33,7 @@ from infgrpo.update.logprobs import completion_logprobs
 class LossConfig:
     """The objective's settings (see :mod:`infgrpo.algo.losses`), and how its log-probs are computed.
 
+    Defaults are :class:`~infgrpo.GRPOModule`'s (``kl_bias_correction`` on, as in TRL 1.16).
     ``logit_chunk_tokens``: completion positions through the LM head at a time (0 = full logits; see
     :mod:`infgrpo.update.logprobs`).
     """
@@ -44,7 +45,7 @@ class LossConfig:
     kl_estimator: str = "k3"
     temperature: float = 1.0
     max_completion_length: int = 128
-    kl_bias_correction: bool = False
+    kl_bias_correction: bool = True
     logit_chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS
 
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from infgrpo.rewards import RewardError, check_rewards, compute_rewards, resolve_reward
+from infgrpo.rewards import RewardError, check_rewards, compute_rewards, resolve_reward, score_rewards
 
 
 def boom(completions, metadata):
@@ -135,9 +135,8 @@ def none_on_second(completions, metadata):
 
 
 def test_skip_keeps_a_failed_reward_nan_and_counts_it():
-    total, parts, failed = compute_rewards(
-        {f"{__name__}:none_on_second": 1.0}, ["a", "b", "c"], META + META[:1], on_error="skip", return_failed=True
-    )
+    scores = score_rewards({f"{__name__}:none_on_second": 1.0}, ["a", "b", "c"], META + META[:1], on_error="skip")
+    total, parts, failed = scores.total, scores.parts, scores.failed
     assert total[0] == 1.0 and math.isnan(total[1]) and total[2] == 0.0
     assert math.isnan(parts[f"{__name__}:none_on_second"][1])
     assert failed.tolist() == [False, True, False]
@@ -146,7 +145,8 @@ def test_skip_keeps_a_failed_reward_nan_and_counts_it():
 def test_skip_sums_the_rewards_that_did_not_fail_as_trl_does():
     # TRL: nansum of the weighted functions; a row is unscorable only when every function failed
     rewards = {f"{__name__}:none_on_second": 1.0, f"{__name__}:length_bonus": 2.0}
-    total, _, failed = compute_rewards(rewards, ["abcde", "ab"], META, on_error="skip", return_failed=True)
+    scores = score_rewards(rewards, ["abcde", "ab"], META, on_error="skip")
+    total, _, failed = scores.total, scores.parts, scores.failed
     assert total.tolist() == pytest.approx([1.0 + 2.0 * 0.5, 2.0 * 0.2])
     assert failed.tolist() == [False, True]
     total, _ = compute_rewards({f"{__name__}:boom": 1.0}, ["a", "b"], META, on_error="skip")
@@ -154,10 +154,8 @@ def test_skip_sums_the_rewards_that_did_not_fail_as_trl_does():
 
 
 def test_zero_scores_a_failed_reward_zero_and_counts_it():
-    total, parts, failed = compute_rewards(
-        {f"{__name__}:none_on_second": 1.0}, ["a", "b"], META, on_error="zero", return_failed=True
-    )
-    assert total.tolist() == [1.0, 0.0] and failed.tolist() == [False, True]
+    scores = score_rewards({f"{__name__}:none_on_second": 1.0}, ["a", "b"], META, on_error="zero")
+    assert scores.total.tolist() == [1.0, 0.0] and scores.failed.tolist() == [False, True]
 
 
 def test_unknown_reward_on_error_names_the_valid_choices():

@@ -88,7 +88,7 @@ def test_auto_token_budget_packs_the_update_within_the_plan(tmp_path):
     trainer(tmp_path, 2, enable_checkpointing=False, callbacks=[logged]).fit(
         module, PromptDataModule(path="tiny", batch_size=2, eval_split=None)
     )
-    plan = module.update_sizer.plan
+    plan = module.updater.sizer.plan
     assert plan is not None and plan.budget_bytes == 30 * 10**6
     assert logged.budgets[-1] == plan.token_budget and plan.planned_bytes(plan.token_budget) <= 30 * 10**6
     rollout, update = module.phase_memory.windows["rollout"], module.phase_memory.windows["update"]

@@ -1,0 +1,82 @@
+"""The metrics of one GRPO step, built in one place from what the step produced.
+
+    metrics = step_metrics(batch, rollouts.stats, update.metrics(), times, ranks, lr, memory, G, "synthetic")
+    # {"reward": .., "accuracy": .., "time/rollout_s": .., "rollout/decode_steps": .., "loss": .., ...}
+
+Every value is of the *global* batch (identical on every rank): rewards and lengths over every rank's
+rows, times and decode steps of the slowest rank, slot utilization averaged over ranks. The rollout's
+schedule and length-prediction telemetry (:data:`SCHEDULE_METRICS`) is this rank's. The module logs
+them as ``train/<key>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from infgrpo.algo import zero_std_fraction
+from infgrpo.algo.advantages import nanstd
+from infgrpo.rewards import correct_answers
+from infgrpo.runtime.ranks import Ranks
+from infgrpo.training.scoring import BatchScores
+
+SCHEDULE_METRICS = (
+    "bubble_fraction",
+    "steps_over_lower_bound",
+    "replans",
+    "length_mae",
+    "length_spearman",
+    "length_within_20pct",
+    "predict_time_s",
+    "num_slots",
+    "oom_retries",
+)
+"""Keys of ``Rollouts.stats`` logged as ``rollout/<key>`` (when the sampler reports them)."""
+
+
+def step_metrics(
+    batch: BatchScores,
+    rollout_stats: dict[str, Any],
+    update: dict[str, float],
+    times: tuple[float, float],
+    ranks: Ranks,
+    lr: float,
+    memory: dict[str, float],
+    group_size: int,
+    accuracy_reward: str | None,
+) -> dict[str, float]:
+    """The step's metrics (see the module docstring); ``times`` = this rank's (rollout, update) seconds.
+
+    ``update``: the update's metrics (:meth:`~infgrpo.update.runner.UpdateResult.metrics`); ``memory``: the
+    phases' CUDA peaks (``memory/*``, empty elsewhere); ``lr``: the rate of the step's first optimizer step.
+    """
+    st = rollout_stats
+    local = [times[0], times[1], float(st["decode_steps"]), st["slot_utilization"]]
+    per_rank = ranks.gather(torch.tensor([local], dtype=torch.float64))  # (world, 4)
+    metrics: dict[str, Any] = {
+        "reward": batch.total.nanmean(),  # failed rewards (NaN under skip) left out, as TRL does
+        "reward_std": nanstd(batch.total),
+        "rewards_failed": batch.failed.sum(),  # completions with a failed reward (reward_on_error)
+        "completion_length": batch.lengths.mean(),
+        "completion_length_max": batch.lengths.max(),
+        "completions_truncated": batch.truncated.mean(),  # share that hit max_new_tokens
+        "frac_reward_zero_std": zero_std_fraction(batch.total, group_size),
+        "time/rollout_s": per_rank[:, 0].max(),
+        "time/update_s": per_rank[:, 1].max(),
+        "rollout/decode_steps": per_rank[:, 2].max(),
+        "rollout/slot_utilization": per_rank[:, 3].mean(),
+        "rollout/tokens_per_s": st["tokens_per_s"],  # generated tokens / rollout wall time (this rank)
+        "lr": lr,
+        **update,  # loss, kl, clip ratios, micro-batches, update/oom_retries, update/token_budget
+        **memory,  # CUDA: memory/rollout_peak_gb, memory/update_peak_gb, memory/reserved_gb
+    }
+    if accuracy_reward is not None:
+        metrics["accuracy"] = correct_answers(batch.parts[accuracy_reward]).mean()  # NaN when all failed
+    for key in SCHEDULE_METRICS:  # this rank's schedule and length-prediction telemetry
+        if key in st:
+            metrics[f"rollout/{key}"] = float(st[key])
+    if len(batch.parts) > 1:
+        for name, values in batch.parts.items():
+            metrics[f"rewards/{name}"] = values.nanmean()
+    return {k: float(v) for k, v in metrics.items()}

@@ -1,0 +1,80 @@
+"""Scoring a rollout: decode, reward, and gather what the batch-wide statistics need from every rank.
+
+    scores = score_rollouts(tokenizer, rollouts, metas, rewards, on_error, max_new_tokens)   # this rank, (N,)
+    batch = scores.gather(ranks)                                                              # all ranks, (N_global,)
+
+Group advantages need only this rank's rewards (a group never spans ranks); the batch-wide reward std
+of ``scale_rewards: batch`` and the logged metrics need every rank's rows, gathered in global order
+(:meth:`~infgrpo.runtime.ranks.Ranks.gather`) in one collective call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from infgrpo.rewards import score_rewards
+from infgrpo.runtime.ranks import Ranks
+from infgrpo.sampler import Rollouts
+
+
+@dataclass
+class BatchScores:
+    """Per-completion scores of the whole global batch (every rank's rows in global order), each (N_global,)."""
+
+    total: torch.Tensor
+    """Weighted reward (NaN: unscorable under ``reward_on_error: skip``)."""
+    lengths: torch.Tensor
+    """Completion lengths in tokens."""
+    truncated: torch.Tensor
+    """1.0 where the completion hit ``max_new_tokens`` (finish reason ``length``)."""
+    failed: torch.Tensor
+    """1.0 where at least one reward function failed."""
+    parts: dict[str, torch.Tensor]
+    """Each reward function's values."""
+
+
+@dataclass
+class Scores(BatchScores):
+    """This rank's scores (N,) and the decoded completions they were computed from."""
+
+    texts: list[str] | None = None
+
+    def gather(self, ranks: Ranks) -> BatchScores:
+        """Every rank's scores in global order (one collective call; this rank's own on one process)."""
+        names = list(self.parts)
+        columns = [self.total, self.lengths, self.truncated, self.failed, *self.parts.values()]
+        table = ranks.gather(torch.stack(columns, dim=1))  # (N_global, 4 + parts)
+        parts = {name: table[:, 4 + i] for i, name in enumerate(names)}
+        return BatchScores(table[:, 0], table[:, 1], table[:, 2], table[:, 3], parts)
+
+
+def score_rollouts(
+    tokenizer: PreTrainedTokenizerBase,
+    rollouts: Rollouts,
+    metas: list[dict],
+    rewards: dict[str, float],
+    on_error: str,
+    max_completion_length: int,
+) -> Scores:
+    """Decodes the completions and scores them with ``rewards``; ``metas[p]`` is prompt p's dataset row."""
+    texts = tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
+    scored = score_rewards(
+        rewards,
+        texts,
+        [metas[i] for i in rollouts.prompt_index],
+        on_error,
+        completion_lengths=rollouts.lengths,
+        max_completion_length=max_completion_length,
+    )
+    dtype = scored.total.dtype
+    return Scores(
+        total=scored.total,
+        lengths=torch.tensor(rollouts.lengths, dtype=dtype),
+        truncated=torch.tensor([r == "length" for r in rollouts.finish_reasons], dtype=dtype),
+        failed=scored.failed.to(dtype),
+        parts=scored.parts,
+        texts=texts,
+    )

@@ -1,0 +1,209 @@
+"""PolicyUpdate: one rollout's policy update, as a Lightning-free object a test can drive by hand.
+
+    updater = PolicyUpdate(loss_cfg, num_iterations=1, token_budget=4096, pad_id=0)
+    result = updater.run(policy, rollouts, advantages, backward, optimizer_step, zero_grad)
+    result.metrics()   # {"loss": .., "kl": .., "clip_ratio": .., "update/token_budget": 4096, ...}
+
+Steps of :meth:`PolicyUpdate.run`:
+
+1. the token budget of this update (an integer, or under ``token_budget: auto`` the plan for
+   ``update_memory``; capped at what fit after an earlier out-of-memory retry) and the micro-batches
+   within it, completions cut at ``max_new_tokens`` masked out when asked;
+2. frozen log-probs where needed: the reference's (``beta > 0``) and the rollout policy's
+   (``num_iterations > 1``);
+3. ``num_iterations`` optimizer steps, each accumulating the policy gradient over the micro-batches
+   (:func:`~infgrpo.update.step.accumulate_policy_gradients`).
+
+Out of device memory (one process): step 2 is retried on micro-batches packed at half the budget, step
+3 on every micro-batch split in two (the gradient does not depend on the packing); later updates keep
+the budget that fit. With several ranks, or when a micro-batch is one sequence already, the error says
+which setting to lower. The caller (the LightningModule) passes what Lightning owns: ``backward``,
+``optimizer_step`` (clipping, optimizer and scheduler step) and ``zero_grad``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from infgrpo.runtime.oom import first_line, retry_on_oom
+from infgrpo.runtime.ranks import Ranks
+from infgrpo.runtime.threads import adapt_threads
+from infgrpo.sampler import Rollouts
+from infgrpo.update.batching import MicroBatch
+from infgrpo.update.budget import UpdateSizer
+from infgrpo.update.step import (
+    LossConfig,
+    accumulate_policy_gradients,
+    frozen_logprobs,
+    prepare_microbatches,
+    split_microbatches,
+)
+
+
+@dataclass
+class UpdateResult:
+    """What one update did: the last optimizer step's loss statistics, the budget used, the retries."""
+
+    stats: dict[str, float]
+    """Loss, KL and clip statistics of the last optimizer step (see ``accumulate_policy_gradients``)."""
+    token_budget: int
+    """Padded tokens per micro-batch the update ran with."""
+    oom_retries: int
+    """Out-of-memory retries (re-packs and splits) of this update."""
+    largest_microbatch: int
+    """Padded tokens of the largest micro-batch it ran."""
+
+    def metrics(self) -> dict[str, float]:
+        """``stats`` plus ``update/oom_retries`` and ``update/token_budget``."""
+        return {"update/oom_retries": self.oom_retries, "update/token_budget": self.token_budget, **self.stats}
+
+
+def largest(mbs: list[MicroBatch]) -> int:
+    """Padded tokens (rows x columns) of the largest of ``mbs``."""
+    return max(mb.input_ids.numel() for mb in mbs)
+
+
+class PolicyUpdate:
+    """The policy update of every training step; keeps what later updates learn from earlier ones.
+
+    Args:
+        loss: the objective and how its log-probs are computed.
+        num_iterations: optimizer steps per rollout (mu); > 1 computes the rollout policy's log-probs first.
+        token_budget: padded tokens per micro-batch, or ``"auto"`` (planned from ``update_memory``).
+        update_memory: the budget of ``token_budget: auto`` (see :mod:`infgrpo.update.budget`).
+        mask_truncated_completions: completions cut at ``max_new_tokens`` add nothing to the loss.
+        pad_id: the token that pads micro-batches.
+    """
+
+    def __init__(
+        self,
+        loss: LossConfig,
+        num_iterations: int = 1,
+        token_budget: int | str = 4096,
+        update_memory: int | float | str = 0.7,
+        mask_truncated_completions: bool = False,
+        pad_id: int = 0,
+    ) -> None:
+        self.loss, self.num_iterations, self.pad_id = loss, num_iterations, pad_id
+        self.mask_truncated_completions = mask_truncated_completions
+        self.sizer = UpdateSizer(token_budget, update_memory, loss.logit_chunk_tokens)
+        self.token_budget_cap: int | None = None  # after an out-of-memory retry: the budget that fit
+
+    def run(
+        self,
+        policy: PreTrainedModel,
+        rollouts: Rollouts,
+        advantages: torch.Tensor,
+        backward: Callable[[torch.Tensor], None],
+        optimizer_step: Callable[[], None],
+        zero_grad: Callable[[], None],
+        ref_model: PreTrainedModel | None = None,
+        ranks: Ranks = Ranks(),  # noqa: B008 - frozen dataclass, never mutated
+        no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    ) -> UpdateResult:
+        """The update on ``rollouts`` with ``advantages`` (N,); see the module docstring.
+
+        ``ref_model``: the frozen KL reference of full fine-tuning (None: the policy with adapters
+        disabled); ``ranks`` / ``no_sync``: data parallelism (see :mod:`infgrpo.update.step`).
+        """
+        cfg, device = self.loss, next(policy.parameters()).device
+        prompts = [rollouts.prompt_ids[i] for i in rollouts.prompt_index]
+        masked = rollouts.finish_reasons if self.mask_truncated_completions else None
+
+        def pack(budget: int) -> list[MicroBatch]:
+            return [mb.to(device) for mb in self.pack(prompts, rollouts.completion_ids, budget, masked)]
+
+        # 1) the token budget and the micro-batches within it
+        longest = max(len(p) for p in rollouts.prompt_ids) + max(rollouts.lengths, default=0)
+        planned = self.sizer.tokens(policy, longest)  # the integer, or the plan for update_memory
+        budget = min(planned, self.token_budget_cap or planned)
+        adapt_threads(policy, rows=budget)  # CPU threads for the update: work size, free cores
+
+        # 2) frozen log-probs; out of memory: packed again at half the budget
+        def frozen(state: tuple[int, list[MicroBatch]]) -> tuple[list | None, list | None]:
+            mbs, chunk = state[1], cfg.logit_chunk_tokens
+            ref = frozen_logprobs(policy, mbs, cfg.temperature, ref_model, True, chunk) if cfg.beta > 0 else None
+            old = frozen_logprobs(policy, mbs, cfg.temperature, chunk_tokens=chunk) if self.num_iterations > 1 else None
+            return ref, old
+
+        def repack(state: tuple[int, list[MicroBatch]], message: str) -> tuple[int, list[MicroBatch]]:
+            half = self.halve(message, state[1], ranks)
+            return half, pack(half)
+
+        (ref, old), (budget, mbs), retries = retry_on_oom(frozen, (budget, pack(budget)), repack)
+
+        # 3) mu optimizer steps; out of memory: every micro-batch split in two (nothing was stepped yet)
+        def accumulate(state: tuple) -> dict[str, float]:
+            zero_grad()
+            batch, old_lp, ref_lp = state
+            return accumulate_policy_gradients(policy, batch, advantages, cfg, backward, old_lp, ref_lp, ranks, no_sync)
+
+        def split(state: tuple, message: str) -> tuple:
+            zero_grad()  # drop the partial gradients
+            self.halve(message, state[0], ranks)
+            return split_microbatches(*state)
+
+        policy.train()
+        for _ in range(self.num_iterations):
+            stats, (mbs, old, ref), more = retry_on_oom(accumulate, (mbs, old, ref), split)
+            retries += more
+            optimizer_step()
+        if retries:  # later updates pack within what fit
+            self.token_budget_cap = budget = largest(mbs)
+        return UpdateResult(stats, budget, retries, largest(mbs))
+
+    def observe(self, peak_rise_bytes: int | None, result: UpdateResult) -> None:
+        """CUDA: checks the plan of ``token_budget: auto`` against the update's measured peak rise."""
+        if peak_rise_bytes is not None:
+            self.sizer.observe(peak_rise_bytes, result.largest_microbatch)
+
+    def pack(
+        self, prompts: list[list[int]], completions: list[list[int]], budget: int, finish_reasons: list[str] | None
+    ) -> list[MicroBatch]:
+        """The rollout's micro-batches within ``budget`` padded tokens (on the CPU).
+
+        With ``finish_reasons``, completions cut at ``max_new_tokens`` (reason ``length``) get an all-zero
+        loss mask: they keep their place in the group's advantages but add nothing to the loss.
+        """
+        mbs = prepare_microbatches(prompts, completions, budget, self.pad_id)
+        if finish_reasons is not None:
+            for mb in mbs:
+                for r, row in enumerate(mb.rows):
+                    if finish_reasons[row] == "length":
+                        mb.completion_mask[r] = 0.0
+        return mbs
+
+    @staticmethod
+    def halve(message: str, mbs: list[MicroBatch], ranks: Ranks) -> int:
+        """Half the size of the largest of ``mbs``, after an update ran out of device memory with them.
+
+        The size of a micro-batch is its padded tokens (rows x columns). Raises a ``torch.OutOfMemoryError``
+        that says what to lower when halving cannot help (every micro-batch is one sequence already) or
+        when ranks would disagree (data parallel).
+        """
+        first, size = first_line(message), largest(mbs)
+        if ranks.world_size > 1:
+            raise torch.OutOfMemoryError(
+                f"the update ran out of device memory on rank {ranks.rank} with micro-batches of up to "
+                f"{size} tokens ({first}). With several ranks the budget is not lowered automatically (ranks "
+                f"must agree): set model.token_budget to {size // 2} or less."
+            )
+        if all(len(mb.rows) == 1 for mb in mbs):
+            raise torch.OutOfMemoryError(
+                f"the update ran out of device memory with one sequence per micro-batch ({first}): a single "
+                f"prompt + completion of up to {size} tokens does not fit. Enable model.gradient_checkpointing, "
+                "use LoRA (model.lora_r) or 4-bit weights (model.load_in_4bit), or lower "
+                "model.sampler.max_new_tokens."
+            )
+        warnings.warn(
+            f"[infgrpo] the update ran out of device memory with micro-batches of up to {size} tokens ({first}); "
+            f"retrying with half. Set model.token_budget to {size // 2} or less to skip this.",
+            stacklevel=4,
+        )
+        return max(1, size // 2)

@@ -1,0 +1,35 @@
+"""score_rollouts and Scores.gather: named per-completion scores, gathered over ranks in global order."""
+
+import math
+
+import pytest
+import torch
+
+from infgrpo.runtime.ranks import Ranks
+from infgrpo.sampler import Rollouts
+from infgrpo.training.scoring import score_rollouts
+
+
+def length_reward(completions, metadata):
+    return [len(c) / 10 if m["ok"] else None for c, m in zip(completions, metadata, strict=True)]
+
+
+def test_rollouts_are_decoded_scored_per_prompt_and_gathered_by_name(tokenizer):
+    texts = ["ab", "abcd", "a", "abc"]
+    completions = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    rollouts = Rollouts([[5, 6], [7]], 2, completions, [torch.zeros(len(c)) for c in completions],
+                        ["stop", "length", "stop", "stop"])  # fmt: skip
+    metas = [{"ok": True}, {"ok": False}]  # prompt 1's rewards fail
+    scores = score_rollouts(tokenizer, rollouts, metas, {f"{__name__}:length_reward": 2.0}, "skip", 4)
+    assert scores.texts == texts
+    assert scores.total[:2].tolist() == pytest.approx([0.4, 0.8]) and scores.total[2:].isnan().all()
+    assert scores.lengths.tolist() == [2, 4, 1, 3] and scores.truncated.tolist() == [0, 1, 0, 0]
+    assert scores.failed.tolist() == [0, 0, 1, 1]
+    # two ranks: the other one holds the same rows; gathered in rank order, columns keep their names
+    ranks = Ranks(2, 1, lambda x: torch.stack([x + 100, x]))
+    batch = scores.gather(ranks)
+    assert batch.lengths.tolist() == [102, 104, 101, 103, 2, 4, 1, 3]
+    assert batch.truncated.tolist() == [100, 101, 100, 100, 0, 1, 0, 0]
+    part = batch.parts[f"{__name__}:length_reward"]
+    assert part[4:6].tolist() == pytest.approx([0.2, 0.4]) and math.isnan(part[7])
+    assert scores.gather(Ranks()).total[:2].tolist() == scores.total[:2].tolist()
