@@ -51,6 +51,7 @@ def tiny_rollouts(warmup: int, batches: int, seed: int = 0) -> dict:
     """Engine runs of every policy on the tiny model with the online-learned predictor."""
     from infgrpo.data import PromptDataModule
     from infgrpo.models import load_policy, load_tokenizer
+    from infgrpo.sampler import SamplerConfig
     from infgrpo.sampler.engine import Engine
     from infgrpo.sampler.length_predictor import LengthPredictor, prompt_features, prompt_key
 
@@ -74,7 +75,8 @@ def tiny_rollouts(warmup: int, batches: int, seed: int = 0) -> dict:
         predict_s += time.perf_counter() - start if k >= warmup else 0.0
         policies = POLICIES if k >= warmup else ("fifo",)
         for policy in policies:
-            engine = Engine(model, S, T, stop, tok.pad_token_id, 1.0, refill=policy)
+            cfg = SamplerConfig(num_slots=S, max_new_tokens=T, temperature=1.0, refill=policy)
+            engine = Engine(model, cfg, stop_ids=stop, pad_id=tok.pad_token_id)
             start = time.perf_counter()
             seqs, st = engine.run(prompts, G, seed=1000 + k, predicted_lengths=preds)
             decode_s += time.perf_counter() - start if policy == "fifo" and k >= warmup else 0.0
