@@ -1,6 +1,6 @@
 """The optimizer of a GRPO run: AdamW with a linear learning-rate warmup, stepped once per optimizer step.
 
-    opt, sched = adamw_with_warmup(params, lr=1e-4, weight_decay=0.0, warmup_steps=10)
+opt, sched = adamw_with_warmup(params, lr=1e-4, weight_decay=0.0, warmup_steps=10)
 """
 
 from __future__ import annotations
