@@ -12,7 +12,7 @@
    from part 1's real rollouts), prediction levels from oracle to useless, and sizes from the
    paper's (one prompt, G=32, 8 slots, 1,024 tokens) to 65,536 sequences on 1,024 slots.
    Accounting as the paper's: one decode step per token.
-3. **Planner time**: ``plan(...)`` for 4,096 sequences on 64 slots, and the ptas at the paper's size.
+3. **Planner time**: ``plan(...)`` for 4,096 sequences on 64 slots, and the fptas at the paper's size.
 
 Every row reports decode steps / lower bound, ``max(max_i L_i, ceil(sum_i L_i / slots))``. Part 1 runs
 on 2 threads unless ``--threads`` says otherwise (as the recorded figures were).
@@ -165,7 +165,7 @@ def planner_times(repeats: int = 5) -> list[dict]:
     for n, m, method in (
         (4096, 64, "auto"),
         (4096, 64, "lpt"),
-        (32, 8, "ptas"),
+        (32, 8, "fptas"),
         (256, 16, "auto"),
         (65536, 1024, "auto"),
     ):
