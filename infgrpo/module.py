@@ -24,11 +24,13 @@ from torch.nn.parallel import DistributedDataParallel
 from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES
+from infgrpo.algo.advantages import ScaleRewards
 from infgrpo.algo.objective import ImportanceSamplingLevel, LossType, RolloutCorrection
 from infgrpo.callbacks.completion_table import CompletionTable
 from infgrpo.evaluation import score_heldout
 from infgrpo.models import frozen_reference, load_policy, load_tokenizer, resolve_output_dir, save_trained
 from infgrpo.rewards import correct_answers
+from infgrpo.rewards.core import OnError
 from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
 from infgrpo.runtime.memory import PhaseMemory
 from infgrpo.runtime.ranks import Ranks
@@ -181,9 +183,9 @@ class GRPOModule(L.LightningModule):
         sampler: SamplerConfig = SamplerConfig(),  # noqa: B008 - copied below; a dataclass gives nested CLI flags
         rewards: dict[str, float] | None = None,
         accuracy_reward: str | None = "synthetic",
-        reward_on_error: str = "raise",
+        reward_on_error: OnError = "raise",
         advantage: str = "grpo",
-        scale_rewards: str = "group",
+        scale_rewards: ScaleRewards = "group",
         loss_type: LossType = "grpo",
         epsilon_low: float = 0.2,
         epsilon_high: float = 0.2,

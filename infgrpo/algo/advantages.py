@@ -17,20 +17,21 @@ fewer than two scored rows has no std and gives every row advantage 0 (with ``sc
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
-from infgrpo.registry import Registry
+from infgrpo.registry import Registry, check_choice, choices
 
 ADVANTAGES = Registry("advantage")
-SCALE_REWARDS = ("group", "batch", "none")
+ScaleRewards = Literal["group", "batch", "none"]
+"""Which std divides the centered rewards (TRL's ``scale_rewards``)."""
 STD_EPS = 1e-4
 
 
 def check_scale_rewards(scale_rewards: str) -> str:
     """Validates ``scale_rewards`` (group, batch or none) and returns it."""
-    if scale_rewards not in SCALE_REWARDS:
-        raise ValueError(f"scale_rewards={scale_rewards!r} is not known; valid: {', '.join(SCALE_REWARDS)}")
-    return scale_rewards
+    return check_choice("scale_rewards", scale_rewards, choices(ScaleRewards))
 
 
 def nanstd(values: torch.Tensor, dim: int | None = None) -> torch.Tensor:

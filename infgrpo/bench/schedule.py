@@ -12,7 +12,7 @@
    from part 1's real rollouts), prediction levels from oracle to useless, and sizes from the
    paper's (one prompt, G=32, 8 slots, 1,024 tokens) to 65,536 sequences on 1,024 slots.
    Accounting as the paper's: one decode step per token.
-3. **Planner time**: ``plan(...)`` for 4,096 sequences on 64 slots, and the ptas at the paper's size.
+3. **Planner time**: ``plan(...)`` for 4,096 sequences on 64 slots, and the fptas at the paper's size.
 
 Every row reports decode steps / lower bound, ``max(max_i L_i, ceil(sum_i L_i / slots))``. Part 1 runs
 on 2 threads unless ``--threads`` says otherwise (as the recorded figures were).
@@ -51,6 +51,7 @@ def tiny_rollouts(warmup: int, batches: int, seed: int = 0) -> dict:
     """Engine runs of every policy on the tiny model with the online-learned predictor."""
     from infgrpo.data import PromptDataModule
     from infgrpo.models import load_policy, load_tokenizer
+    from infgrpo.sampler import SamplerConfig
     from infgrpo.sampler.engine import Engine
     from infgrpo.sampler.length_predictor import LengthPredictor, prompt_features, prompt_key
 
@@ -74,7 +75,8 @@ def tiny_rollouts(warmup: int, batches: int, seed: int = 0) -> dict:
         predict_s += time.perf_counter() - start if k >= warmup else 0.0
         policies = POLICIES if k >= warmup else ("fifo",)
         for policy in policies:
-            engine = Engine(model, S, T, stop, tok.pad_token_id, 1.0, refill=policy)
+            cfg = SamplerConfig(num_slots=S, max_new_tokens=T, temperature=1.0, refill=policy)
+            engine = Engine(model, cfg, stop_ids=stop, pad_id=tok.pad_token_id)
             start = time.perf_counter()
             seqs, st = engine.run(prompts, G, seed=1000 + k, predicted_lengths=preds)
             decode_s += time.perf_counter() - start if policy == "fifo" and k >= warmup else 0.0
@@ -163,7 +165,7 @@ def planner_times(repeats: int = 5) -> list[dict]:
     for n, m, method in (
         (4096, 64, "auto"),
         (4096, 64, "lpt"),
-        (32, 8, "ptas"),
+        (32, 8, "fptas"),
         (256, 16, "auto"),
         (65536, 1024, "auto"),
     ):

@@ -31,14 +31,16 @@ import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
-from infgrpo.registry import Registry
+from infgrpo.registry import Registry, check_choice, choices
 
 RewardFn = Callable[[list[str], list[dict]], Sequence[float]]
 REWARDS = Registry("rewards")
-ON_ERROR = ("raise", "zero", "skip")
+OnError = Literal["raise", "zero", "skip"]
+"""What a failed reward does (``reward_on_error``; see the module docstring)."""
 
 
 class RewardError(ValueError):
@@ -47,9 +49,7 @@ class RewardError(ValueError):
 
 def check_on_error(on_error: str, field: str = "reward_on_error") -> str:
     """Validates ``on_error`` (raise, zero or skip) and returns it."""
-    if on_error not in ON_ERROR:
-        raise ValueError(f"{field}={on_error!r} is not known; valid: {', '.join(ON_ERROR)}")
-    return on_error
+    return check_choice(field, on_error, choices(OnError))
 
 
 INFO_KEYS = ("completion_lengths", "max_completion_length")

@@ -1,18 +1,23 @@
-"""SamplerConfig: how completions are decoded during a rollout."""
+"""SamplerConfig: how completions are decoded during a rollout.
+
+The choices of each setting are the ``Literal`` declared beside its implementation (decoders in
+``baselines``, refill policies in ``refill``, planners in ``planner``, length predictors in
+``length_predictor``, graphs and kernels in ``decode_step``): the field's type, ``--help`` and the
+error for an unknown name all read them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
 
+from infgrpo.registry import check_choice, choices
 from infgrpo.runtime.memory import parse_memory
-
-DECODERS = ("engine", "micro_groups", "hf_micro", "hf_full")
-REFILL_POLICIES = ("fifo", "sjf", "lpt", "planned")
-PLANNERS = ("auto", "lpt", "ptas")
-LENGTH_PREDICTORS = ("learned", "history", "none")
-CUDA_GRAPHS = ("auto", "on", "off")
-DECODE_ATTENTION = ("efficient", "cudnn", "math", "auto")
+from infgrpo.sampler.baselines import Decoder
+from infgrpo.sampler.decode_step import CudaGraphs, DecodeAttention
+from infgrpo.sampler.length_predictor import LengthPrediction
+from infgrpo.sampler.planner import Planner
+from infgrpo.sampler.refill import Refill
 
 
 @dataclass
@@ -45,35 +50,35 @@ class SamplerConfig:
     """Nucleus sampling: keep the smallest set of tokens with this much probability (0 < top_p <= 1)."""
     stop_token_ids: list[int] = field(default_factory=list)
     """Extra token ids that end a completion, besides the tokenizer's EOS."""
-    decoder: str = "engine"
+    decoder: Decoder = "engine"
     """'engine' (slot pool: prompt prefilled once, finished slots refilled at once), 'micro_groups'
     (HF generate round by round over one prefilled prompt cache), 'hf_micro' (baseline: HF generate
     round by round, prompt prefilled every round) or 'hf_full' (baseline: HF generate over the whole
     group at once; memory grows with the group size)."""
-    refill: str = "lpt"
+    refill: Refill = "lpt"
     """Which waiting sequence takes a free slot: 'fifo' (prompt-major order), 'sjf' (shortest
     predicted first, the paper's), 'lpt' (longest predicted first) or 'planned' (follow the
     planner's global assignment, re-planning when a prediction proves wrong). The policy changes the
     order of work only, never the completions."""
-    planner: str = "auto"
-    """Global assignment used by ``refill='planned'``: 'ptas' ((1 + planner_epsilon)-approximate,
-    for few slots), 'lpt' (longest first + local improvement, any size) or 'auto' (ptas where it is
-    tractable, else lpt)."""
+    planner: Planner = "auto"
+    """Global assignment used by ``refill='planned'``: 'fptas' ((1 + planner_epsilon)-approximate,
+    polynomial in the sequences and in 1 / epsilon for few slots; 'ptas' is an alias), 'lpt' (longest
+    first + local improvement, any size) or 'auto' (fptas where it is tractable, else lpt)."""
     planner_epsilon: float = 0.1
-    """Approximation slack of the 'ptas' planner (> 0): its makespan is within (1 + epsilon) of
+    """Approximation slack of the 'fptas' planner (> 0): its makespan is within (1 + epsilon) of
     the optimum for the predicted lengths."""
-    length_predictor: str = "learned"
+    length_predictor: LengthPrediction = "learned"
     """How completion lengths are predicted for the length-aware policies: 'learned' (a ridge head
     on the policy's hidden state at the prompt's end, learned online from finished rollouts, blended
     with each prompt's own history), 'history' (per-prompt history only) or 'none' (no prediction:
     every policy then runs in prompt-major order)."""
 
-    cuda_graphs: str = "auto"
+    cuda_graphs: CudaGraphs = "auto"
     """Run the engine's decode step as a captured CUDA graph: 'auto' (on CUDA devices; if capture fails,
     eager with one warning), 'on' (error if it cannot be captured) or 'off'. A graph replays the step
     (forward + sampling over every slot) in one launch; it is recaptured when parameters move to other
     storage or peft adapters are toggled. CPU runs the same static step eagerly."""
-    decode_attention: str = "efficient"
+    decode_attention: DecodeAttention = "efficient"
     """SDPA kernel of the engine's decode step on CUDA: 'efficient' (memory-efficient attention: takes the
     slot pool's additive mask, no per-shape planning), 'cudnn', 'math', or 'auto' (PyTorch's choice).
     Ignored on CPU."""
@@ -98,13 +103,9 @@ class SamplerConfig:
             raise ValueError(f"planner_epsilon={self.planner_epsilon!r} must be > 0")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p={self.top_p!r} must be in (0, 1]")
-        for name, value, valid in (
-            ("decoder", self.decoder, DECODERS),
-            ("refill", self.refill, REFILL_POLICIES),
-            ("planner", self.planner, PLANNERS),
-            ("length_predictor", self.length_predictor, LENGTH_PREDICTORS),
-            ("cuda_graphs", self.cuda_graphs, CUDA_GRAPHS),
-            ("decode_attention", self.decode_attention, DECODE_ATTENTION),
-        ):
-            if value not in valid:
-                raise ValueError(f"{name}={value!r} is not known; valid: {', '.join(valid)}")
+        check_choice("decoder", self.decoder, choices(Decoder))
+        check_choice("refill", self.refill, choices(Refill))
+        check_choice("planner", self.planner, choices(Planner))
+        check_choice("length_predictor", self.length_predictor, choices(LengthPrediction))
+        check_choice("cuda_graphs", self.cuda_graphs, choices(CudaGraphs))
+        check_choice("decode_attention", self.decode_attention, choices(DecodeAttention))

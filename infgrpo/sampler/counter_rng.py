@@ -17,7 +17,7 @@ per step. Here the number is a pure function instead, computed for every row of 
 
 All arithmetic is on int64 tensors holding values below 2^32, with both multipliers below 2^31,
 so no product reaches 2^63: the result is defined, and identical on every device and platform (a
-test checks the device function against plain Python integers). 10 elementwise operators per
+test checks the device function against a plain-integer reference of its own). 10 elementwise operators per
 ``mix32``, about 25 a step for every row together; under a CUDA graph they are one captured
 sequence of kernels.
 """
@@ -41,15 +41,6 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 15)
 
 
-def mix32_int(x: int) -> int:
-    """:func:`mix32` on one Python integer (the reference the tensor version is tested against)."""
-    x ^= x >> 16
-    x = (x * MUL1) & MASK32
-    x ^= x >> 15
-    x = (x * MUL2) & MASK32
-    return x ^ (x >> 15)
-
-
 def stream_key(seed: int, prompt: int, sample: int) -> tuple[int, int]:
     """The two 32-bit key words (k0, k1) of sequence ``sample`` of global prompt ``prompt`` under ``seed``."""
     key = derive_seed(seed, prompt, sample)
@@ -67,9 +58,3 @@ def counter_uniform(k0: torch.Tensor, k1: torch.Tensor, t: torch.Tensor, dtype: 
     if dtype == torch.float64:
         return bits.to(torch.float64) * 2.0**-32
     return (bits >> 8).to(dtype) * 2.0**-24
-
-
-def counter_uniform_int(k0: int, k1: int, t: int, dtype: torch.dtype = torch.float64) -> float:
-    """:func:`counter_uniform` for one element, in plain Python integers."""
-    bits = mix32_int(mix32_int(t ^ k0) ^ k1)
-    return bits * 2.0**-32 if dtype == torch.float64 else (bits >> 8) * 2.0**-24

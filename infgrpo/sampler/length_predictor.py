@@ -25,20 +25,38 @@ distributed run stay identical when ``sync`` reduces them (see :meth:`update`).
     predictor = LengthPredictor("learned", max_length=256)
     preds = predictor.predict(keys, feats)          # (P,) lengths in tokens
     predictor.update(keys, feats, group_lengths)    # after the rollout
+
+    seen = predictor.look(model, prompt_ids)        # the same for a rollout: keys, features, predictions
+    predictor.learn(seen, lengths, group_size)      # ... and its lengths, prompt-major
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import torch
 
-MODES = ("learned", "history")
+from infgrpo.registry import check_choice, choices
+
+Mode = Literal["learned", "history"]
+"""What a :class:`LengthPredictor` blends: the ridge head and the history ('learned'), or the history alone."""
+LengthPrediction = Literal[Mode, "none"]
+"""``SamplerConfig.length_predictor``: a :data:`Mode`, or 'none' (no predictor)."""
 HISTORY_CAP = 4.0  # a prompt's own history counts at most this many times the head
+
+
+class Prediction(NamedTuple):
+    """What :meth:`LengthPredictor.look` saw and said: prompt keys, features (P, d) or None, lengths, seconds."""
+
+    keys: list[str]
+    features: torch.Tensor | None
+    lengths: list[float]
+    seconds: float
 
 
 def prompt_key(prompt_ids: list[int]) -> str:
@@ -108,7 +126,7 @@ class LengthPredictor:
 
     def __init__(
         self,
-        mode: str = "learned",
+        mode: Mode = "learned",
         max_length: int = 128,
         dim: int = 128,
         ridge: float = 1.0,
@@ -117,8 +135,7 @@ class LengthPredictor:
         max_history: int = 100_000,
         seed: int = 0,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"length_predictor={mode!r} is not known; valid: {', '.join(MODES)}")
+        check_choice("length_predictor", mode, choices(Mode))
         if not 0 < decay <= 1:
             raise ValueError(f"decay={decay} must be in (0, 1]")
         self.mode, self.max_length, self.dim = mode, max_length, dim
@@ -190,6 +207,17 @@ class LengthPredictor:
             delta = self.sync(delta)
         self.apply(delta)
 
+    def look(self, model: torch.nn.Module, prompt_ids: list[list[int]]) -> Prediction:
+        """Keys, features (mode ``learned``: one forward of ``model``) and predicted lengths of a rollout's prompts."""
+        start = time.perf_counter()
+        keys = [prompt_key(p) for p in prompt_ids]
+        features = prompt_features(model, prompt_ids) if self.needs_features else None
+        return Prediction(keys, features, self.predict(keys, features), time.perf_counter() - start)
+
+    def learn(self, seen: Prediction, lengths: list[int], group_size: int) -> None:
+        """:meth:`update` from a rollout that :meth:`look` saw: ``lengths`` prompt-major, ``group_size`` per prompt."""
+        self.update(seen.keys, seen.features, [lengths[i : i + group_size] for i in range(0, len(lengths), group_size)])
+
     def apply(self, delta: dict[str, Any]) -> None:
         """Folds one (possibly cross-rank) update into the state."""
         self.A.mul_(self.decay)
@@ -223,9 +251,7 @@ class LengthPredictor:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores a :meth:`state_dict`; the head's weights are solved again on the next prediction."""
         self.A, self.b = state["A"].clone().double(), state["b"].clone().double()
-        self.rows, self.y_sum = float(state["rows"]), float(state["y_sum"])
-        # written before "seen" existed: the decayed count is a lower bound of the prompts seen
-        self.seen = int(state.get("seen", math.ceil(self.rows)))
+        self.rows, self.y_sum, self.seen = float(state["rows"]), float(state["y_sum"]), int(state["seen"])
         self.history = OrderedDict(
             (k, (float(v[0]), int(v[1]))) for k, v in zip(state["history_keys"], state["history_values"], strict=True)
         )

@@ -1,11 +1,11 @@
 """What the slot-pool engine needs of a model, checked before decoding: attention, windows, context, stops.
 
-    check_engine_support(model)                         # attn_implementation sdpa or eager
+    check_engine_support(model, max_new_tokens)         # attn_implementation sdpa or eager; window
     check_prompts(model, prompt_ids, max_new_tokens)    # no empty prompt, none past the context or window
     kv_shape(model.config)                              # (layers, kv_heads, head_dim)
 
 Also the model introspection the sampler, the pool sizing and the update share (``text_config``,
-``kv_shape``, ``kv_bytes_per_token``).
+``kv_shape``, ``kv_dtype``, ``kv_bytes_per_token``: the one definition of each).
 """
 
 from __future__ import annotations
@@ -27,10 +27,17 @@ def kv_shape(config) -> tuple[int, int, int]:  # noqa: ANN001 - a transformers P
     return cfg.num_hidden_layers, kv_heads, head_dim
 
 
-def kv_bytes_per_token(model: PreTrainedModel) -> int:
-    """Bytes of K and V for one token position over all layers of ``model``."""
+def kv_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype attention produces K/V in: the hidden states', i.e. the input embeddings' (float32 if those
+    are not floating point). Under 4-bit weights it is that compute dtype, not the quantized storage."""
+    emb = model.get_input_embeddings().weight
+    return emb.dtype if emb.is_floating_point() else torch.float32
+
+
+def kv_bytes_per_token(model: torch.nn.Module) -> int:
+    """Bytes of K and V for one token position over all layers of ``model``, in :func:`kv_dtype`."""
     layers, kv_heads, head_dim = kv_shape(model.config)
-    return 2 * layers * kv_heads * head_dim * (torch.finfo(model.dtype).bits // 8)
+    return 2 * layers * kv_heads * head_dim * (torch.finfo(kv_dtype(model)).bits // 8)
 
 
 def max_positions(model: PreTrainedModel) -> int | None:
@@ -53,13 +60,21 @@ def sliding_window(model: PreTrainedModel) -> int | None:
     return int(window)
 
 
-def check_engine_support(model: PreTrainedModel) -> None:
-    """Refuses attention implementations the slot-pool engine cannot drive (it passes a 4D mask)."""
+def check_engine_support(model: PreTrainedModel, max_new_tokens: int) -> None:
+    """Refuses attention implementations the slot-pool engine cannot drive (it passes a 4D mask), and
+    completions that cannot fit below a sliding attention window."""
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     if impl not in ENGINE_ATTENTION:
         raise ValueError(
             f"the model uses attn_implementation={impl!r}; the slot-pool engine needs 'sdpa' or 'eager' (it "
             "passes its own 4D attention mask over the slot pool). Load the model with attn_implementation='sdpa'."
+        )
+    window = sliding_window(model)
+    if window is not None and max_new_tokens >= window:
+        raise ValueError(
+            f"max_new_tokens={max_new_tokens} does not fit the model's sliding attention window "
+            f"(sliding_window={window}): the slot-pool engine attends over whole sequences, which equals "
+            f"windowed attention only below {window} positions (prompt included)"
         )
 
 

@@ -5,8 +5,8 @@ each slot runs its jobs one after another, and the makespan (the busiest slot's 
 A slot may start busy: ``loads[i]`` is the remaining work of the sequence already running in it, and
 the makespan is then ``max_i loads[i] + (work assigned to i)``. Pure functions, stdlib only::
 
-    p = plan([7, 6, 5, 4, 4], num_slots=2)    # "auto": the ptas where tractable, else lpt
-    p.queues, p.makespan, p.method            # [[2, 3, 4], [0, 1]], 13.0, 'ptas'
+    p = plan([7, 6, 5, 4, 4], num_slots=2)    # "auto": the fptas where tractable, else lpt
+    p.queues, p.makespan, p.method            # [[2, 3, 4], [0, 1]], 13.0, 'fptas'
     lpt([7, 6, 5, 4, 4], 2, improve=False)    # Graham's LPT alone: [[0, 3, 4], [1, 2]], makespan 15.0
 
 Every :class:`Plan` carries a valid lower bound on the optimum and the proven worst-case ratio of the
@@ -30,7 +30,7 @@ of those j slots was free of jobs and j started at <= OPT - p_j. (A slot with no
 lowers the larger of the two loads, within ``IMPROVE_MAX_PASSES`` moves and ``IMPROVE_MAX_WORK`` jobs
 examined (~10 ms for 4,096 jobs): it never raises the makespan, so the bounds above still hold.
 
-**ptas** (:func:`ptas`), (1 + eps)-approximate, a dynamic program for few slots:
+**fptas** (:func:`fptas`, alias ``ptas``), (1 + eps)-approximate, a rounded dynamic program for few slots:
 
 1. UB = makespan of lpt, LB = the lower bound. If UB <= (1 + eps) LB, return lpt's plan.
 2. Jobs longer than eps LB are *large*. q = the most large jobs one slot can hold below UB. Unit
@@ -54,15 +54,16 @@ Cost: list scheduling has UB <= 2 LB, so q + 1 <= 2 / eps + 1 and keys stay belo
 = O(1 / eps^2). The states of one level share their key sum R, so a level holds at most (sorted
 m-vectors in [0, C] summing to R, a Gaussian-binomial coefficient; <= comb(C + m - 1, m - 1)) states,
 and at most prod_d comb(c_d + m - 1, m - 1) when c_d of its jobs have key d. There are fewer than
-m / eps large jobs, so the DP makes O(m^2 / eps * C^(m-1)) transitions (state x slot): polynomial for
-fixed m, even in 1 / eps, and exponential in m. :func:`estimate_ptas_work` sums these bounds before
-any DP runs (an upper bound, usually far above the real count, which UB-pruning keeps small).
+m / eps large jobs, so the DP makes O(m^2 / eps * C^(m-1)) transitions (state x slot), plus O(n log n)
+for the rest: for a fixed slot count m, polynomial in n and in 1 / eps, a fully polynomial-time
+approximation scheme (FPTAS, as the paper calls its planner), and exponential in m. :func:`estimate_fptas_work`
+sums these bounds before any DP runs (an upper bound, usually far above the real count, which UB-pruning keeps small).
 
-**Budgets.** :func:`ptas` counts its transitions and raises :class:`PlanTooLarge` past ``max_work``
-(1-2 us each here). :func:`plan` never raises it: 'ptas' falls back to lpt past ``PTAS_MAX_WORK``,
-'auto' tries the ptas only if the estimate is <= ``AUTO_TRY_FACTOR * AUTO_MAX_WORK`` and with a cap of
+**Budgets.** :func:`fptas` counts its transitions and raises :class:`PlanTooLarge` past ``max_work``
+(1-2 us each here). :func:`plan` never raises it: 'fptas' falls back to lpt past ``FPTAS_MAX_WORK``,
+'auto' tries the fptas only if the estimate is <= ``AUTO_TRY_FACTOR * AUTO_MAX_WORK`` and with a cap of
 ``AUTO_MAX_WORK``, else returns lpt. ``Plan.method`` names the procedure that ran: an lpt plan that
-the ptas certified in step 1 (as with thousands of jobs) is reported as 'ptas', guarantee 1 + eps.
+the fptas certified in step 1 (as with thousands of jobs) is reported as 'fptas', guarantee 1 + eps.
 """
 
 from __future__ import annotations
@@ -72,24 +73,29 @@ import math
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Literal
 
-METHODS = ("auto", "lpt", "ptas")
+from infgrpo.registry import check_choice, choices
+
+Planner = Literal["auto", "lpt", "fptas", "ptas"]
+"""``SamplerConfig.planner``, the ``method`` of :func:`plan`: 'ptas' (its first name) is an alias of 'fptas'."""
+ALIASES = {"ptas": "fptas"}
 IMPROVE_MAX_PASSES = 64
 """Most moves/swaps the local search after LPT makes."""
 IMPROVE_MAX_WORK = 16_384
 """Most jobs the local search examines in all (one bisect each; ~10 ms)."""
 AUTO_MAX_WORK = 200_000
-"""Most DP transitions ``plan(method="auto")`` lets the ptas make (~0.3 s) before it takes lpt."""
+"""Most DP transitions ``plan(method="auto")`` lets the fptas make (~0.3 s) before it takes lpt."""
 AUTO_TRY_FACTOR = 100
-"""``plan(method="auto")`` tries the ptas only if :func:`estimate_ptas_work` <= this * AUTO_MAX_WORK."""
-PTAS_MAX_WORK = 1_000_000
-"""Default cap on the DP transitions of :func:`ptas` (and of ``plan(method="ptas")``)."""
+"""``plan(method="auto")`` tries the fptas only if :func:`estimate_fptas_work` <= this * AUTO_MAX_WORK."""
+FPTAS_MAX_WORK = 1_000_000
+"""Default cap on the DP transitions of :func:`fptas` (and of ``plan(method="fptas")``)."""
 GAUSS_MAX_OPS = 200_000
 """Largest m * (final key sum) for which the estimate counts states per key sum exactly (<= ~25 ms)."""
 
 
 class PlanTooLarge(RuntimeError):
-    """The ptas DP passed its work budget (too many slots for this epsilon)."""
+    """The fptas DP passed its work budget (too many slots for this epsilon)."""
 
 
 @dataclass
@@ -105,7 +111,7 @@ class Plan:
     guarantee: float
     """Proven worst-case makespan / optimum of ``method``: 1 + eps, 4/3 - 1/(3m) or 3/2 - 1/(2m)."""
     method: str
-    """The procedure that produced the queues, whose guarantee applies: 'ptas' or 'lpt'."""
+    """The procedure that produced the queues, whose guarantee applies: 'fptas' or 'lpt'."""
 
     @property
     def certified_ratio(self) -> float:
@@ -115,12 +121,8 @@ class Plan:
 
 def makespan(queues: Sequence[Sequence[int]], lengths: Sequence[float], loads: Sequence[float] | None = None) -> float:
     """Max over slots of ``loads[i]`` + the lengths of the jobs in ``queues[i]``."""
-    return float(
-        max(
-            ((loads[i] if loads is not None else 0.0) + sum(lengths[j] for j in q) for i, q in enumerate(queues)),
-            default=0.0,
-        )
-    )
+    init = loads if loads is not None else [0.0] * len(queues)
+    return float(max((init[i] + sum(lengths[j] for j in q) for i, q in enumerate(queues)), default=0.0))
 
 
 def lower_bound(lengths: Sequence[float], num_slots: int, loads: Sequence[float] | None = None) -> float:
@@ -133,54 +135,53 @@ def lpt(lengths: Sequence[float], num_slots: int, loads: Sequence[float] | None 
     return _lpt(*_check(lengths, num_slots, loads), improve)
 
 
-def ptas(
+def fptas(
     lengths: Sequence[float],
     num_slots: int,
     epsilon: float,
     loads: Sequence[float] | None = None,
     *,
-    max_work: int = PTAS_MAX_WORK,
+    max_work: int = FPTAS_MAX_WORK,
 ) -> Plan:
     """A plan within 1 + ``epsilon`` of the optimum; raises :class:`PlanTooLarge` past ``max_work``."""
     _check_epsilon(epsilon)
     p, m, init = _check(lengths, num_slots, loads)
-    return _ptas(p, m, init, epsilon, _lpt(p, m, init), max_work)
+    return _fptas(p, m, init, epsilon, _lpt(p, m, init), max_work)
 
 
 def plan(
     lengths: Sequence[float],
     num_slots: int,
-    method: str = "auto",
+    method: Planner = "auto",
     epsilon: float = 0.1,
     loads: Sequence[float] | None = None,
 ) -> Plan:
-    """Plan by ``method``: 'lpt', 'ptas' or 'auto' (the ptas where it is tractable, else lpt).
+    """Plan by ``method``: 'lpt', 'fptas' (or its alias 'ptas') or 'auto' (the fptas where it is tractable, else lpt).
 
     Never raises :class:`PlanTooLarge`; see "Budgets" in the module docstring.
     """
-    if method not in METHODS:
-        raise ValueError(f"method={method!r} is not known; valid: {', '.join(METHODS)}")
+    method = ALIASES.get(check_choice("method", method, choices(Planner)), method)
     _check_epsilon(epsilon)
     p, m, init = _check(lengths, num_slots, loads)
     base = _lpt(p, m, init)
     if method == "lpt":
         return base
-    budget = PTAS_MAX_WORK
+    budget = FPTAS_MAX_WORK
     if method == "auto":
         cap = AUTO_TRY_FACTOR * AUTO_MAX_WORK
         if _work_bound(_dp_setup(p, m, init, epsilon, base), m, cap) > cap:
             return base
         budget = AUTO_MAX_WORK
     try:
-        return _ptas(p, m, init, epsilon, base, budget)
+        return _fptas(p, m, init, epsilon, base, budget)
     except PlanTooLarge:
         return base
 
 
-def estimate_ptas_work(
+def estimate_fptas_work(
     lengths: Sequence[float], num_slots: int, epsilon: float, loads: Sequence[float] | None = None
 ) -> float:
-    """Upper bound on the DP transitions :func:`ptas` makes here (0 when lpt is certified, no DP)."""
+    """Upper bound on the DP transitions :func:`fptas` makes here (0 when lpt is certified, no DP)."""
     _check_epsilon(epsilon)
     p, m, init = _check(lengths, num_slots, loads)
     return _work_bound(_dp_setup(p, m, init, epsilon, _lpt(p, m, init)), m, math.inf)
@@ -250,7 +251,7 @@ def _best_exchange(ja: list, jb: list, gap: float) -> tuple | None:
     return best
 
 
-# --- the ptas -----------------------------------------------------------------------------------
+# --- the fptas -----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -329,8 +330,8 @@ def _partitions(total: int, parts: int, cap: int) -> list[int]:
     return a
 
 
-def _ptas(p: list[float], m: int, init: list[float], eps: float, base: Plan, max_work: int) -> Plan:
-    certified = replace(base, guarantee=1 + eps, method="ptas")
+def _fptas(p: list[float], m: int, init: list[float], eps: float, base: Plan, max_work: int) -> Plan:
+    certified = replace(base, guarantee=1 + eps, method="fptas")
     setup = _dp_setup(p, m, init, eps, base)
     if setup is None:
         return certified
@@ -346,7 +347,7 @@ def _ptas(p: list[float], m: int, init: list[float], eps: float, base: Plan, max
         heapq.heapreplace(heap, (load + p[j], i))
     queues = _improve(queues, p, init)
     span = makespan(queues, p, init)
-    return Plan(queues, span, base.lower_bound, 1 + eps, "ptas") if span < base.makespan else certified
+    return Plan(queues, span, base.lower_bound, 1 + eps, "fptas") if span < base.makespan else certified
 
 
 def _dp(setup: _Setup, p: list[float], m: int, init: list[float], max_work: int) -> list[list[int]] | None:
@@ -360,7 +361,7 @@ def _dp(setup: _Setup, p: list[float], m: int, init: list[float], max_work: int)
         pj, kj = p[j], setup.keys[j]
         work += m * len(frontier)
         if work > max_work:
-            raise PlanTooLarge(f"the ptas DP passed max_work={max_work} transitions ({len(frontier)} states)")
+            raise PlanTooLarge(f"the fptas DP passed max_work={max_work} transitions ({len(frontier)} states)")
         nxt: dict[tuple[int, ...], tuple[float, tuple[float, ...]]] = {}
         back: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}
         for keys, (top, reals) in frontier.items():

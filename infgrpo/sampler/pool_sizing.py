@@ -34,6 +34,8 @@ from dataclasses import dataclass
 import torch
 
 from infgrpo.runtime.memory import budget_bytes
+from infgrpo.sampler.model_support import kv_bytes_per_token, kv_dtype, text_config
+from infgrpo.sampler.slot_pool import pool_width
 
 SAMPLING_VECTORS = 4
 TOP_K_VECTORS = 1
@@ -84,18 +86,12 @@ class PoolPlan:
 
 def pool_shape(model: torch.nn.Module) -> PoolShape:
     """The :class:`PoolShape` of a Hugging Face causal LM (plain, peft-wrapped or quantized)."""
-    from infgrpo.sampler.model_support import kv_shape, text_config
-
     cfg = text_config(model.config)
-    layers, kv_heads, head_dim = kv_shape(cfg)
-    emb = model.get_input_embeddings().weight
-    kv_dtype = emb.dtype if emb.is_floating_point() else torch.float32  # as Engine.kv_dtype
-    head = model.get_output_embeddings()
-    head_weight = getattr(head, "weight", None)
-    logits_dtype = head_weight.dtype if head_weight is not None and head_weight.is_floating_point() else kv_dtype
-    logits_bytes = torch.finfo(logits_dtype).bits // 8
+    head_weight = getattr(model.get_output_embeddings(), "weight", None)
+    floating = head_weight is not None and head_weight.is_floating_point()
+    logits_bytes = torch.finfo(head_weight.dtype if floating else kv_dtype(model)).bits // 8
     return PoolShape(
-        kv_bytes_per_token=2 * layers * kv_heads * head_dim * (torch.finfo(kv_dtype).bits // 8),
+        kv_bytes_per_token=kv_bytes_per_token(model),
         vocab_size=int(cfg.vocab_size),
         attention_heads=int(cfg.num_attention_heads),
         logits_bytes=logits_bytes,
@@ -162,8 +158,6 @@ class PoolSizer:
             return int(self.num_slots)
         if self.budget is None:
             self.budget = budget_bytes(self.rollout_memory, next(model.parameters()).device)
-        from infgrpo.sampler.slot_pool import pool_width
-
         max_len = pool_width(max(map(len, prompt_ids)) + self.max_new_tokens)  # as the engine allocates it
         prompt_tokens = sum(map(len, prompt_ids))
         plan = plan_pool(

@@ -29,11 +29,14 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import Literal
 
 from infgrpo.registry import Registry
-from infgrpo.sampler.planner import plan
+from infgrpo.sampler.planner import Planner, plan
 from infgrpo.sampler.sequence import Sequence
 
+Refill = Literal["fifo", "sjf", "lpt", "planned"]
+"""``SamplerConfig.refill``: the names of :data:`REFILL_POLICIES`."""
 REFILL_POLICIES = Registry("refill")
 
 
@@ -115,7 +118,7 @@ class Planned(RefillPolicy):
         self,
         seqs: list[Sequence],
         num_slots: int,
-        planner: str = "auto",
+        planner: Planner = "auto",
         epsilon: float = 0.1,
         tolerance: float = 0.25,
         **_: object,

@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from infgrpo.sampler.sequence import Sequence
+
 
 @dataclass
 class Rollouts:
@@ -24,6 +26,17 @@ class Rollouts:
     logprobs: list[torch.Tensor]
     finish_reasons: list[str]
     stats: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_sequences(cls, prompt_ids: list[list[int]], group_size: int, seqs: list[Sequence]) -> Rollouts:
+        """The rollouts of finished sequences (the engine's), prompt-major."""
+        return cls(
+            prompt_ids=[list(p) for p in prompt_ids],
+            group_size=group_size,
+            completion_ids=[s.token_ids for s in seqs],
+            logprobs=[s.logprobs for s in seqs],
+            finish_reasons=[s.finish_reason for s in seqs],
+        )
 
     @property
     def lengths(self) -> list[int]:

@@ -1,9 +1,10 @@
 """Trace simulator: the engine's schedule for known lengths, without a model.
 
-``simulate`` makes exactly the engine's decisions (same refill policy objects, same free-slot
-order, the same admission function :func:`infgrpo.sampler.admission.admit`) for sequences whose
-lengths are given, so a policy can be measured on 65,536 sequences x 1,024 slots in seconds. It
-jumps from one finishing event to the next instead of stepping, O(n log S) plus the policy's own cost.
+``simulate`` makes exactly the engine's decisions for sequences whose lengths are given: it drives
+the engine's :class:`~infgrpo.sampler.scheduler.Scheduler` (the same refill policy, free-slot stack,
+admission rounds and timeline) with known lengths in place of a model. So a policy can be measured
+on 65,536 sequences x 1,024 slots in seconds: it jumps from one finishing event to the next instead
+of stepping, O(n log S) plus the policy's own cost.
 
     result = simulate(lengths, predicted, num_slots=8, policy="lpt")
     result.decode_steps / lower_bound_steps(result.durations, 8)
@@ -18,8 +19,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from infgrpo.sampler.admission import admit as admit_round
 from infgrpo.sampler.refill import REFILL_POLICIES
+from infgrpo.sampler.scheduler import Scheduler
 from infgrpo.sampler.sequence import Sequence
 
 
@@ -56,44 +57,35 @@ def simulate(
     prompt; default: one prompt) with per-sequence ``predicted`` lengths (None: no prediction)."""
     n = len(lengths)
     g = group_size or max(n, 1)
-    seqs = [Sequence(i // g, i % g) for i in range(n)]
-    index = {id(s): i for i, s in enumerate(seqs)}
+    seqs = [Sequence(i // g, i % g) for i in range(n)]  # sequence i = prompt_idx * g + sample_idx
     if predicted is not None:
         for s, p in zip(seqs, predicted, strict=True):
             s.predicted_length = float(p)
     durations = [max(n_tok - 1, 0) if first_token_free else n_tok for n_tok in lengths]
     slots = min(num_slots, n) if n else 1
     waiting = REFILL_POLICIES.get(policy)(seqs, slots, planner=planner, epsilon=epsilon)
-    free = list(range(slots))[::-1]  # the slot pool's free stack
+    sched = Scheduler(waiting, slots)
     events: list[tuple[int, int, int]] = []  # (end step, slot, sequence index)
-    out = SimResult(0, durations, sum(durations), slots)
 
-    def admit(now: int) -> None:
-        def ends_at_once(batch: list[Sequence]) -> list[bool]:
-            return [durations[index[id(seq)]] == 0 for seq in batch]
+    def admit() -> None:
+        while picks := sched.schedule():
+            ends = [durations[seq.prompt_idx * g + seq.sample_idx] == 0 for _, seq in picks]
+            for slot, seq in sched.start(picks, ends):  # a one-token completion never takes its slot
+                i = seq.prompt_idx * g + seq.sample_idx
+                heapq.heappush(events, (sched.now + durations[i], slot, i))
 
-        def record(seq: Sequence, slot: int) -> None:  # ends on its first token without taking the slot
-            out.timeline.append((-1, seq.prompt_idx, seq.sample_idx, now, now))
-
-        for slot, seq in admit_round(waiting, free, now, ends_at_once, record):
-            i = index[id(seq)]
-            heapq.heappush(events, (now + durations[i], slot, i))
-
-    admit(0)
+    admit()
     while events:
-        now = events[0][0]
+        sched.now = events[0][0]
         done = []
-        while events and events[0][0] == now:
+        while events and events[0][0] == sched.now:
             done.append(heapq.heappop(events))
-        for end, slot, i in sorted(done, key=lambda e: e[1]):  # the engine frees slots in slot order
-            seq = seqs[i]
-            free.append(slot)
-            out.timeline.append((slot, seq.prompt_idx, seq.sample_idx, end - durations[i], end))
-            waiting.finished(seq, slot, now)
-        out.decode_steps = now
-        admit(now)
-    out.replans = getattr(waiting, "replans", 0)
-    return out
+        for _, slot, _ in sorted(done, key=lambda e: e[1]):  # the engine frees slots in slot order
+            sched.finish(slot)
+        admit()
+    return SimResult(
+        sched.now, durations, sum(durations), slots, getattr(waiting, "replans", 0), timeline=sched.timeline
+    )
 
 
 def naive_micro_group_steps(lengths: list[int], group_size: int, num_slots: int, first_token_free: bool = False) -> int:

@@ -8,7 +8,7 @@ once with zeros (NaN/inf in masked positions would corrupt sdpa); layer ``l`` se
 A decode step runs over **every** slot and the **whole** width, so its shapes never change: each
 slot writes its new K/V at ``positions[slot]`` (one ``scatter_`` per layer and K/V, tensor
 indices, no per-slot loop) and attends through an additive mask (S, 1, 1, T) built on the device
-from ``positions`` (:meth:`SlotPool.decode_mask`: 0 on ``0 .. positions[s]``, the dtype's finite
+from ``positions`` (:meth:`SlotPool.prepare_step`: 0 on ``0 .. positions[s]``, the dtype's finite
 minimum elsewhere, never -inf). An idle slot runs at position 0 and sees only that position: its
 output is finite and unused.
 
@@ -19,13 +19,13 @@ unchanged. Sliding-window layers are exact only below their window (the sampler 
 sequences); other attention implementations are refused
 (:func:`~infgrpo.sampler.model_support.check_engine_support`).
 
-The host owns the bookkeeping (which slots are free, each slot's length); the device tensors
-``positions`` and ``kv`` are only written by copies and by the step itself, so nothing is read back.
+The pool is storage only: which slot is free is the scheduler's (:mod:`infgrpo.sampler.scheduler`),
+each slot's position the decode step's (:mod:`infgrpo.sampler.decode_step`), and the pool with its
+step is kept between rollouts by :class:`~infgrpo.sampler.pool_keeper.PoolKeeper`. The device
+tensors ``positions`` and ``kv`` are only written by copies and by the step itself, so nothing is read back.
 """
 
 from __future__ import annotations
-
-import gc
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -57,7 +57,7 @@ class SlotLayer(CacheLayerMixin):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):  # noqa: ANN002, ANN003
         """Writes the step's K/V (S, kv_heads, 1, head_dim) at each slot's position; returns the whole pool."""
-        index = self.pool.write_index  # (S, kv_heads, 1, head_dim), set by decode_mask for this step
+        index = self.pool.write_index  # (S, kv_heads, 1, head_dim), set by SlotPool.prepare_step for this step
         self.keys.scatter_(2, index, key_states.to(self.keys.dtype))
         self.values.scatter_(2, index, value_states.to(self.values.dtype))
         return self.keys, self.values
@@ -67,7 +67,7 @@ class SlotLayer(CacheLayerMixin):
         return self.pool.max_len, 0
 
     def get_seq_length(self) -> int:
-        """Positions cached in the fullest slot (host bookkeeping, no device read)."""
+        """Not kept: see :meth:`SlotPool.get_seq_length`."""
         return self.pool.get_seq_length()
 
     def get_max_length(self) -> int:
@@ -94,33 +94,21 @@ class SlotPool(Cache):
         self.write_index = torch.zeros(num_slots, kv_heads, 1, head_dim, dtype=torch.long, device=device)
         self.mask_open = torch.zeros((), dtype=dtype, device=device)
         self.mask_closed = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)  # finite, never -inf
-        self.free: list[int] = list(range(num_slots))[::-1]
-        self.lengths = [0] * num_slots  # valid positions per slot (host bookkeeping)
-        self.runner = None  # the decode step compiled for this pool (see infgrpo.sampler.step_runner)
-
-    # -- slots ------------------------------------------------------------------------------
-    def reset(self) -> None:
-        """Every slot free with length 0 (a new rollout; stale K/V stay in place, masked out)."""
-        self.free = list(range(self.num_slots))[::-1]
-        self.lengths = [0] * self.num_slots
-
-    def deallocate(self, slot: int) -> None:
-        """Puts ``slot`` back on the free stack with length 0; its stale K/V stay in place, masked out."""
-        self.lengths[slot] = 0
-        self.free.append(slot)
 
     def load_prompt(self, slot: int, prompt_kv: torch.Tensor) -> None:
-        """Copies a prefilled prompt's K/V (2, layers, kv_heads, L, head_dim) into ``slot``: one copy, all layers."""
-        length = prompt_kv.shape[3]
-        self.kv[:, :, slot, :, :length] = prompt_kv
-        self.lengths[slot] = length
+        """Copies a prefilled prompt's K/V (2, layers, kv_heads, L, head_dim) into ``slot``: one copy, all layers.
 
-    # -- decode step inputs -----------------------------------------------------------------
-    def decode_mask(self, positions: torch.Tensor) -> torch.Tensor:
-        """Additive mask (S, 1, 1, T) for a step writing at ``positions`` (S, 1): 0 on ``0 .. positions[s]``.
+        Whatever ``slot`` held beyond ``L`` stays in place, masked out by the next steps.
+        """
+        self.kv[:, :, slot, :, : prompt_kv.shape[3]] = prompt_kv
 
-        Also points this step's K/V writes at ``positions`` (``write_index``). Four device ops, no
-        read-back: the shapes are the pool's, whatever the slots' lengths.
+    def prepare_step(self, positions: torch.Tensor) -> torch.Tensor:
+        """Points the next forward's K/V writes at ``positions`` (S, 1) and returns its mask (S, 1, 1, T).
+
+        Both effects belong to one step: :meth:`SlotLayer.update` writes each slot's new K/V at
+        ``write_index`` during the forward that takes this mask (0 on ``0 .. positions[s]``, the
+        finite minimum elsewhere). Four device ops, no read-back: the shapes are the pool's,
+        whatever the slots' lengths.
         """
         pos = positions.view(-1, 1, 1, 1)  # (S, 1, 1, 1)
         self.write_index = pos.expand(self.write_index.shape)  # (S, kv_heads, 1, head_dim), a view
@@ -132,8 +120,13 @@ class SlotPool(Cache):
 
     # -- what transformers may ask of a Cache -----------------------------------------------
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        """Positions cached in the fullest slot, ``max(lengths)``, for any layer (host bookkeeping, no device read)."""
-        return max(self.lengths)
+        """Refused: slots have lengths of their own, held by the decode step as its positions.
+
+        transformers asks only to infer positions when none are given; the engine always gives them.
+        """
+        raise NotImplementedError(
+            "SlotPool keeps no sequence length: each slot has its own position; pass position_ids (the engine does)"
+        )
 
     def get_mask_sizes(self, query_length: int, layer_idx: int = 0, *args, **kwargs) -> tuple[int, int]:  # noqa: ANN002, ANN003
         """(kv_length, kv_offset) of the mask for any layer: the pool's whole width, and 0."""
@@ -142,53 +135,3 @@ class SlotPool(Cache):
     def get_max_cache_shape(self, layer_idx: int = 0) -> int:
         """Positions per slot, ``max_len``, for any layer."""
         return self.max_len
-
-
-def same_device(a: torch.device, b: torch.device) -> bool:
-    """Whether two devices are one (``cuda`` without an index means the current CUDA device)."""
-    if a.type != b.type:
-        return False
-    if a.type != "cuda" or a.index == b.index:
-        return True
-    current = torch.cuda.current_device()
-    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
-
-
-class PoolCache:
-    """Keeps one :class:`SlotPool` between rollouts, re-allocated only when a rollout needs another one.
-
-    A pool is reused while its slot count, dtype and device are the ones asked for and its slots are
-    long enough; otherwise the old pool (and its captured decode step) is released first, then a new
-    one allocated, so the two never coexist.
-    """
-
-    def __init__(self) -> None:
-        self.pool: SlotPool | None = None
-        self.allocations = 0
-
-    def get(self, config, num_slots: int, positions: int, dtype: torch.dtype, device: torch.device) -> SlotPool:  # noqa: ANN001
-        """A pool of ``num_slots`` slots of at least ``positions`` positions (rounded by :func:`pool_width`)."""
-        pool = self.pool
-        width = pool_width(positions)
-        fits = (
-            pool is not None
-            and pool.num_slots == num_slots
-            and pool.max_len >= width
-            and pool.dtype == dtype
-            and same_device(pool.kv.device, torch.device(device))
-        )
-        if not fits:
-            self.release()
-            self.pool = SlotPool(config, num_slots, width, dtype, device)
-            self.allocations += 1
-        self.pool.reset()
-        return self.pool
-
-    def release(self) -> None:
-        """Frees the pool and its decode step (their device memory returns to the allocator)."""
-        if self.pool is not None:
-            self.pool.runner = None
-            self.pool = None
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()

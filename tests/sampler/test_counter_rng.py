@@ -4,15 +4,22 @@ import random
 
 import torch
 
-from infgrpo.sampler.counter_rng import (
-    MASK32,
-    counter_bits,
-    counter_uniform,
-    counter_uniform_int,
-    mix32,
-    mix32_int,
-    stream_key,
-)
+from infgrpo.sampler.counter_rng import MASK32, MUL1, MUL2, counter_bits, counter_uniform, mix32, stream_key
+
+
+def mix32_int(x: int) -> int:
+    """The module docstring's finalizer on one Python integer: the reference the tensor version must equal."""
+    x ^= x >> 16
+    x = (x * MUL1) & MASK32
+    x ^= x >> 15
+    x = (x * MUL2) & MASK32
+    return x ^ (x >> 15)
+
+
+def counter_uniform_int(k0: int, k1: int, t: int, dtype: torch.dtype = torch.float64) -> float:
+    """``counter_uniform`` for one element, in plain Python integers (32 bits for float64, else 24)."""
+    bits = mix32_int(mix32_int(t ^ k0) ^ k1)
+    return bits * 2.0**-32 if dtype == torch.float64 else (bits >> 8) * 2.0**-24
 
 
 def chi_square_p_value(counts: torch.Tensor) -> float:

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from infgrpo import MicroGroupSampler, SamplerConfig
+from infgrpo.sampler.counter_rng import counter_uniform, stream_key
 from infgrpo.sampler.model_support import kv_bytes_per_token
 from infgrpo.sampler.slot_pool import pool_width
 from tests.helpers import random_model
@@ -85,9 +86,19 @@ def test_kv_held_is_bounded_by_the_pool_whatever_the_group_size():
 
 def test_one_token_prompts_and_max_new_tokens_one():
     model = random_model("llama", torch.float64)
-    out = MicroGroupSampler(model, 2, SamplerConfig(num_slots=3, max_new_tokens=1)).sample([[7], [8, 9]], 4, seed=0)
+    prompts = [[7], [8, 9]]
+    out = MicroGroupSampler(model, 2, SamplerConfig(num_slots=3, max_new_tokens=1)).sample(prompts, 4, seed=0)
     assert out.lengths == [1] * 8 and out.stats["decode_steps"] == 0  # first tokens come from the prefill
-    assert set(out.finish_reasons) <= {"length", "stop"}
+    # each first token is the inverse-CDF draw of its stream's uniform at t = 0 from a plain forward of the prompt
+    want = []
+    for i, p in enumerate(prompts):
+        cdf = torch.softmax(model(input_ids=torch.tensor([p])).logits[0, -1], -1).cumsum(0)
+        for j in range(4):
+            k0, k1 = (torch.tensor(k) for k in stream_key(0, i, j))
+            u = counter_uniform(k0, k1, torch.tensor(0), torch.float64)
+            want.append([int((cdf <= u * cdf[-1]).sum())])
+    assert out.completion_ids == want
+    assert out.finish_reasons == ["stop" if c == [2] else "length" for c in want]  # eos 2 stops, else length
 
 
 def test_peft_lora_model_decodes_like_its_generate():

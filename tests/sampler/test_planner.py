@@ -13,7 +13,7 @@ import random
 import pytest
 
 from infgrpo.sampler import planner
-from infgrpo.sampler.planner import PlanTooLarge, estimate_ptas_work, lower_bound, lpt, makespan, plan, ptas
+from infgrpo.sampler.planner import PlanTooLarge, estimate_fptas_work, fptas, lower_bound, lpt, makespan, plan
 
 EPSILONS = (0.05, 0.2, 0.5)
 
@@ -71,15 +71,15 @@ def check_valid(p: planner.Plan, lengths: list[float], m: int, loads: list[float
 
 
 @pytest.mark.parametrize("with_loads", [False, True])
-def test_ptas_and_lpt_bounds_against_brute_force(with_loads: bool) -> None:
+def test_fptas_and_lpt_bounds_against_brute_force(with_loads: bool) -> None:
     for lengths, m, loads in small_instances(200, seed=int(with_loads), with_loads=with_loads):
         opt = brute_force_opt(lengths, m, loads)
         lb = lower_bound(lengths, m, loads)
         assert lb <= opt + 1e-9
         for eps in EPSILONS:
-            p = ptas(lengths, m, eps, loads)
+            p = fptas(lengths, m, eps, loads)
             check_valid(p, lengths, m, loads)
-            assert (p.method, p.guarantee) == ("ptas", 1 + eps)
+            assert (p.method, p.guarantee) == ("fptas", 1 + eps)
             assert opt - 1e-9 <= p.makespan <= (1 + eps) * opt + 1e-9
             assert p.lower_bound == pytest.approx(lb) and p.lower_bound <= opt + 1e-9
         for improve in (False, True):
@@ -91,7 +91,7 @@ def test_ptas_and_lpt_bounds_against_brute_force(with_loads: bool) -> None:
             assert opt - 1e-9 <= p.makespan <= bound * opt + 1e-9
 
 
-def test_ptas_dynamic_program_alone_meets_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fptas_dynamic_program_alone_meets_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     """With a useless upper bound (every job on slot 0) step 1 never shortcuts: the DP must do the work."""
 
     def worst_plan(p: list[float], m: int, init: list[float], improve: bool = True) -> planner.Plan:
@@ -109,7 +109,7 @@ def test_ptas_dynamic_program_alone_meets_its_bound(monkeypatch: pytest.MonkeyPa
         loads = [rng.randint(0, 40) for _ in range(m)] if t % 3 == 0 else None
         opt = brute_force_opt(lengths, m, loads)
         for eps in EPSILONS:
-            p = ptas(lengths, m, eps, loads)
+            p = fptas(lengths, m, eps, loads)
             check_valid(p, lengths, m, loads)
             assert p.makespan <= (1 + eps) * opt + 1e-9
     assert len(runs) > 100  # the DP really ran
@@ -152,11 +152,11 @@ def test_graham_tight_example() -> None:
     assert lpt(lengths, 2, improve=False).makespan == 7
     assert lpt(lengths, 2).makespan == 6  # the swap of a 3 and a 2 repairs it
     for eps in EPSILONS:
-        assert ptas(lengths, 2, eps).makespan == 6
+        assert fptas(lengths, 2, eps).makespan == 6
     assert lower_bound(lengths, 2) == 6
     three = [5, 5, 4, 4, 3, 3, 3]  # m = 3: LPT 11, OPT 9
     assert lpt(three, 3, improve=False).makespan == 11
-    assert lpt(three, 3).makespan == ptas(three, 3, 0.05).makespan == 9
+    assert lpt(three, 3).makespan == fptas(three, 3, 0.05).makespan == 9
 
 
 def test_lower_bound_terms() -> None:
@@ -174,7 +174,7 @@ def test_edge_cases() -> None:
     many_slots = plan([4, 9, 1], 5)
     check_valid(many_slots, [4, 9, 1], 5)
     assert many_slots.makespan == 9 and sum(1 for q in many_slots.queues if q) == 3
-    zeros = plan([0, 0, 0, 0], 2, method="ptas")
+    zeros = plan([0, 0, 0, 0], 2, method="fptas")
     check_valid(zeros, [0, 0, 0, 0], 2)
     assert zeros.makespan == 0
     one = plan([3, 1, 2], 1)
@@ -182,7 +182,7 @@ def test_edge_cases() -> None:
     assert lpt([5, 5, 5, 5], 2).queues == [[0, 2], [1, 3]]  # ties: lower index first, lower slot first
 
 
-@pytest.mark.parametrize("method", ["auto", "lpt", "ptas"])
+@pytest.mark.parametrize("method", ["auto", "lpt", "fptas", "ptas"])
 def test_deterministic(method: str) -> None:
     rng = random.Random(3)
     lengths = [rng.choice((64, 128, 256, 512)) for _ in range(40)]  # many duplicates
@@ -216,9 +216,9 @@ def test_bad_arguments_name_the_field(kwargs: dict, field: str) -> None:
         plan(**args)
 
 
-def test_ptas_rejects_bad_epsilon_and_slots() -> None:
+def test_fptas_rejects_bad_epsilon_and_slots() -> None:
     with pytest.raises(ValueError, match="epsilon"):
-        ptas([1, 2], 2, 0)
+        fptas([1, 2], 2, 0)
     with pytest.raises(ValueError, match="num_slots"):
         lpt([1, 2], 0)
 
@@ -228,12 +228,12 @@ def test_auto_on_4096_jobs_64_slots() -> None:
     rng = random.Random(0)
     lengths = [rng.randint(1, 1024) for _ in range(4096)]
     p = plan(lengths, 64, "auto")
-    assert estimate_ptas_work(lengths, 64, 0.1) == 0
-    assert (p.method, p.guarantee) == ("ptas", 1.1)
+    assert estimate_fptas_work(lengths, 64, 0.1) == 0
+    assert (p.method, p.guarantee) == ("fptas", 1.1)
     assert p.queues == lpt(lengths, 64).queues and p.certified_ratio <= 1.001
     # with an epsilon too small for any certificate the DP over 4,096 large jobs is intractable: lpt
     tiny = plan(lengths, 64, "auto", epsilon=1e-6)
-    assert estimate_ptas_work(lengths, 64, 1e-6) > planner.AUTO_TRY_FACTOR * planner.AUTO_MAX_WORK
+    assert estimate_fptas_work(lengths, 64, 1e-6) > planner.AUTO_TRY_FACTOR * planner.AUTO_MAX_WORK
     assert (tiny.method, tiny.queues) == ("lpt", p.queues)
 
 
@@ -244,19 +244,19 @@ def test_auto_picks_lpt_when_the_dp_is_too_large() -> None:
         base = lpt(lengths, 8)
         if base.makespan > 1.05 * base.lower_bound:
             break
-    assert estimate_ptas_work(lengths, 8, 0.05) > planner.AUTO_TRY_FACTOR * planner.AUTO_MAX_WORK
+    assert estimate_fptas_work(lengths, 8, 0.05) > planner.AUTO_TRY_FACTOR * planner.AUTO_MAX_WORK
     assert plan(lengths, 8, "auto", 0.05) == base
 
 
 def test_estimate_bounds_the_dp_work() -> None:
-    """ptas with max_work = the estimate never runs out: the estimate is an upper bound."""
+    """fptas with max_work = the estimate never runs out: the estimate is an upper bound."""
     rng = random.Random(11)
     ran = 0
     for _ in range(40):
         lengths = [rng.randint(1, 1024) for _ in range(10)]
-        work = estimate_ptas_work(lengths, 3, 0.01)
+        work = estimate_fptas_work(lengths, 3, 0.01)
         ran += work > 0
-        p = ptas(lengths, 3, 0.01, max_work=math.ceil(work))
+        p = fptas(lengths, 3, 0.01, max_work=math.ceil(work))
         opt = branch_and_bound_opt(lengths, 3)
         assert p.makespan <= 1.01 * opt + 1e-9
         if _ < 3:
@@ -264,11 +264,27 @@ def test_estimate_bounds_the_dp_work() -> None:
     assert ran > 10
 
 
-def test_budget_exceeded_raises_in_ptas_and_falls_back_in_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_budget_exceeded_raises_in_fptas_and_falls_back_in_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     lengths = [5, 5, 4, 4, 3, 3, 3, 6, 7]
-    assert estimate_ptas_work(lengths, 3, 0.001) > 0
+    assert estimate_fptas_work(lengths, 3, 0.001) > 0
     with pytest.raises(PlanTooLarge):
-        ptas(lengths, 3, 0.001, max_work=1)
-    monkeypatch.setattr(planner, "PTAS_MAX_WORK", 1)
-    fallback = plan(lengths, 3, "ptas", 0.001)
+        fptas(lengths, 3, 0.001, max_work=1)
+    monkeypatch.setattr(planner, "FPTAS_MAX_WORK", 1)
+    fallback = plan(lengths, 3, "fptas", 0.001)
     assert fallback == lpt(lengths, 3)
+
+
+def test_ptas_is_an_alias_of_fptas_in_plan_config_and_refill() -> None:
+    """'ptas' (the scheme's first name) plans exactly as 'fptas', from the planner up to the refill policy."""
+    from infgrpo.sampler import SamplerConfig
+    from infgrpo.sampler.simulate import simulate
+
+    rng = random.Random(4)
+    for _ in range(20):
+        lengths = [rng.randint(1, 200) for _ in range(rng.randint(1, 12))]
+        loads = [rng.randint(0, 50) for _ in range(3)]
+        assert plan(lengths, 3, "ptas", 0.05, loads) == plan(lengths, 3, "fptas", 0.05, loads)
+        runs = [simulate(lengths, lengths, 3, "planned", planner=name, epsilon=0.05) for name in ("ptas", "fptas")]
+        assert runs[0] == runs[1]
+    assert plan([7, 6, 5, 4, 4], 2, "ptas").method == "fptas"  # the procedure that ran, under its name
+    assert SamplerConfig(planner="ptas").planner == "ptas"  # accepted as written

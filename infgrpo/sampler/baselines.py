@@ -1,10 +1,15 @@
-"""Decoders built on Hugging Face ``generate``: the micro-group decoder and its two baselines.
+"""The HF ``generate`` decoders: micro groups over one prefilled prompt, and the two baselines.
 
-- :func:`decode_group` with ``prefill_once=True``: the prompt is prefilled **once**; its KV cache is
-  copied into each micro-group of ``num_slots`` samples, decoded round by round (the paper's micro
-  sampling groups, without continuous refill).
-- ``prefill_once=False`` (decoder ``hf_micro``): naive micro-groups, the prompt prefilled each round.
-- ``num_slots >= group_size`` (decoder ``hf_full``): the whole group in one ``generate`` call.
+    rollouts = BASELINES.get("hf_micro")(model, prompt_ids, group_size, num_slots, seed, 0, kwargs, kv_bytes)
+
+Chosen by ``SamplerConfig.decoder`` (:data:`Decoder`: the slot-pool ``engine``, or a name of
+:data:`BASELINES`):
+
+- ``micro_groups``: the prompt is prefilled **once**; its KV cache is copied into each micro-group
+  of ``num_slots`` samples, decoded round by round (the paper's micro sampling groups, without
+  continuous refill).
+- ``hf_micro``: naive micro-groups, the prompt prefilled each round.
+- ``hf_full``: the whole group in one ``generate`` call (memory grows with the group size).
 
 Each round draws from its own seeded generator state, derived from (seed, prompt, round).
 """
@@ -13,11 +18,17 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
+from infgrpo.registry import Registry
 from infgrpo.runtime.seeds import derive_seed
+from infgrpo.sampler.rollouts import Rollouts
+
+Decoder = Literal["engine", "micro_groups", "hf_micro", "hf_full"]
+"""``SamplerConfig.decoder``: the slot-pool engine, or one of :data:`BASELINES`."""
 
 
 @dataclass
@@ -103,7 +114,7 @@ def split_completions(
 
 
 @torch.no_grad()
-def prefill(model: PreTrainedModel, prompt: list[int]) -> DynamicCache | None:
+def prompt_cache(model: PreTrainedModel, prompt: list[int]) -> DynamicCache | None:
     """KV cache of ``prompt[:-1]`` (batch 1); None for a one-token prompt."""
     if len(prompt) < 2:
         return None
@@ -128,7 +139,7 @@ def decode_group(
     stop_ids = gen_kwargs["eos_token_id"]
     temperature = gen_kwargs.get("temperature") or 0.0
     # 1) prefill the prompt once (all tokens but the last, which each round feeds to generate)
-    shared = prefill(model, prompt) if prefill_once else None
+    shared = prompt_cache(model, prompt) if prefill_once else None
     prefill_tokens = len(prompt) - 1 if shared is not None else 0
     out = GroupOutput([], [], [], 0, prefill_tokens)
     done = 0
@@ -159,3 +170,54 @@ def decode_group(
         out.peak_tokens_held = max(out.peak_tokens_held, n * (len(prompt) + steps))
         done += n
     return out
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """An HF ``generate`` decoder of a whole rollout: rounds of ``num_slots`` samples per prompt, or the whole group."""
+
+    prefill_once: bool
+    """Prefill each prompt once and copy its cache into every round (else every round prefills it)."""
+    whole_group: bool
+    """One ``generate`` call over the whole group: it needs no pool sizing, callers pass ``num_slots=group_size``."""
+
+    def __call__(
+        self,
+        model: PreTrainedModel,
+        prompt_ids: list[list[int]],
+        group_size: int,
+        num_slots: int,
+        seed: int,
+        prompt_offset: int,
+        gen_kwargs: dict,
+        kv_bytes_per_token: int,
+    ) -> Rollouts:
+        """``group_size`` completions of each prompt, prompt-major, in rounds of ``num_slots``; stats as the engine."""
+        groups = [
+            decode_group(model, p, group_size, num_slots, seed, prompt_offset + i, gen_kwargs, self.prefill_once)
+            for i, p in enumerate(prompt_ids)
+        ]
+        rollouts = Rollouts(
+            prompt_ids=[list(p) for p in prompt_ids],
+            group_size=group_size,
+            completion_ids=[c for g in groups for c in g.completion_ids],
+            logprobs=[lp for g in groups for lp in g.logprobs],
+            finish_reasons=[r for g in groups for r in g.finish_reasons],
+        )
+        generated, slot_steps = sum(rollouts.lengths), sum(g.slot_steps for g in groups)
+        rollouts.stats = {
+            "decode_steps": sum(g.decode_steps for g in groups),
+            "prefill_tokens": sum(g.prefill_tokens for g in groups),
+            "generated_tokens": generated,
+            "slot_utilization": generated / slot_steps if slot_steps else 1.0,
+            "kv_bytes_peak": max(g.peak_tokens_held for g in groups) * kv_bytes_per_token,
+            "num_slots": min(num_slots, group_size),
+        }
+        return rollouts
+
+
+BASELINES = Registry("decoder")
+"""The HF decoders by ``SamplerConfig.decoder`` name (every :data:`Decoder` but ``engine``)."""
+BASELINES.register("micro_groups")(Baseline(prefill_once=True, whole_group=False))
+BASELINES.register("hf_micro")(Baseline(prefill_once=False, whole_group=False))
+BASELINES.register("hf_full")(Baseline(prefill_once=False, whole_group=True))

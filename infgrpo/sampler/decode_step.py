@@ -1,24 +1,20 @@
 """DecodeStep: one decode step over the whole slot pool, of static shape, optionally as a CUDA graph.
 
-    step = DecodeStep(model, pool, temperature=1.0, top_k=0, top_p=1.0)
-    step.host[:, slot] = (token, position, k0, k1, t)    # host bookkeeping (a numpy view, (5, S))
-    out = step()                                           # (S, 2): sampled tokens and their log-probs
+    step = DecodeStep(model, pool, StepSettings(temperature=1.0, top_k=0, top_p=1.0, pad_id=0))
+    step.start(slot, token, position, key, t)   # a sequence enters a slot (host bookkeeping only)
+    out = step()                                # (S, 2) host array: every slot's next token and its log-prob
+    step.advance(slot, token)                   # it feeds that token, one position further, next step
+    step.idle(slot)                             # the slot is free: pad token at position 0
 
-The step reads its inputs from one int64 state tensor (5, S, 1), one column per slot:
-
-=====  ============================================================================
-row    meaning
-=====  ============================================================================
-0      the token to feed (the slot's last sampled token; the pad id when idle)
-1      its position = the slot's length (0 when idle); its K/V are written there
-2, 3   the sequence's stream key words k0, k1 (:mod:`infgrpo.sampler.counter_rng`)
-4      t, the index in the completion of the token this step samples
-=====  ============================================================================
-
-and writes one float64 tensor (S, 2): the sampled token ids and their log-probs. Per step the host
-makes **one** copy in (state, from pinned memory, asynchronous) and **one** copy out (into pinned
-memory), then waits on an event: no ``.item()``, no ``torch.tensor(list)``, no per-slot kernel.
-On CPU both are the same tensors and nothing is copied.
+The step reads its inputs from one int64 state tensor (5, S, 1), one column per slot, written only
+through the four operations above (the rows are this file's business): the token to feed, its
+position (= the slot's length: its K/V are written there; the one copy of it), the sequence's
+stream key words k0, k1 (:mod:`infgrpo.sampler.counter_rng`) and an offset, the position of the
+prompt's last token (so ``t = position - offset`` is the index in the completion of the token this
+step samples, computed on the device). It writes one float64 tensor (S, 2): the sampled token ids and
+their log-probs. Per step the host makes **one** copy in (state, from pinned memory, asynchronous)
+and **one** copy out (into pinned memory), then waits on an event: no ``.item()``, no
+``torch.tensor(list)``, no per-slot kernel. On CPU both are the same tensors and nothing is copied.
 
 Inside, everything is device work over all slots at once: the decode mask from the positions, the
 model's forward over the pool (K/V written with ``scatter_``), counter-based uniforms, and sampling
@@ -39,24 +35,44 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import PreTrainedModel
 
+from infgrpo.runtime.oom import first_line
 from infgrpo.sampler.counter_rng import counter_uniform
 from infgrpo.sampler.sampling import sample_tokens
 from infgrpo.sampler.slot_pool import SlotPool
 
+CudaGraphs = Literal["auto", "on", "off"]
+"""``SamplerConfig.cuda_graphs``: capture the step on CUDA devices ('auto'), insist on it ('on'), or never."""
+DecodeAttention = Literal["efficient", "cudnn", "math", "auto"]
+"""``SamplerConfig.decode_attention``: the SDPA kernel pinned for the step (the keys of ``ATTENTION_BACKENDS``)."""
+
 # The pinned kernel first; the math kernel behind it only for inputs the pinned one refuses (it takes any mask).
-ATTENTION_BACKENDS = {
-    "auto": None,
+ATTENTION_BACKENDS: dict[str, list[SDPBackend] | None] = {
     "efficient": [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
     "cudnn": [SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH],
     "math": [SDPBackend.MATH],
+    "auto": None,
 }
-CUDA_GRAPHS = ("auto", "on", "off")
+_TOKEN, _POSITION, _K0, _K1, _OFFSET = range(5)  # the rows of the state
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """What a step bakes in (a captured graph replays them): sampling, the idle slots' token, graph and kernel."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    pad_id: int
+    cuda_graphs: CudaGraphs = "auto"
+    attention: DecodeAttention = "efficient"
 
 
 def model_fingerprint(model: PreTrainedModel) -> tuple:
@@ -77,33 +93,19 @@ class DecodeStep:
     Args:
         model: the causal LM the pool belongs to (on the pool's device).
         pool: the slot pool (its K/V are written in place).
-        temperature, top_k, top_p: sampling settings (fixed for the step: a captured graph bakes them in).
-        pad_id: the token idle slots feed.
-        cuda_graphs: 'auto' (capture on CUDA, eager elsewhere), 'on' (capture, error if impossible) or 'off'.
-        attention: SDPA backend for the step, a key of ``ATTENTION_BACKENDS``.
+        settings: sampling, pad token, CUDA graphs ('auto': capture on CUDA, eager elsewhere; 'on':
+            capture, error if impossible; 'off') and the SDPA kernel (a key of ``ATTENTION_BACKENDS``).
     """
 
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        pool: SlotPool,
-        temperature: float,
-        top_k: int,
-        top_p: float,
-        pad_id: int,
-        cuda_graphs: str = "auto",
-        attention: str = "efficient",
-    ) -> None:
-        self.model, self.pool = model, pool
-        self.settings = (temperature, top_k, top_p, pad_id, cuda_graphs, attention)
-        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+    def __init__(self, model: PreTrainedModel, pool: SlotPool, settings: StepSettings) -> None:
+        self.model, self.pool, self.settings = model, pool, settings
         device = pool.kv.device
         self.cuda = device.type == "cuda"
-        if cuda_graphs == "on" and not self.cuda:
+        if settings.cuda_graphs == "on" and not self.cuda:
             raise ValueError(f"cuda_graphs='on' needs a CUDA device; the model is on {device}. Use 'auto' or 'off'.")
-        self.use_graph = self.cuda and cuda_graphs != "off"
-        self.strict = cuda_graphs == "on"
-        self.backends = ATTENTION_BACKENDS[attention] if self.cuda else None
+        self.use_graph = self.cuda and settings.cuda_graphs != "off"
+        self.strict = settings.cuda_graphs == "on"
+        self.backends = ATTENTION_BACKENDS[settings.attention] if self.cuda else None
         S = pool.num_slots
         # (5, S, 1): rows are (S, 1) views, the shape input_ids, position_ids and the uniforms take as they are
         self.state = torch.zeros(5, S, 1, dtype=torch.long, device=device)  # what the step reads
@@ -115,23 +117,36 @@ class DecodeStep:
         else:
             self.host_state, self.host_out = self.state, self.out
         self.rows = self.state.unbind(0)  # five (S, 1) views, made once
-        self.host = self.host_state.numpy()[:, :, 0]  # the host's (5, S) view: write it, then call the step
-        self.pad_id = pad_id
+        self._host = self.host_state.numpy()[:, :, 0]  # the host's (5, S) view, written by the operations below
         self.reset()
         self.graph: torch.cuda.CUDAGraph | None = None
         self.fingerprint: tuple | None = None
         self.captures = 0
 
+    # -- the host's operations on the state (no device work) ------------------------------------
+    def start(self, slot: int, token: int, position: int, key: tuple[int, int], t: int) -> None:
+        """A sequence enters ``slot``: feed ``token`` at ``position`` and sample its token of index ``t``."""
+        self._host[:, slot] = (token, position, key[0], key[1], position - t)
+
+    def advance(self, slot: int, token: int) -> None:
+        """The sequence in ``slot`` feeds ``token`` next, one position further (its length grows by one)."""
+        self._host[_TOKEN, slot] = token
+        self._host[_POSITION, slot] += 1
+
+    def idle(self, slot: int) -> None:
+        """``slot`` runs idle: the pad token at position 0 (it sees only that position; its output is unused)."""
+        self._host[:, slot] = (self.settings.pad_id, 0, 0, 0, 0)
+
     def reset(self) -> None:
-        """Every slot idle: the pad token at position 0, key and token index 0."""
-        self.host[:] = 0
-        self.host[0] = self.pad_id
+        """Every slot idle."""
+        self._host[:] = 0
+        self._host[_TOKEN] = self.settings.pad_id
 
     # -- the device work ----------------------------------------------------------------------
     def forward(self) -> None:
         """The step itself: forward over every slot, then sampling; reads ``state``, writes ``out``."""
-        tokens, positions, k0, k1, t = self.rows  # (S, 1) each
-        mask = self.pool.decode_mask(positions)  # (S, 1, 1, T)
+        tokens, positions, k0, k1, offsets = self.rows  # (S, 1) each
+        mask = self.pool.prepare_step(positions)  # (S, 1, 1, T); the forward below writes K/V at `positions`
         logits = self.model(
             input_ids=tokens,
             position_ids=positions,
@@ -141,8 +156,9 @@ class DecodeStep:
             logits_to_keep=1,
         ).logits[:, -1]  # (S, V)
         dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
-        u = counter_uniform(k0, k1, t, dtype)  # (S, 1)
-        new, logps = sample_tokens(logits, u, self.temperature, self.top_k, self.top_p)  # (S, 1) each
+        u = counter_uniform(k0, k1, positions - offsets, dtype)  # (S, 1): token index t of each slot's stream
+        s = self.settings
+        new, logps = sample_tokens(logits, u, s.temperature, s.top_k, s.top_p)  # (S, 1) each
         torch.cat((new, logps), dim=1, out=self.out)  # (S, 2) float64: one tensor to copy out
 
     def kernels(self) -> contextlib.AbstractContextManager:
@@ -183,7 +199,7 @@ class DecodeStep:
             self.use_graph, self.graph = False, None
             warnings.warn(
                 f"[infgrpo] the decode step runs without CUDA graphs: capturing it failed ({type(err).__name__}: "
-                f"{str(err).splitlines()[0] if str(err) else ''}). Set model.sampler.cuda_graphs: off to skip trying.",
+                f"{first_line(str(err)) if str(err) else ''}). Set model.sampler.cuda_graphs: off to skip trying.",
                 stacklevel=2,
             )
             torch.cuda.synchronize()

@@ -1,0 +1,111 @@
+"""ModelRunner: the device side of one rollout -- prefill, the prompt K/V a slot starts from, the decode step.
+
+    runner = ModelRunner(model, pool, step, settings, prompts, groups)
+    runner.prefill([0, 2])                  # prompts 0 and 2 in one forward: their K/V, all their samples' first tokens
+    token, logp = runner.first_token(seq)   # a sample's first token, from its prompt's prefill
+    runner.load(slot, seq)                  # its prompt's K/V into `slot`, and the step starts it there
+    out = runner.decode()                   # one static step over the whole pool: (S, 2) tokens, log-probs
+    runner.update(running, ended)           # the next step's inputs: running slots advance, ended ones idle
+
+It decides nothing: :class:`~infgrpo.sampler.scheduler.Scheduler` says which prompts to prefill,
+which slot a sequence takes and which prompt K/V are still needed (:meth:`ModelRunner.keep`). A
+prefill draws every sample's first token at once from the prompt's last logits, each with its own
+uniform (its stream at token 0, :mod:`infgrpo.sampler.counter_rng`), so no sample needs a decode
+step or a prefill of its own; those tokens are the prefill's one read-back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel
+
+from infgrpo.sampler.counter_rng import counter_uniform
+from infgrpo.sampler.decode_step import DecodeStep, StepSettings
+from infgrpo.sampler.prefill import prefill
+from infgrpo.sampler.sequence import Sequence
+from infgrpo.sampler.slot_pool import SlotPool
+
+
+@dataclass
+class PromptState:
+    """A prefilled prompt: K/V (2, layers, kv_heads, L, head_dim), and every sample's first token and log-prob."""
+
+    kv: torch.Tensor
+    first_tokens: list[int]
+    first_logps: list[float]
+
+
+class ModelRunner:
+    """Prefill and decode for one rollout over a pool and its step; see the module docstring.
+
+    Args:
+        model: the causal LM.
+        pool, step: the rollout's slot pool and its decode step (from the pool keeper).
+        settings: the sampling settings (also those of the first tokens).
+        prompts: the rollout's prompts.
+        groups: each prompt's sequences, in sample order (their stream keys seed the first tokens).
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        pool: SlotPool,
+        step: DecodeStep,
+        settings: StepSettings,
+        prompts: list[list[int]],
+        groups: list[list[Sequence]],
+    ) -> None:
+        self.model, self.pool, self.step, self.settings = model, pool, step, settings
+        self.prompts, self.groups = prompts, groups
+        self.prompt_kv: dict[int, PromptState] = {}
+        self.prefill_tokens = self.prefill_calls = self.prompt_kv_bytes_peak = 0
+
+    def prefill(self, prompt_indices: list[int]) -> None:
+        """Prefills these prompts in one forward; keeps their K/V and all their samples' first tokens."""
+        if not prompt_indices:
+            return
+        prompts = [self.prompts[i] for i in prompt_indices]
+        keys = torch.tensor([[s.key for s in self.groups[i]] for i in prompt_indices])  # (P, G, 2)
+        t0 = torch.zeros(keys.shape[:2], dtype=torch.long)
+        u_dtype = torch.float64 if self.pool.dtype == torch.float64 else torch.float32
+        uniforms = counter_uniform(keys[..., 0], keys[..., 1], t0, u_dtype).to(self.pool.kv.device)  # (P, G)
+        s = self.settings
+        kv, tokens, logps = prefill(
+            self.model, prompts, uniforms, self.pool.dtype, s.temperature, s.top_k, s.top_p, s.pad_id
+        )
+        tokens, logps = tokens.cpu().numpy().tolist(), logps.double().cpu().numpy().tolist()  # its read-back
+        for k, i in enumerate(prompt_indices):
+            self.prompt_kv[i] = PromptState(kv[k], tokens[k], logps[k])
+        self.prefill_tokens += sum(map(len, prompts))
+        self.prefill_calls += 1
+        held = sum(st.kv.numel() * st.kv.element_size() for st in self.prompt_kv.values())
+        self.prompt_kv_bytes_peak = max(self.prompt_kv_bytes_peak, held)
+
+    def first_token(self, seq: Sequence) -> tuple[int, float]:
+        """``seq``'s first token and its log-prob, drawn by its prompt's prefill."""
+        state = self.prompt_kv[seq.prompt_idx]
+        return state.first_tokens[seq.sample_idx], state.first_logps[seq.sample_idx]
+
+    def keep(self, prompts: Container[int]) -> None:
+        """Drops the prefilled K/V of every prompt not in ``prompts`` (the scheduler's ``held``)."""
+        self.prompt_kv = {i: st for i, st in self.prompt_kv.items() if i in prompts}
+
+    def load(self, slot: int, seq: Sequence) -> None:
+        """Copies ``seq``'s prompt K/V into ``slot``; the step feeds its first token after the prompt."""
+        self.pool.load_prompt(slot, self.prompt_kv[seq.prompt_idx].kv)
+        self.step.start(slot, seq.last_token, len(self.prompts[seq.prompt_idx]), seq.key, len(seq))
+
+    def decode(self) -> np.ndarray:
+        """One decode step over the whole pool: the (S, 2) host array of tokens and log-probs (overwritten next)."""
+        return self.step()
+
+    def update(self, running: dict[int, Sequence], ended: list[int]) -> None:
+        """After a step: each running slot feeds its last token one position further; the ``ended`` slots idle."""
+        for slot in ended:
+            self.step.idle(slot)
+        for slot, seq in running.items():
+            self.step.advance(slot, seq.last_token)
