@@ -67,6 +67,7 @@ def test_threads_has_one_meaning_and_each_benchmark_keeps_its_recorded_default()
         "decode-step": 1,
         "paper": 0,
         "busy-cpu": "no flag",  # its --settings are the --model.threads values compared
+        "update": 0,
     }
 
 
