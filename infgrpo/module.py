@@ -28,7 +28,15 @@ from infgrpo.algo.advantages import ScaleRewards
 from infgrpo.algo.objective import ImportanceSamplingLevel, LossType, RolloutCorrection
 from infgrpo.callbacks.completion_table import CompletionTable
 from infgrpo.evaluation import score_heldout
-from infgrpo.models import frozen_reference, load_policy, load_tokenizer, resolve_output_dir, save_trained
+from infgrpo.models import (
+    Dtype,
+    QuantType,
+    frozen_reference,
+    load_policy,
+    load_tokenizer,
+    resolve_output_dir,
+    save_trained,
+)
 from infgrpo.rewards import correct_answers
 from infgrpo.rewards.core import OnError
 from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
@@ -169,15 +177,15 @@ class GRPOModule(L.LightningModule):
         self,
         model: str = "tiny",
         gguf_file: str | None = None,
-        dtype: str = "float32",
+        dtype: Dtype = "float32",
         lora_r: int = 0,
         lora_alpha: int = 16,
         lora_dropout: float = 0.0,
         lora_target_modules: str | list[str] = "all-linear",
         load_in_4bit: bool = False,
-        bnb_4bit_quant_type: str = "nf4",
+        bnb_4bit_quant_type: QuantType = "nf4",
         bnb_4bit_use_double_quant: bool = True,
-        bnb_4bit_compute_dtype: str = "bfloat16",
+        bnb_4bit_compute_dtype: Dtype = "bfloat16",
         gradient_checkpointing: bool = False,
         group_size: int = 8,
         sampler: SamplerConfig = SamplerConfig(),  # noqa: B008 - copied below; a dataclass gives nested CLI flags

@@ -3,8 +3,10 @@
 The answer of a completion is, by reasoning-gym's convention, the text inside its last
 ``<answer>...</answer>`` pair (``reasoning_gym.utils.extract_answer``: one space of padding inside
 the tags is dropped, then the text is stripped). **Fallback** when the completion has no such pair:
-its last non-empty line, stripped (a model told "Give only the final answer." often writes just
-"19", or "12 + 7 = 19" on its last line); a completion with no text scores as no answer (None).
+where the reference answer is a number (``chain_sum``, ``basic_arithmetic``, ...), the last number in
+the completion, as GSM8K-style graders read one ("The final answer is 19." -> "19"); otherwise its
+last non-empty line, stripped (a model told "Give only the final answer." often writes just the
+answer on its last line). A completion with no such text scores as no answer (None).
 The score is the task's ``score_answer(answer, entry)`` in [0, 1]: 1 for a correct answer, some
 tasks give partial credit (the default verifier gives ``len(reference) / len(answer)`` when the
 reference is inside a longer answer).
@@ -19,6 +21,7 @@ jsonl written from a dataset) are scored by the task built with its default sett
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from infgrpo.rewards.core import REWARDS
@@ -51,11 +54,18 @@ def task_dataset(meta: dict[str, Any]) -> Any:
     return _TASKS[key]
 
 
-def extract_answer(completion: str) -> str | None:
-    """The answer of a completion: inside its last ``<answer>`` tags, else its last non-empty line (see above)."""
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def extract_answer(completion: str, reference: str | None = None) -> str | None:
+    """The answer of a completion: inside its last ``<answer>`` tags, else (see above) its last number when the
+    ``reference`` answer is a number, else its last non-empty line."""
     tagged = _reasoning_gym().utils.extract_answer(completion)
     if tagged is not None:
         return tagged
+    if reference is not None and NUMBER.fullmatch(str(reference).strip()):
+        numbers = NUMBER.findall(completion)
+        return numbers[-1] if numbers else None
     lines = [line.strip() for line in completion.splitlines() if line.strip()]
     return lines[-1] if lines else None
 
@@ -66,5 +76,6 @@ def reasoning_gym_reward(completions: list[str], metadata: list[dict]) -> list[f
     out = []
     for text, meta in zip(completions, metadata, strict=True):
         entry = {"question": meta.get("question"), "answer": meta["answer"], "metadata": meta.get("metadata", {})}
-        out.append(float(task_dataset(meta).score_answer(extract_answer(text), entry)))
+        answer = extract_answer(text, str(meta["answer"]))
+        out.append(float(task_dataset(meta).score_answer(answer, entry)))
     return out

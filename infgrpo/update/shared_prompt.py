@@ -152,7 +152,8 @@ def _probe(model: nn.Module) -> str | None:
 
     vocab = int(text_config(model.config).vocab_size)
     device = next(model.parameters()).device
-    prompt, completions = [[1 % vocab, 2 % vocab, 3 % vocab]], [[4 % vocab, 5 % vocab], [6 % vocab]]
+    ids = [(vocab // 2 + 7 * k) % vocab for k in range(6)]  # ordinary tokens (special ones have extreme logits)
+    prompt, completions = [ids[:3]], [ids[3:5], ids[5:]]
     was_training = model.training
     model.eval()
     try:
@@ -160,13 +161,21 @@ def _probe(model: nn.Module) -> str | None:
             want = completion_logprobs(model, collate([0, 1], prompt * 2, completions, 0).to(device), 1.0, 0)
             causal_lm_parts(model)  # the chunked path's decoder exists (or this raises its own error)
             shared = collate_shared([0, 1], [0, 0], prompt, completions, 0).to(device)
-            got = torch.log_softmax(shared_logits(model, shared).float(), dim=-1)
+            try:
+                got = torch.log_softmax(shared_logits(model, shared).float(), dim=-1)
+            except Exception as err:  # noqa: BLE001 - whatever breaks the shared forward means: not supported
+                return f"the shared-prompt forward fails on {type(model).__name__} ({type(err).__name__}: {err})"
             got = got.gather(-1, shared.completion_ids[..., None])[..., 0]
     finally:
         model.train(was_training)
     mask = shared.completion_mask.bool()
-    err = (got[mask] - want.float()[mask]).abs().max().item()
-    tol = 1e-3 if want.dtype in (torch.float16, torch.bfloat16) else 1e-4
+    want = want.float()[mask]
+    err = (got[mask] - want).abs().max().item()
+    # kernels differ by shape, so the two paths agree to rounding: ~1e-6 relative in float32 (1e-3 in half);
+    # a model whose attention skips the cache interface is off by O(1)
+    tol = (1e-2 if next(model.parameters()).dtype in (torch.float16, torch.bfloat16) else 1e-3) * max(
+        1.0, want.abs().max().item()
+    )
     if not err <= tol:
         return f"{type(model).__name__}'s shared-prompt log-probs differ from the unshared ones by {err:.3g}"
     return None

@@ -28,6 +28,21 @@ def test_the_answer_is_in_the_last_answer_tags_else_the_last_line(completion, an
     assert extract_answer(completion) == answer
 
 
+@pytest.mark.parametrize(
+    "completion,answer",
+    [
+        ("The final answer is 19.", "19"),  # a numeric reference: the last number
+        ("12 + 7 = 19\nso 19", "19"),
+        ("It is -3.5 or so", "-3.5"),
+        ("<answer>twenty</answer> 19", "twenty"),  # tags first
+        ("no digits here", None),
+    ],
+)
+def test_a_numeric_reference_falls_back_to_the_last_number(completion, answer):
+    assert extract_answer(completion, "19") == answer
+    assert extract_answer("Sum: 19.", "cat") == "Sum: 19."  # a non-numeric reference keeps the last line
+
+
 def test_scores_are_the_task_own_score_answer_on_the_extracted_answer():
     _, held_out = task_rows("reasoning_gym:chain_sum", CHAIN, 1, 8, 0, 3)
     reference = rg.create_dataset("chain_sum", size=8, seed=3, **CHAIN)  # the task's own verifier
@@ -36,8 +51,8 @@ def test_scores_are_the_task_own_score_answer_on_the_extracted_answer():
         for text, answer in (
             (f"<answer>{entry['answer']}</answer>", entry["answer"]),
             (f"<answer>{int(entry['answer']) + 1}</answer>", str(int(entry["answer"]) + 1)),
-            (f"The answer is {entry['answer']}.", f"The answer is {entry['answer']}."),  # partial credit
-            (f"Working...\n{entry['answer']}.00", f"{entry['answer']}.00"),  # the task accepts it
+            (f"The answer is {entry['answer']}.", entry["answer"]),  # a numeric reference: the last number
+            (f"Working... {entry['answer']} or rather {entry['answer']}1", f"{entry['answer']}1"),  # the last one
         ):
             completions.append(text)
             metadata.append(row)
@@ -45,7 +60,7 @@ def test_scores_are_the_task_own_score_answer_on_the_extracted_answer():
     total, parts = compute_rewards({"reasoning_gym": 1.0}, completions, metadata)
     assert parts["reasoning_gym"].tolist() == pytest.approx(expected)
     assert total.tolist()[::4] == [1.0] * 8 and total.tolist()[1::4] == [0.0] * 8
-    assert all(0 < v < 1 for v in total.tolist()[2::4]) and total.tolist()[3::4] == [1.0] * 8
+    assert total.tolist()[2::4] == [1.0] * 8 and all(0 < v < 1 for v in total.tolist()[3::4])  # partial credit
 
 
 def test_composite_rows_are_scored_by_their_sub_task_as_the_composite_does():

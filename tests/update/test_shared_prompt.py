@@ -194,3 +194,11 @@ def test_an_update_reports_fewer_padded_tokens_when_sharing():
     plain = PolicyUpdate(LossConfig(), token_budget=10_000).pack(rollouts, 10_000)
     assert sum(mb.padded_tokens for mb in shared) == 3 * 7 + 9 * 6  # prompts once, padded to the longest
     assert sum(mb.padded_tokens for mb in plain) == 9 * (7 + 6)
+
+
+def test_the_probe_turns_sharing_off_for_attention_that_ignores_the_cache():
+    model = random_model("llama")
+    for layer in model.model.layers:  # an attention that never reads the cache (as custom kernels may)
+        forward = layer.self_attn.forward
+        layer.self_attn.forward = lambda *a, _f=forward, **kw: _f(*a, **{**kw, "cache": None})
+    assert share_prompt_reason(model).startswith("the shared-prompt forward fails on LlamaForCausalLM")
