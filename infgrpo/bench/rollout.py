@@ -3,10 +3,14 @@
     python -m infgrpo.bench rollout --model tiny --json benchmarks/rollout_tiny.json
     python -m infgrpo.bench rollout --model qwen3-42m --max-new-tokens 128 --json benchmarks/rollout_qwen3.json
     python -m infgrpo.bench rollout --model qwen3-42m --rollout-memory 0.5GB 1GB 4GB --prompts 8 --group-sizes 128
+    python -m infgrpo.bench rollout --model qwen3-42m --decoders engine hf_full hf_cb --prompts 1 --group-sizes 8 32
 
-Three decoders on the same model, prompts and seeds: ``hf_full`` (HF generate over the whole
-group), ``hf_micro`` (naive micro-groups: HF generate round by round, ``num_slots`` at a time) and
-``engine`` (the slot pool with continuous refill). Each configuration runs in a fresh process.
+Decoders on the same model, prompts and seeds: ``hf_full`` (HF generate over the whole group),
+``hf_micro`` (naive micro-groups: HF generate round by round, ``num_slots`` at a time), ``engine``
+(the slot pool with continuous refill), and on request ``hf_cb`` (transformers' continuous batching,
+``generate_batch``, ``num_slots`` sequences a forward; its decode steps are its forwards, prefill
+included; where it cannot run the model, its row is skipped with the reason). Each configuration
+runs in a fresh process.
 Memory: the CUDA allocator peak on GPU; on CPU the KV bytes held and the process's peak RSS above
 its baseline (sampled every 2 ms). The lower bound on decode steps is
 ``max(max_i L_i, ceil(sum_i L_i / num_slots))`` (first tokens come from the prefill, so the engine's
@@ -29,7 +33,10 @@ from infgrpo.bench.harness import Benchmark, spawn_all
 from infgrpo.bench.memory import PeakRSS, mib
 from infgrpo.bench.models import NAMES_HELP, bench_setup
 from infgrpo.bench.table import Column, cell, markdown_table, ratio
+from infgrpo.registry import choices
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
+from infgrpo.sampler.baselines import Decoder
+from infgrpo.sampler.hf_continuous import refusal
 
 
 def run_one(cfg: dict) -> dict:
@@ -37,6 +44,8 @@ def run_one(cfg: dict) -> dict:
     model, prompts, pad_id, stop_ids = bench_setup(cfg["model"], cfg["prompts"], 0, cfg.get("stop_fraction", 0.02))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)
+    if cfg["decoder"] == "hf_cb" and (reason := refusal(model)) is not None:
+        return {**cfg, "skipped": f"hf_cb cannot run: {reason}"}
     budget = cfg.get("rollout_memory")
     sc = SamplerConfig(
         num_slots="auto" if budget else cfg["num_slots"],
@@ -160,7 +169,7 @@ def decoder_table(rows: list[dict]) -> str:
 
     Columns: slots, KV bytes held, peak memory (CUDA or RSS rise), decode steps and their lower bound,
     tokens/s and wall time, then ratios to ``hf_micro`` (steps, tokens/s) and ``hf_full`` (memory) of
-    the same prompts and G.
+    the same prompts and G, and to ``hf_cb`` (tokens/s, memory) when the rows have it.
     """
     columns: list[Column] = [
         ("prompts", cell("prompts")),
@@ -177,6 +186,11 @@ def decoder_table(rows: list[dict]) -> str:
         ("tok/s vs hf_micro", lambda r: versus(rows, r, "hf_micro", lambda x: x["tokens_per_s"])),
         ("memory vs hf_full", lambda r: versus(rows, r, "hf_full", memory_bytes)),
     ]
+    if any(r["decoder"] == "hf_cb" for r in rows):  # older tables (without it) re-print as recorded
+        columns += [
+            ("tok/s vs hf_cb", lambda r: versus(rows, r, "hf_cb", lambda x: x["tokens_per_s"])),
+            ("memory vs hf_cb", lambda r: versus(rows, r, "hf_cb", memory_bytes)),
+        ]
     return markdown_table(columns, rows, keys=3)
 
 
@@ -211,7 +225,14 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--prompts", type=int, nargs="+", default=[1, 8], help="prompts per step")
     ap.add_argument("--num-slots", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--decoders", nargs="+", default=["hf_full", "hf_micro", "engine"])
+    ap.add_argument(
+        "--decoders",
+        nargs="+",
+        default=["hf_full", "hf_micro", "engine"],
+        choices=choices(Decoder),
+        help="decoders to compare (hf_cb: transformers' continuous batching; its log-probs are taken after "
+        "top-k / top-p and its completions depend on the schedule)",
+    )
     ap.add_argument(
         "--rollout-memory",
         nargs="+",

@@ -1,4 +1,4 @@
-"""The HF ``generate`` decoders: micro groups over one prefilled prompt, and the two baselines.
+"""The HF decoders: ``generate`` in micro groups over one prefilled prompt, the two baselines, and ``hf_cb``.
 
     rollouts = BASELINES.get("hf_micro")(model, prompt_ids, group_size, num_slots, seed, 0, kwargs, kv_bytes)
 
@@ -10,8 +10,11 @@ Chosen by ``SamplerConfig.decoder`` (:data:`Decoder`: the slot-pool ``engine``, 
   continuous refill).
 - ``hf_micro``: naive micro-groups, the prompt prefilled each round.
 - ``hf_full``: the whole group in one ``generate`` call (memory grows with the group size).
+- ``hf_cb``: transformers' own continuous batching (``generate_batch``, as TRL runs it), in
+  :mod:`infgrpo.sampler.hf_continuous`. Unlike every other decoder its log-probs are taken after
+  top-k / top-p filtering, and its completions depend on the schedule (``num_slots``, the other prompts).
 
-Each round draws from its own seeded generator state, derived from (seed, prompt, round).
+Each ``generate`` round draws from its own seeded generator state, derived from (seed, prompt, round).
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, Pre
 
 from infgrpo.registry import Registry
 from infgrpo.runtime.seeds import derive_seed
+from infgrpo.sampler.hf_continuous import ContinuousBatching
 from infgrpo.sampler.rollouts import Rollouts
 
-Decoder = Literal["engine", "micro_groups", "hf_micro", "hf_full"]
+Decoder = Literal["engine", "micro_groups", "hf_micro", "hf_full", "hf_cb"]
 """``SamplerConfig.decoder``: the slot-pool engine, or one of :data:`BASELINES`."""
 
 
@@ -221,3 +225,4 @@ BASELINES = Registry("decoder")
 BASELINES.register("micro_groups")(Baseline(prefill_once=True, whole_group=False))
 BASELINES.register("hf_micro")(Baseline(prefill_once=False, whole_group=False))
 BASELINES.register("hf_full")(Baseline(prefill_once=False, whole_group=True))
+BASELINES.register("hf_cb")(ContinuousBatching())

@@ -53,8 +53,11 @@ class SamplerConfig:
     decoder: Decoder = "engine"
     """'engine' (slot pool: prompt prefilled once, finished slots refilled at once), 'micro_groups'
     (HF generate round by round over one prefilled prompt cache), 'hf_micro' (baseline: HF generate
-    round by round, prompt prefilled every round) or 'hf_full' (baseline: HF generate over the whole
-    group at once; memory grows with the group size)."""
+    round by round, prompt prefilled every round), 'hf_full' (baseline: HF generate over the whole
+    group at once; memory grows with the group size) or 'hf_cb' (peer: transformers' continuous
+    batching, generate_batch, with num_slots sequences a forward and K/V for num_slots sequences; its
+    log-probs are taken after top-k / top-p filtering, the others' before, and its completions depend
+    on the schedule: num_slots and the other prompts change them)."""
     refill: Refill = "lpt"
     """Which waiting sequence takes a free slot: 'fifo' (prompt-major order), 'sjf' (shortest
     predicted first, the paper's), 'lpt' (longest predicted first) or 'planned' (follow the

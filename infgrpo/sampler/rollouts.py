@@ -17,7 +17,8 @@ class Rollouts:
     Entry ``i`` belongs to prompt ``i // group_size``. ``completion_ids[i]`` includes the stop token
     when ``finish_reasons[i] == "stop"``; ``logprobs[i]`` (len(completion_ids[i]),) holds each
     generated token's log-prob under the model's distribution at the sampling temperature, before
-    top-k / top-p filtering (the same quantity the training forward computes).
+    top-k / top-p filtering (the same quantity the training forward computes); decoder ``hf_cb``
+    (transformers' continuous batching) gives them after that filtering.
     """
 
     prompt_ids: list[list[int]]

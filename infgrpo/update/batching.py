@@ -29,6 +29,16 @@ class MicroBatch:
     completion_ids: torch.Tensor
     completion_mask: torch.Tensor
 
+    @property
+    def generated(self) -> torch.Tensor:
+        """(n, C) bool: the generated tokens (not padding), whatever the loss mask says."""
+        return self.attention_mask[:, -self.completion_ids.shape[1] :].bool()
+
+    @property
+    def padded_tokens(self) -> int:
+        """Positions the forward runs over: rows x (P + C)."""
+        return self.input_ids.numel()
+
     def to(self, device: torch.device | str) -> MicroBatch:
         """A copy with every tensor on ``device``."""
         return MicroBatch(
@@ -102,7 +112,7 @@ def split_rows(
         return [(mb, per_row)]
     halves = []
     for lo, hi in ((0, n // 2), (n // 2, n)):
-        c_len = int(mb.completion_mask[lo:hi].sum(dim=1).max().item())
+        c_len = int(mb.generated[lo:hi].sum(dim=1).max().item())
         c_full = mb.completion_ids.shape[1]
         p_full = mb.input_ids.shape[1] - c_full
         p_start = int((mb.attention_mask[lo:hi, :p_full].sum(dim=0) > 0).nonzero().min().item()) if p_full else 0

@@ -12,6 +12,10 @@ gradient in place: ``dlogp/dz = (onehot(t) - softmax(z / T)) / T``. So the extra
 (chunk x V) buffers, never (N x V) — the fused linear cross-entropy idea of Liger and Unsloth, with
 the GRPO target (a log-prob per token, not a mean loss), in plain torch so it runs anywhere.
 
+:func:`chunked_logprobs_and_entropy` also returns each position's entropy ``H = -sum_v p_v log p_v``
+from the same chunks (``lse - sum p z``), for TRL's ``entropy`` metric, ``top_entropy_quantile`` and
+the entropy bonus; its backward adds ``dH/dz = -p * (log p + H) / T`` in the same recomputation.
+
 A LoRA-adapted head (peft ``lora.Linear``, when ``lm_head`` is a target) is a sum of linear terms,
 ``h @ W^T + (s * A(dropout(h))) @ B^T``: the rank-r input ``s * A(h)`` (N, r) is computed outside
 with ordinary autograd and enters as a second (input, weight) term. Heads that are not linear in
@@ -50,49 +54,71 @@ class ChunkedLogprobs(torch.autograd.Function):
     """``log_softmax(sum_i x_i @ w_i^T + bias) / T)[targets]`` (N,), chunk by chunk (see the module docstring).
 
     Arguments of :meth:`apply`: ``targets`` (N,) int64, ``scale`` (the temperature), ``chunk``
-    (positions per chunk), ``bias`` (V,) or None, then the terms ``x_1, w_1, x_2, w_2, ...`` with
-    ``x_i`` (N, D_i) and ``w_i`` (V, D_i). Gradients flow to every x_i, w_i and the bias that need them.
+    (positions per chunk), ``entropy`` (bool: also return the entropy (N,) of each position's
+    distribution), ``bias`` (V,) or None, then the terms ``x_1, w_1, x_2, w_2, ...`` with ``x_i`` (N, D_i)
+    and ``w_i`` (V, D_i). Gradients flow to every x_i, w_i and the bias that need them, from the
+    log-probs, the entropy, or both.
     """
 
     @staticmethod
-    def forward(ctx, targets, scale, chunk, bias, *terms):  # noqa: ANN001, ANN205 - autograd.Function signature
-        """Log-probs (N,), one chunk of logits alive at a time; saves the log-sum-exp (N,) for the backward."""
+    def forward(ctx, targets, scale, chunk, entropy, bias, *terms):  # noqa: ANN001, ANN205 - autograd.Function
+        """Log-probs (N,) [and entropies (N,)], one chunk of logits alive at a time; saves (N,) statistics only."""
+        ctx.set_materialize_grads(False)  # an output nobody differentiates gets None, not a tensor of zeros
         xs, ws = list(terms[0::2]), list(terms[1::2])
         n = targets.shape[0]
         out_dtype = torch.promote_types(ws[0].dtype, torch.float32)  # bf16 -> f32, f64 stays
         logp = torch.empty(n, dtype=out_dtype, device=targets.device)
         lse = torch.empty(n, dtype=out_dtype, device=targets.device)
+        ent = torch.empty(n, dtype=out_dtype, device=targets.device) if entropy else lse[:0]
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             z = _scaled(_logits(xs, ws, bias, s, e), out_dtype, scale)  # (c, V) float32
             lse[s:e] = torch.logsumexp(z, dim=-1)  # one more (c, V) buffer inside
             logp[s:e] = z.gather(-1, targets[s:e, None]).squeeze(-1) - lse[s:e]
+            if entropy:
+                z.sub_(lse[s:e, None])  # (c, V) log p, in place
+                ent[s:e] = -z.exp().mul_(z).sum(-1)  # -sum p log p, one more (c, V) buffer
             del z
-        ctx.scale, ctx.chunk, ctx.num_terms = scale, chunk, len(xs)
-        ctx.save_for_backward(targets, lse, bias, *terms)
-        return logp
+        ctx.scale, ctx.chunk, ctx.num_terms, ctx.entropy = scale, chunk, len(xs), entropy
+        ctx.save_for_backward(targets, lse, ent, bias, *terms)
+        return (logp, ent) if entropy else logp
 
     @staticmethod
-    def backward(ctx, grad):  # noqa: ANN001, ANN205 - autograd.Function signature
-        """Gradients of the terms and bias from ``grad`` (N,), recomputing one chunk of logits at a time."""
-        targets, lse, bias, *terms = ctx.saved_tensors
+    def backward(ctx, *grads):  # noqa: ANN001, ANN205 - autograd.Function signature
+        """Gradients of the terms and bias from the outputs' gradients (N,) (None: not used), one chunk at a time.
+
+        Per position, with ``p = softmax(z / T)``: ``dlogp_t/dz = (onehot(t) - p) / T`` and
+        ``dH/dz = -p * (log p + H) / T``.
+        """
+        targets, lse, ent, bias, *terms = ctx.saved_tensors
+        grad_logp, grad_ent = (grads[0], grads[1]) if ctx.entropy else (grads[0], None)
+        if grad_logp is None and grad_ent is None:
+            return (None,) * (5 + 2 * ctx.num_terms)
         xs, ws = terms[0::2], terms[1::2]
-        needs = ctx.needs_input_grad  # (targets, scale, chunk, bias, x_1, w_1, x_2, w_2, ...)
-        grad_bias = torch.zeros_like(bias) if bias is not None and needs[3] else None
-        grad_x = [torch.empty_like(x) if needs[4 + 2 * i] else None for i, x in enumerate(xs)]
-        grad_w = [torch.zeros_like(w) if needs[5 + 2 * i] else None for i, w in enumerate(ws)]
+        needs = ctx.needs_input_grad  # (targets, scale, chunk, entropy, bias, x_1, w_1, x_2, w_2, ...)
+        grad_bias = torch.zeros_like(bias) if bias is not None and needs[4] else None
+        grad_x = [torch.empty_like(x) if needs[5 + 2 * i] else None for i, x in enumerate(xs)]
+        grad_w = [torch.zeros_like(w) if needs[6 + 2 * i] else None for i, w in enumerate(ws)]
         n = targets.shape[0]
         for s in range(0, n, ctx.chunk):
             e = min(n, s + ctx.chunk)
             z = _logits(list(xs), list(ws), bias, s, e)  # (c, V) recomputed, the head's dtype
             logit_dtype = z.dtype
-            p = _scaled(z, lse.dtype, ctx.scale)  # (c, V) float32 (z itself when the head is float32)
+            gz = _scaled(z, lse.dtype, ctx.scale)  # (c, V) float32 (z itself when the head is float32)
             del z
-            p.sub_(lse[s:e, None]).exp_()  # softmax(z / T), in place
-            g = grad[s:e, None].to(p.dtype)  # (c, 1)
-            p.mul_(-g).scatter_add_(-1, targets[s:e, None], g)  # g * (onehot - softmax)
-            gz = p.div_(ctx.scale).to(logit_dtype)  # (c, V): dlogp/dz, the head's dtype
-            del p
+            gz.sub_(lse[s:e, None])  # log p, in place
+            if grad_ent is None:
+                g = grad_logp[s:e, None].to(gz.dtype)  # (c, 1)
+                gz.exp_().mul_(-g).scatter_add_(-1, targets[s:e, None], g)  # g * (onehot - p)
+            else:
+                p = gz.exp()  # (c, V), a second buffer
+                h = grad_ent[s:e, None].to(gz.dtype)  # (c, 1)
+                gz.add_(ent[s:e, None]).mul_(p).mul_(-h)  # -h * p * (log p + H)
+                if grad_logp is not None:
+                    g = grad_logp[s:e, None].to(p.dtype)
+                    gz.add_(p.mul_(-g).scatter_add_(-1, targets[s:e, None], g))  # + g * (onehot - p)
+                del p
+            gz = gz.div_(ctx.scale).to(logit_dtype)  # (c, V): d(output)/dz, the head's dtype
             if grad_bias is not None:
                 grad_bias += gz.sum(dim=0).to(grad_bias.dtype)
             for i in range(ctx.num_terms):
@@ -100,8 +126,9 @@ class ChunkedLogprobs(torch.autograd.Function):
                     grad_x[i][s:e] = (gz @ ws[i].to(logit_dtype)).to(grad_x[i].dtype)  # (c, D_i)
                 if grad_w[i] is not None:
                     grad_w[i] += (gz.t() @ xs[i][s:e].to(logit_dtype)).to(grad_w[i].dtype)  # (V, D_i)
+            del gz
         pairs = [g for i in range(ctx.num_terms) for g in (grad_x[i], grad_w[i])]
-        return None, None, None, grad_bias, *pairs
+        return None, None, None, None, grad_bias, *pairs
 
 
 def is_plain_linear(module: nn.Module) -> bool:
@@ -149,6 +176,18 @@ def head_terms(
     return terms, base.bias
 
 
+def _apply(
+    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, chunk_tokens: int, entropy: bool
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """:class:`ChunkedLogprobs` on ``head``'s linear terms at ``hidden`` (N, H), after validating the chunk."""
+    if chunk_tokens < 1:
+        raise ValueError(f"logit_chunk_tokens={chunk_tokens} must be >= 1 here (0 selects the full-logits path)")
+    terms, bias = head_terms(head, hidden)
+    scale = float(temperature) if temperature > 0 else 1.0
+    flat = [t for pair in terms for t in pair]
+    return ChunkedLogprobs.apply(targets, scale, int(chunk_tokens), entropy, bias, *flat)
+
+
 def chunked_logprobs(
     head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, chunk_tokens: int
 ) -> torch.Tensor:
@@ -157,9 +196,17 @@ def chunked_logprobs(
     ``temperature`` divides the logits (<= 0 counts as 1, as greedy decoding has no temperature);
     ``chunk_tokens`` positions go through the head at a time, forward and backward.
     """
-    if chunk_tokens < 1:
-        raise ValueError(f"logit_chunk_tokens={chunk_tokens} must be >= 1 here (0 selects the full-logits path)")
-    terms, bias = head_terms(head, hidden)
-    scale = float(temperature) if temperature > 0 else 1.0
-    flat = [t for pair in terms for t in pair]
-    return ChunkedLogprobs.apply(targets, scale, int(chunk_tokens), bias, *flat)
+    return _apply(head, hidden, targets, temperature, chunk_tokens, entropy=False)
+
+
+def chunked_logprobs_and_entropy(
+    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, chunk_tokens: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs (N,) of ``targets`` and the entropy (N,) of each position's tempered distribution.
+
+    As :func:`chunked_logprobs`, with ``H = -sum_v p_v log p_v`` of ``p = softmax(logits / temperature)``
+    computed in the same chunks (one more (chunk x V) buffer, (N,) saved). The entropy is differentiable:
+    a loss that uses it (the entropy bonus) gets its gradient through the same recomputation; one
+    that only reads it (logging, the entropy mask) adds nothing to the backward.
+    """
+    return _apply(head, hidden, targets, temperature, chunk_tokens, entropy=True)

@@ -18,7 +18,14 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from infgrpo.update.batching import MicroBatch
-from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS, chunked_logprobs, head_terms
+from infgrpo.update.chunked_head import (
+    DEFAULT_LOGIT_CHUNK_TOKENS,
+    chunked_logprobs,
+    chunked_logprobs_and_entropy,
+    head_terms,
+)
+from infgrpo.update.shared_batching import SharedMicroBatch
+from infgrpo.update.shared_prompt import shared_hidden, shared_logits
 
 UNSUPPORTED_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 """Config fields of models whose forward changes the logits after the LM head (Gemma 2/3 soft-capping,
@@ -88,19 +95,37 @@ def check_chunked_head(model: nn.Module, chunk_tokens: int) -> None:
 
 def completion_logprobs(
     model: PreTrainedModel,
-    mb: MicroBatch,
+    mb: MicroBatch | SharedMicroBatch,
     temperature: float = 1.0,
     chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
-) -> torch.Tensor:
-    """Log-probs (n, C) of ``mb.completion_ids`` under ``model`` at ``temperature``.
+    entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs (n, C) of ``mb.completion_ids`` under ``model`` at ``temperature`` (and, with ``entropy``,
+    the entropy (n, C) of each position's tempered distribution, differentiable).
 
     ``chunk_tokens``: positions through the LM head at a time (the chunked path), or 0 for the
-    full-logits path (see the module docstring). Positions after a row's completion (padding) hold 0
-    on the chunked path and the pad token's log-prob on the full path; both are masked in the loss.
+    full-logits path (see the module docstring). A :class:`~infgrpo.update.shared_batching.SharedMicroBatch`
+    runs each prompt once (:mod:`infgrpo.update.shared_prompt`). Positions after a row's completion
+    (padding) hold 0 on the chunked path and the pad token's log-prob on the full path; both are masked
+    in the loss.
     """
     if chunk_tokens == 0:
-        return full_logits_logprobs(model, mb, temperature)
+        return full_logits_logprobs(model, mb, temperature, entropy=entropy)
     decoder, head = causal_lm_parts(model)
+    real = mb.generated  # (n, C): generated tokens, not padding
+    h = hidden_before_completions(decoder, mb)[real]  # (N, H): the state that predicts each token
+    targets = mb.completion_ids[real]
+    if not entropy:
+        logp = chunked_logprobs(head, h, targets, temperature, chunk_tokens)  # (N,)
+        return logp.new_zeros(real.shape).index_put((real,), logp)  # (n, C)
+    logp, ent = chunked_logprobs_and_entropy(head, h, targets, temperature, chunk_tokens)  # (N,) each
+    return logp.new_zeros(real.shape).index_put((real,), logp), ent.new_zeros(real.shape).index_put((real,), ent)
+
+
+def hidden_before_completions(decoder: torch.nn.Module, mb: MicroBatch | SharedMicroBatch) -> torch.Tensor:
+    """Final hidden states (n, C, H): position t is the state that predicts completion token t."""
+    if isinstance(mb, SharedMicroBatch):
+        return shared_hidden(decoder, mb)
     c_len = mb.completion_ids.shape[1]
     hidden = decoder(
         input_ids=mb.input_ids,
@@ -108,20 +133,13 @@ def completion_logprobs(
         position_ids=mb.position_ids,
         use_cache=False,
     ).last_hidden_state  # (n, P + C, H)
-    real = mb.attention_mask[:, -c_len:].bool()  # (n, C): generated tokens, not padding
-    h = hidden[:, -c_len - 1 : -1][real]  # (N, H): position t predicts completion token t
-    logp = chunked_logprobs(head, h, mb.completion_ids[real], temperature, chunk_tokens)  # (N,)
-    return logp.new_zeros(real.shape).index_put((real,), logp)  # (n, C)
+    return hidden[:, -c_len - 1 : -1]
 
 
-def full_logits_logprobs(
-    model: PreTrainedModel, mb: MicroBatch, temperature: float = 1.0, chunk_rows: int = 8
-) -> torch.Tensor:
-    """Log-probs (n, C) from the model's own logits (the full-logits path; ``logit_chunk_tokens: 0``).
-
-    Only the last C + 1 positions produce logits (``logits_to_keep``), and the log-softmax runs in
-    chunks of ``chunk_rows`` rows so float32 logits of the whole micro-batch never coexist.
-    """
+def completion_logits(model: PreTrainedModel, mb: MicroBatch | SharedMicroBatch) -> torch.Tensor:
+    """The model's own logits (n, C, V) before each completion token (only the last C + 1 positions computed)."""
+    if isinstance(mb, SharedMicroBatch):
+        return shared_logits(model, mb)
     c_len = mb.completion_ids.shape[1]
     out = model(
         input_ids=mb.input_ids,
@@ -135,12 +153,33 @@ def full_logits_logprobs(
             f"{type(model).__name__} returned logits for {out.logits.shape[1]} positions, not the last {c_len + 1}: "
             "it ignores logits_to_keep, which infgrpo needs to align completion tokens with their log-probs"
         )
-    logits = out.logits[:, :-1]  # (n, C, V): position t predicts completion token t
+    return out.logits[:, :-1]  # (n, C, V): position t predicts completion token t
+
+
+def full_logits_logprobs(
+    model: PreTrainedModel,
+    mb: MicroBatch | SharedMicroBatch,
+    temperature: float = 1.0,
+    chunk_rows: int = 8,
+    entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs (n, C) from the model's own logits (the full-logits path; ``logit_chunk_tokens: 0``), and
+    with ``entropy`` each position's entropy (n, C).
+
+    The log-softmax runs in chunks of ``chunk_rows`` rows so float32 logits of the whole micro-batch
+    never coexist.
+    """
+    logits = completion_logits(model, mb)  # (n, C, V)
     scale = temperature if temperature > 0 else 1.0
-    pieces = []
+    pieces, entropies = [], []
     for s in range(0, logits.shape[0], chunk_rows):
         chunk = logits[s : s + chunk_rows]
         chunk = chunk.to(torch.promote_types(chunk.dtype, torch.float32)) / scale  # bf16 -> f32, f64 stays
         tok = mb.completion_ids[s : s + chunk_rows].unsqueeze(-1)
-        pieces.append(torch.log_softmax(chunk, dim=-1).gather(-1, tok).squeeze(-1))
-    return torch.cat(pieces, dim=0)
+        logp = torch.log_softmax(chunk, dim=-1)
+        pieces.append(logp.gather(-1, tok).squeeze(-1))
+        if entropy:
+            entropies.append(-(logp.exp() * logp).sum(-1))
+    if not entropy:
+        return torch.cat(pieces, dim=0)
+    return torch.cat(pieces, dim=0), torch.cat(entropies, dim=0)

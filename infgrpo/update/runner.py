@@ -8,7 +8,8 @@ Steps of :meth:`PolicyUpdate.run`:
 
 1. the token budget of this update (an integer, or under ``token_budget: auto`` the plan for
    ``update_memory``; capped at what fit after an earlier out-of-memory retry) and the micro-batches
-   within it, completions cut at ``max_new_tokens`` masked out when asked;
+   within it (with ``share_prompt``, each group's prompt once per micro-batch:
+   :mod:`infgrpo.update.shared_prompt`), completions cut at ``max_new_tokens`` masked out when asked;
 2. frozen log-probs where needed: the reference's (``beta > 0``) and the rollout policy's
    (``num_iterations > 1``);
 3. ``num_iterations`` optimizer steps, each accumulating the policy gradient over the micro-batches
@@ -31,16 +32,19 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from infgrpo.algo import AdaptiveEntropyCoef, entropy_threshold, high_entropy_mask
 from infgrpo.runtime.oom import first_line, retry_on_oom
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler import Rollouts
-from infgrpo.update.batching import MicroBatch
 from infgrpo.update.budget import UpdateSizer
+from infgrpo.update.shared_batching import prepare_shared_microbatches
 from infgrpo.update.step import (
+    Batch,
     LossConfig,
     accumulate_policy_gradients,
     frozen_logprobs,
+    per_row,
     prepare_microbatches,
     split_microbatches,
 )
@@ -64,9 +68,9 @@ class UpdateResult:
         return {"update/oom_retries": self.oom_retries, "update/token_budget": self.token_budget, **self.stats}
 
 
-def largest(mbs: list[MicroBatch]) -> int:
-    """Padded tokens (rows x columns) of the largest of ``mbs``."""
-    return max(mb.input_ids.numel() for mb in mbs)
+def largest(mbs: list[Batch]) -> int:
+    """Padded tokens of the largest of ``mbs``."""
+    return max(mb.padded_tokens for mb in mbs)
 
 
 class PolicyUpdate:
@@ -79,6 +83,8 @@ class PolicyUpdate:
         update_memory: the budget of ``token_budget: auto`` (see :mod:`infgrpo.update.budget`).
         mask_truncated_completions: completions cut at ``max_new_tokens`` add nothing to the loss.
         pad_id: the token that pads micro-batches.
+        share_prompt: run each group's prompt once per micro-batch, its completions attending to its K/V
+            (resolved for the model: :func:`~infgrpo.update.shared_prompt.resolve_share_prompt`).
     """
 
     def __init__(
@@ -89,11 +95,13 @@ class PolicyUpdate:
         update_memory: int | float | str = 0.7,
         mask_truncated_completions: bool = False,
         pad_id: int = 0,
+        share_prompt: bool = False,
     ) -> None:
-        self.loss, self.num_iterations, self.pad_id = loss, num_iterations, pad_id
+        self.loss, self.num_iterations, self.pad_id, self.share_prompt = loss, num_iterations, pad_id, share_prompt
         self.mask_truncated_completions = mask_truncated_completions
         self.sizer = UpdateSizer(token_budget, update_memory, loss.logit_chunk_tokens)
         self.token_budget_cap: int | None = None  # after an out-of-memory retry: the budget that fit
+        self.entropy_coef = AdaptiveEntropyCoef.from_objective(loss.objective)  # None unless adaptive
 
     def run(
         self,
@@ -113,11 +121,9 @@ class PolicyUpdate:
         disabled); ``ranks`` / ``no_sync``: data parallelism (see :mod:`infgrpo.update.step`).
         """
         cfg, device = self.loss, next(policy.parameters()).device
-        prompts = [rollouts.prompt_ids[i] for i in rollouts.prompt_index]
-        masked = rollouts.finish_reasons if self.mask_truncated_completions else None
 
-        def pack(budget: int) -> list[MicroBatch]:
-            return [mb.to(device) for mb in self.pack(prompts, rollouts.completion_ids, budget, masked)]
+        def pack(budget: int) -> list[Batch]:
+            return [mb.to(device) for mb in self.pack(rollouts, budget)]
 
         # 1) the token budget and the micro-batches within it
         longest = max(len(p) for p in rollouts.prompt_ids) + max(rollouts.lengths, default=0)
@@ -126,23 +132,28 @@ class PolicyUpdate:
         adapt_threads(policy, rows=budget)  # CPU threads for the update: work size, free cores
 
         # 2) frozen log-probs; out of memory: packed again at half the budget
-        def frozen(state: tuple[int, list[MicroBatch]]) -> tuple[list | None, list | None]:
-            mbs, chunk = state[1], cfg.logit_chunk_tokens
-            ref = frozen_logprobs(policy, mbs, cfg.temperature, ref_model, True, chunk) if cfg.beta > 0 else None
+        def frozen(state: tuple[int, list[Batch]]) -> tuple[list | None, list | None]:
+            mbs, chunk, beta = state[1], cfg.logit_chunk_tokens, cfg.objective.beta
+            ref = frozen_logprobs(policy, mbs, cfg.temperature, ref_model, True, chunk) if beta > 0 else None
             old = frozen_logprobs(policy, mbs, cfg.temperature, chunk_tokens=chunk) if self.num_iterations > 1 else None
             return ref, old
 
-        def repack(state: tuple[int, list[MicroBatch]], message: str) -> tuple[int, list[MicroBatch]]:
+        def repack(state: tuple[int, list[Batch]], message: str) -> tuple[int, list[Batch]]:
             half = self.halve(message, state[1], ranks)
             return half, pack(half)
 
         (ref, old), (budget, mbs), retries = retry_on_oom(frozen, (budget, pack(budget)), repack)
+        behaviour = per_row(mbs, rollouts.logprobs)  # the rollout's log-probs, (n_mb, C_mb) each
 
         # 3) mu optimizer steps; out of memory: every micro-batch split in two (nothing was stepped yet)
         def accumulate(state: tuple) -> dict[str, float]:
             zero_grad()
-            batch, old_lp, ref_lp = state
-            return accumulate_policy_gradients(policy, batch, advantages, cfg, backward, old_lp, ref_lp, ranks, no_sync)
+            batch, old_lp, ref_lp, behaviour_lp = state
+            masks = self.entropy_masks(policy, batch, ranks) if cfg.objective.entropy_mask else None
+            coef = self.entropy_coef.applied() if self.entropy_coef is not None else None
+            return accumulate_policy_gradients(
+                policy, batch, advantages, cfg, backward, old_lp, ref_lp, ranks, no_sync, behaviour_lp, masks, coef
+            )
 
         def split(state: tuple, message: str) -> tuple:
             zero_grad()  # drop the partial gradients
@@ -151,39 +162,70 @@ class PolicyUpdate:
 
         policy.train()
         for _ in range(self.num_iterations):
-            stats, (mbs, old, ref), more = retry_on_oom(accumulate, (mbs, old, ref), split)
+            stats, (mbs, old, ref, behaviour), more = retry_on_oom(accumulate, (mbs, old, ref, behaviour), split)
             retries += more
             optimizer_step()
+            bonus = stats.pop("entropy_bonus", None)  # (entropy sum, tokens) of the step
+            if self.entropy_coef is not None:
+                self.entropy_coef.update(*bonus)
+        stats["entropy_coef"] = self.entropy_coef.coef if self.entropy_coef is not None else cfg.objective.entropy_coef
         if retries:  # later updates pack within what fit
             self.token_budget_cap = budget = largest(mbs)
         return UpdateResult(stats, budget, retries, largest(mbs))
+
+    def entropy_masks(self, policy: PreTrainedModel, mbs: list[Batch], ranks: Ranks) -> list[torch.Tensor]:
+        """``top_entropy_quantile``: each micro-batch's (n, C) mask of the tokens at or above the quantile of
+        the *whole* batch's entropies (every rank's), from a pass without gradients under the current policy."""
+        cfg = self.loss
+        _, entropies = frozen_logprobs(policy, mbs, cfg.temperature, chunk_tokens=cfg.logit_chunk_tokens, entropy=True)
+        masks = [mb.completion_mask for mb in mbs]
+        threshold = entropy_threshold(entropies, masks, cfg.objective.top_entropy_quantile, ranks)
+        return [high_entropy_mask(e, m, threshold) for e, m in zip(entropies, masks, strict=True)]
+
+    def state_dict(self) -> dict[str, float]:
+        """What later updates learned: the adaptive entropy coefficient (TRL's keys) and the budget that fit."""
+        state: dict = {"token_budget_cap": self.token_budget_cap}
+        if self.entropy_coef is not None:
+            state.update(self.entropy_coef.state_dict())
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`."""
+        self.token_budget_cap = state.get("token_budget_cap")
+        if self.entropy_coef is not None and "entropy_coef" in state:
+            self.entropy_coef.load_state_dict(state)
 
     def observe(self, peak_rise_bytes: int | None, result: UpdateResult) -> None:
         """CUDA: checks the plan of ``token_budget: auto`` against the update's measured peak rise."""
         if peak_rise_bytes is not None:
             self.sizer.observe(peak_rise_bytes, result.largest_microbatch)
 
-    def pack(
-        self, prompts: list[list[int]], completions: list[list[int]], budget: int, finish_reasons: list[str] | None
-    ) -> list[MicroBatch]:
+    def pack(self, rollouts: Rollouts, budget: int) -> list[Batch]:
         """The rollout's micro-batches within ``budget`` padded tokens (on the CPU).
 
-        With ``finish_reasons``, completions cut at ``max_new_tokens`` (reason ``length``) get an all-zero
-        loss mask: they keep their place in the group's advantages but add nothing to the loss.
+        With ``mask_truncated_completions``, completions cut at ``max_new_tokens`` (reason ``length``) get an
+        all-zero loss mask: they keep their place in the group's advantages but add nothing to the loss.
         """
-        mbs = prepare_microbatches(prompts, completions, budget, self.pad_id)
-        if finish_reasons is not None:
+        completions = rollouts.completion_ids
+        if self.share_prompt:
+            mbs = prepare_shared_microbatches(
+                rollouts.prompt_ids, rollouts.prompt_index, completions, budget, self.pad_id
+            )
+        else:
+            prompts = [rollouts.prompt_ids[i] for i in rollouts.prompt_index]
+            mbs = prepare_microbatches(prompts, completions, budget, self.pad_id)
+        if self.mask_truncated_completions:
             for mb in mbs:
                 for r, row in enumerate(mb.rows):
-                    if finish_reasons[row] == "length":
+                    if rollouts.finish_reasons[row] == "length":
                         mb.completion_mask[r] = 0.0
         return mbs
 
     @staticmethod
-    def halve(message: str, mbs: list[MicroBatch], ranks: Ranks) -> int:
+    def halve(message: str, mbs: list[Batch], ranks: Ranks) -> int:
         """Half the size of the largest of ``mbs``, after an update ran out of device memory with them.
 
-        The size of a micro-batch is its padded tokens (rows x columns). Raises a ``torch.OutOfMemoryError``
+        The size of a micro-batch is its padded tokens. Raises a ``torch.OutOfMemoryError``
         that says what to lower when halving cannot help (every micro-batch is one sequence already) or
         when ranks would disagree (data parallel).
         """

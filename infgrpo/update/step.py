@@ -17,35 +17,35 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import PreTrainedModel
 
-from infgrpo.algo import LossNorm, clipped_surrogate, policy_loss
+from infgrpo.algo import LossNorm, Objective, combine_mismatch, mismatch_metrics, objective_loss, reduce_means
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget, split_rows
 from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 from infgrpo.update.logprobs import completion_logprobs
+from infgrpo.update.shared_batching import SharedMicroBatch, split_shared
+
+Batch = MicroBatch | SharedMicroBatch
+PerBatch = list[torch.Tensor] | None
+"""One (n_mb, C_mb) tensor per micro-batch (old, reference or behaviour log-probs, entropy masks), or None."""
 
 
 @dataclass
 class LossConfig:
-    """The objective's settings (see :mod:`infgrpo.algo.losses`), and how its log-probs are computed.
+    """What the update minimizes (:class:`~infgrpo.algo.Objective`), and how its log-probs are computed.
 
-    Defaults are :class:`~infgrpo.GRPOModule`'s (``kl_bias_correction`` on, as in TRL 1.16).
-    ``logit_chunk_tokens``: completion positions through the LM head at a time (0 = full logits; see
-    :mod:`infgrpo.update.logprobs`).
+    ``temperature``: the sampling temperature the log-probs are taken at; ``max_completion_length``: the
+    ``dr_grpo`` normalizer; ``logit_chunk_tokens``: completion positions through the LM head at a time
+    (0 = full logits; see :mod:`infgrpo.update.logprobs`).
     """
 
-    loss_type: str = "grpo"
-    epsilon_low: float = 0.2
-    epsilon_high: float = 0.2
-    beta: float = 0.0
-    kl_estimator: str = "k3"
+    objective: Objective = field(default_factory=Objective)
     temperature: float = 1.0
     max_completion_length: int = 128
-    kl_bias_correction: bool = True
     logit_chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS
 
 
@@ -57,24 +57,36 @@ def prepare_microbatches(
     return [collate(rows, prompts, completions, pad_id) for rows in groups]
 
 
-def split_microbatches(
-    mbs: list[MicroBatch], old: list[torch.Tensor] | None, ref: list[torch.Tensor] | None
-) -> tuple[list[MicroBatch], list[torch.Tensor] | None, list[torch.Tensor] | None]:
-    """Every micro-batch of two or more rows in two halves, with its frozen log-probs (n, C) split alike.
+def per_row(mbs: list[Batch], values: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``values[i]`` (a 1-D tensor per batch row, e.g. the rollout's log-probs) as one (n_mb, C_mb) tensor per
+    micro-batch, right-padded with 0, on each micro-batch's device."""
+    out = []
+    for mb in mbs:
+        width = mb.completion_ids.shape[1]
+        t = torch.zeros(len(mb.rows), width, dtype=torch.float32)
+        for r, row in enumerate(mb.rows):
+            v = torch.as_tensor(values[row], dtype=torch.float32)[:width]
+            t[r, : len(v)] = v
+        out.append(t.to(mb.completion_ids.device))
+    return out
+
+
+def split_microbatches(mbs: list[Batch], *tensors: PerBatch) -> tuple[list[Batch], ...]:
+    """Every micro-batch of two or more rows in two halves, with its per-row tensors (n, C) split alike.
 
     The accumulated gradient does not depend on the packing (the loss is normalized by whole-batch
-    counts), so an update retried on the halves computes the same gradient in less memory.
+    counts), so an update retried on the halves computes the same gradient in less memory. Returns
+    ``(mbs, *tensors)``, each None that was None.
     """
-    out_mbs: list[MicroBatch] = []
-    out_old: list[torch.Tensor] = []
-    out_ref: list[torch.Tensor] = []
+    out_mbs: list[Batch] = []
+    out: list[list] = [[] for _ in tensors]
     for k, mb in enumerate(mbs):
-        per_row = [old[k] if old is not None else None, ref[k] if ref is not None else None]
-        for half, (o, r) in split_rows(mb, per_row):
+        split = split_shared if isinstance(mb, SharedMicroBatch) else split_rows
+        for half, parts in split(mb, [t[k] if t is not None else None for t in tensors]):
             out_mbs.append(half)
-            out_old.append(o)
-            out_ref.append(r)
-    return out_mbs, out_old if old is not None else None, out_ref if ref is not None else None
+            for lst, part in zip(out, parts, strict=True):
+                lst.append(part)
+    return out_mbs, *(lst if t is not None else None for lst, t in zip(out, tensors, strict=True))
 
 
 def reference_context(model: PreTrainedModel, ref_model: PreTrainedModel | None) -> contextlib.AbstractContextManager:
@@ -87,82 +99,84 @@ def reference_context(model: PreTrainedModel, ref_model: PreTrainedModel | None)
 @torch.no_grad()
 def frozen_logprobs(
     model: PreTrainedModel,
-    mbs: list[MicroBatch],
+    mbs: list[Batch],
     temperature: float,
     ref_model: PreTrainedModel | None = None,
     reference: bool = False,
     chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
-) -> list[torch.Tensor]:
-    """Log-probs per micro-batch without gradients: the policy's (old) or the reference's.
+    entropy: bool = False,
+) -> list[torch.Tensor] | tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Log-probs per micro-batch without gradients: the policy's (old) or the reference's (and, with
+    ``entropy``, the per-token entropies too).
 
     Computed as the policy's are (``chunk_tokens``, see :func:`~infgrpo.update.completion_logprobs`).
     """
-    if reference:
-        with reference_context(model, ref_model):
-            target = ref_model if ref_model is not None else model
-            return [completion_logprobs(target, mb, temperature, chunk_tokens) for mb in mbs]
-    return [completion_logprobs(model, mb, temperature, chunk_tokens) for mb in mbs]
+    target = (ref_model if ref_model is not None else model) if reference else model
+    with reference_context(model, ref_model) if reference else contextlib.nullcontext():
+        outs = [completion_logprobs(target, mb, temperature, chunk_tokens, entropy=entropy) for mb in mbs]
+    return ([o[0] for o in outs], [o[1] for o in outs]) if entropy else outs
 
 
 def accumulate_policy_gradients(
     model: PreTrainedModel,
-    mbs: list[MicroBatch],
+    mbs: list[Batch],
     advantages: torch.Tensor,
     cfg: LossConfig,
     backward: Callable[[torch.Tensor], None],
-    old_logps: list[torch.Tensor] | None = None,
-    ref_logps: list[torch.Tensor] | None = None,
+    old_logps: PerBatch = None,
+    ref_logps: PerBatch = None,
     ranks: Ranks = Ranks(),  # noqa: B008 - frozen dataclass, never mutated
     no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    behaviour_logps: PerBatch = None,
+    entropy_masks: PerBatch = None,
+    entropy_coef: float | None = None,
 ) -> dict[str, float]:
     """Forward + ``backward(loss)`` per micro-batch; gradients accumulate in ``model``.
 
-    ``advantages`` (N,) indexes rows of this rank's batch; ``old_logps`` / ``ref_logps`` are per
-    micro-batch (n_mb, C_mb) or None (old = current, detached, as with one iteration).
-    ``ranks``: the data-parallel ranks sharing the batch; ``no_sync``: a context in which
-    ``backward`` does not synchronize gradients across ranks (see the module docstring).
-    Returns the global batch loss and token-level KL / clip statistics.
+    ``advantages`` (N,) indexes rows of this rank's batch; ``old_logps`` / ``ref_logps`` /
+    ``behaviour_logps`` (the rollout's) / ``entropy_masks`` are per micro-batch (n_mb, C_mb) or None (old =
+    current, detached, as with one iteration). ``entropy_coef``: this step's bonus coefficient under
+    ``use_adaptive_entropy``. ``ranks``: the data-parallel ranks sharing the batch; ``no_sync``: a context
+    in which ``backward`` does not synchronize gradients across ranks (see the module docstring).
+    Returns the global batch loss, the objective's statistics (token means over the batch), the rollout
+    log-prob mismatch (``rollout/*``, with ``behaviour_logps``) and ``entropy_bonus`` (sum, tokens) for
+    the adaptive coefficient.
     """
+    obj = cfg.objective
+    # 1) whole-batch counts on every rank: the normalizers of every micro-batch's loss
+    masks = [mb.completion_mask for mb in mbs]
+    bonus = [m * e.to(m) for m, e in zip(masks, entropy_masks, strict=True)] if entropy_masks is not None else masks
     local = torch.tensor(
-        [sum(len(mb.rows) for mb in mbs), sum(mb.completion_mask.sum().item() for mb in mbs)], dtype=torch.float64
+        [sum(len(mb.rows) for mb in mbs), sum(m.sum().item() for m in masks), sum(b.sum().item() for b in bonus)],
+        dtype=torch.float64,
     )
-    num_sequences, num_tokens = (int(x) for x in ranks.sum(local).tolist())
-    norm = LossNorm(num_sequences, num_tokens, cfg.max_completion_length)
+    num_sequences, num_tokens, bonus_tokens = (int(x) for x in ranks.sum(local).tolist())
+    norm = LossNorm(num_sequences, num_tokens, cfg.max_completion_length, bonus_tokens if entropy_masks else None)
     device = next(model.parameters()).device
-    total_loss, kl_sum, low_sum, high_sum = 0.0, 0.0, 0.0, 0.0
+    # 2) forward + backward per micro-batch; DDP synchronizes after the last
+    outputs = []
     for k, mb in enumerate(mbs):
-        logp = completion_logprobs(model, mb, cfg.temperature, cfg.logit_chunk_tokens)  # (n, C)
-        old = old_logps[k] if old_logps is not None else logp.detach()
-        ref = ref_logps[k] if ref_logps is not None else None
-        terms = clipped_surrogate(
-            logp,
-            old,
-            advantages[mb.rows].to(device=device, dtype=logp.dtype),
-            cfg.epsilon_low,
-            cfg.epsilon_high,
-            cfg.beta,
-            ref,
-            cfg.kl_estimator,
-            cfg.kl_bias_correction,
-        )
-        mask = mb.completion_mask.to(device=device, dtype=logp.dtype)
-        loss = policy_loss(cfg.loss_type, terms.loss, mask, norm)  # this rank's share of the global loss
+        logp, ent = completion_logprobs(model, mb, cfg.temperature, cfg.logit_chunk_tokens, entropy=True)  # (n, C)
+        out = objective_loss(
+            obj, logp, advantages[mb.rows].to(device=device, dtype=logp.dtype), mb.completion_mask.to(device), norm,
+            old_logp=old_logps[k] if old_logps is not None else None,
+            ref_logp=ref_logps[k] if ref_logps is not None else None,
+            entropy=ent, entropy_mask=entropy_masks[k] if entropy_masks is not None else None,
+            behaviour_logp=behaviour_logps[k] if behaviour_logps is not None else None, entropy_coef=entropy_coef,
+        )  # fmt: skip
         with no_sync() if k < len(mbs) - 1 else contextlib.nullcontext():
-            backward(loss * ranks.world_size)  # DDP averages over ranks; the sum of the shares is wanted
-        total_loss += loss.item()
-        if terms.kl is not None:
-            kl_sum += (terms.kl.detach() * mask).sum().item()
-        low_sum += (terms.low_clipped * mask).sum().item()
-        high_sum += (terms.high_clipped * mask).sum().item()
-    total_loss, kl_sum, low_sum, high_sum = ranks.sum(
-        torch.tensor([total_loss, kl_sum, low_sum, high_sum], dtype=torch.float64)
-    ).tolist()
-    tokens = max(norm.num_tokens, 1)
-    return {
-        "loss": total_loss,
-        "kl": kl_sum / tokens,
-        "clip_ratio/low": low_sum / tokens,
-        "clip_ratio/high": high_sum / tokens,
-        "clip_ratio": (low_sum + high_sum) / tokens,
-        "micro_batches": float(len(mbs)),
-    }
+            backward(out.loss * ranks.world_size)  # DDP averages over ranks; the sum of the shares is wanted
+        out.loss = out.loss.detach()
+        outputs.append(out)
+    # 3) statistics of the global batch
+    sums = ranks.sum(torch.stack([torch.stack([o.loss, o.policy_loss]) for o in outputs]).double().sum(0))
+    stats = {"loss": sums[0].item(), "policy_loss": sums[1].item(), **reduce_means(outputs, ranks)}
+    stats.setdefault("kl", 0.0)  # logged every step, 0 without a KL term
+    if all(o.mismatch is not None for o in outputs):
+        mismatch = mismatch_metrics(combine_mismatch([o.mismatch for o in outputs], ranks))
+        stats.update({f"rollout/{k}": v for k, v in mismatch.items()})
+    if obj.entropy_bonus:
+        entropy_sum, tokens = ranks.sum(torch.stack([o.bonus for o in outputs]).sum(0)).tolist()
+        stats["entropy_bonus"] = (entropy_sum, tokens)
+    stats["micro_batches"] = float(len(mbs))
+    return stats

@@ -67,6 +67,8 @@ def test_threads_has_one_meaning_and_each_benchmark_keeps_its_recorded_default()
         "decode-step": 1,
         "paper": 0,
         "busy-cpu": "no flag",  # its --settings are the --model.threads values compared
+        "learn": 2,  # the job of issue #19: 2 threads for both trainers
+        "update": 0,
     }
 
 

@@ -13,7 +13,8 @@ def test_paper_suite_small_runs_every_part_and_writes_each_json(tmp_path, capsys
         assert all("skipped" not in r for r in parts[name]), parts[name]
         assert json.loads((tmp_path / f"paper_{name}.json").read_text())["rows"] == parts[name]
     decoders = [r["decoder"] for r in parts["a"]]
-    assert decoders == ["engine", "engine", "hf_full", "hf_micro"]
+    assert decoders == ["engine", "engine", "hf_full", "hf_micro", "hf_cb"]
+    assert parts["a"][-1]["slots_used"] == 8  # transformers' continuous batching, as many a forward as the engine
     for r in parts["a"] + parts["c"]:
         assert 0 < r["lower_bound_steps"] <= r["decode_steps"] and r["ms_per_step"] > 0
     engine_small, engine_big = parts["a"][:2]
@@ -23,6 +24,7 @@ def test_paper_suite_small_runs_every_part_and_writes_each_json(tmp_path, capsys
     assert step["generated_tokens"] >= step["group_size"]
     table = capsys.readouterr().out
     assert "| a | engine G=16 | 4 |" in table and "| b | GRPO step G=8 | 4 |" in table
+    assert "| a | hf_cb G=16 | 8 |" in table and "| tok/s vs hf_cb | memory vs hf_cb |" in table
     assert "| checks | tiny | skipped: no CUDA device |" in table
 
 
@@ -53,3 +55,8 @@ def test_the_suite_tables_render_cuda_rows_as_a_gpu_run_writes_them():
         in lines
     )
     assert "| checks | qwen3-1.7b-shape | True | 1 | True | 0 |" in lines
+    cb = dict(base, decoder="hf_cb", slots_used=16, tokens_per_s=200.0, cuda_peak_bytes=20 * 2**20)
+    lines = paper.tables({"parts": {"a": [engine, full, cb]}}).splitlines()
+    assert lines[0].endswith("| memory vs hf_full | tok/s vs hf_cb | memory vs hf_cb |")
+    assert "| a | engine G=32 | 16 | 90 | 5.0 | 400 | 0.50 | 10.0 | 0.25 | 2.00 | 0.50 |" in lines
+    assert "| a | hf_cb G=32 | 16 | 90 | 5.0 | 200 | 0.25 | 20.0 | 0.50 | 1.00 | 1.00 |" in lines

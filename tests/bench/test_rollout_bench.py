@@ -2,7 +2,7 @@
 
 import json
 
-from infgrpo.bench.rollout import main
+from infgrpo.bench.rollout import decoder_table, main
 
 
 def test_rollout_benchmark_runs_each_decoder_in_a_fresh_process(tmp_path, capsys):
@@ -30,3 +30,27 @@ def test_rollout_benchmark_runs_each_decoder_in_a_fresh_process(tmp_path, capsys
         assert r["generated_tokens"] > 0 and r["kv_bytes_peak"] > 0
     assert json.loads(out.read_text())["rows"] == rows
     assert "| 2 | 4 | engine | 4 |" in capsys.readouterr().out
+
+
+def test_rollout_benchmark_runs_transformers_continuous_batching_beside_the_engine(capsys):
+    args = ["--model", "tiny", "--group-sizes", "4", "--prompts", "2", "--num-slots", "4", "--max-new-tokens", "16"]
+    rows = main([*args, "--decoders", "engine", "hf_cb", "--threads", "1"])
+    assert [r["decoder"] for r in rows] == ["engine", "hf_cb"]
+    assert all("skipped" not in r for r in rows), rows
+    engine, cb = rows
+    assert cb["slots_used"] == 4 and cb["generated_tokens"] > 0 and cb["kv_bytes_peak"] > 0
+    assert cb["lower_bound_steps"] <= cb["decode_steps"]  # 4 sequences a forward, prefill steps included
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].endswith("| tok/s vs hf_cb | memory vs hf_cb |")  # its ratio columns come with its rows
+    assert any(line.startswith("| 2 | 4 | hf_cb | 4 |") and line.endswith("| 1.00 | 1.00 |") for line in table)
+
+
+def test_the_decoder_table_shows_a_skipped_hf_cb_row_with_its_reason():
+    base = dict(prompts=1, group_size=8, num_slots=4, slots_used=4, kv_bytes_peak=2**20, peak_rss_delta_bytes=2**21)
+    base.update(decode_steps=10, lower_bound_steps=8, tokens_per_s=100.0, wall_time_s=1.0)
+    reason = "hf_cb cannot run: attn_implementation='flex_attention': ..."
+    rows = [dict(base, decoder="engine"), dict(base, decoder="hf_cb", skipped=reason)]
+    lines = decoder_table(rows).splitlines()
+    assert lines[0].endswith("| memory vs hf_cb |")
+    assert lines[2] == "| 1 | 8 | engine | 4 | 1.0 | 2.0 | 10 | 8 | 100 | 1.00 |" + "  |" * 5  # nothing to compare with
+    assert lines[3] == f"| 1 | 8 | hf_cb | skipped: {reason} |" + "  |" * 11  # 15 columns

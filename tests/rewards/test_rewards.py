@@ -48,7 +48,8 @@ def test_nan_reward_names_the_function_and_sample():
 
 def test_unknown_reward_names_are_clear_errors():
     with pytest.raises(
-        ValueError, match="rewards: .gsm9k. is not known; valid: format, gsm8k, numeric, overlong, synthetic"
+        ValueError,
+        match="rewards: .gsm9k. is not known; valid: format, gsm8k, math, numeric, overlong, reasoning_gym, synthetic",
     ):
         resolve_reward("gsm9k")
     with pytest.raises(ValueError, match="cannot import 'nope.module:fn'"):

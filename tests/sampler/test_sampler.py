@@ -9,7 +9,7 @@ from tests.helpers import random_model
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
-@pytest.mark.parametrize("decoder", ["engine", "micro_groups", "hf_micro"])
+@pytest.mark.parametrize("decoder", ["engine", "micro_groups", "hf_micro", "hf_cb"])
 def test_greedy_matches_hf_generate(arch, decoder):
     model = random_model(arch, torch.float64)
     prompts = [[5, 9, 11, 40], [7], [3, 30, 31, 32, 33, 34, 35]]
@@ -34,7 +34,7 @@ def test_prefill_once_gives_the_same_samples_as_prefill_every_round():
     assert b.stats["prefill_tokens"] == 3 * 4 + 3 * 2  # whole prompt, every one of the 3 rounds
 
 
-@pytest.mark.parametrize("decoder", ["engine", "micro_groups", "hf_full"])
+@pytest.mark.parametrize("decoder", ["engine", "micro_groups", "hf_full", "hf_cb"])  # hf_cb: no top-k / top-p here
 def test_behaviour_logprobs_match_a_training_forward(tiny_model, tokenizer, prompts, decoder):
     cfg = SamplerConfig(num_slots=4, max_new_tokens=40, temperature=0.8, decoder=decoder)
     s = MicroGroupSampler(tiny_model, tokenizer, cfg)
@@ -118,7 +118,7 @@ def test_prompt_longer_than_context_is_a_clear_error(tiny_model, tokenizer):
         ("max_new_tokens", 0, "max_new_tokens=0 must be an integer > 0"),
         ("top_p", 0.0, r"top_p=0.0 must be in \(0, 1\]"),
         ("temperature", -1.0, "temperature=-1.0 must be >= 0"),
-        ("decoder", "vllm", "decoder='vllm' is not known; valid: engine, micro_groups, hf_micro, hf_full"),
+        ("decoder", "vllm", "decoder='vllm' is not known; valid: engine, micro_groups, hf_micro, hf_full, hf_cb"),
         ("refill", "srpt", "refill='srpt' is not known; valid: fifo, sjf, lpt, planned"),
         ("planner", "dp", "planner='dp' is not known; valid: auto, lpt, fptas, ptas"),
         ("planner_epsilon", 0.0, "planner_epsilon=0.0 must be > 0"),

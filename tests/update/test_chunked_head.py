@@ -8,6 +8,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
 from infgrpo.update import collate, completion_logprobs
+from infgrpo.update.chunked_head import chunked_logprobs_and_entropy
 from infgrpo.update.logprobs import causal_lm_parts
 from tests.helpers import dequantized_reference, random_model, trained_4bit_lora, trainer
 
@@ -147,6 +148,118 @@ def test_memory_is_bounded_by_the_chunk_not_by_the_tokens_times_the_vocabulary()
         model.zero_grad(set_to_none=True)
         with LargestTensor() as mode:
             completion_logprobs(model, mb, 1.0, c).sum().backward()
+        if bound is None:
+            assert mode.largest >= tokens * vocab
+        else:
+            assert mode.largest <= bound
+
+
+def full_logits_entropy(model, mb, temperature):
+    """Log-probs and entropies (N,) of the real completion positions from the model's own full logits."""
+    c_len = mb.completion_ids.shape[1]
+    logits = model(
+        input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids, use_cache=False
+    ).logits[:, -c_len - 1 : -1]  # (n, C, V)
+    real = mb.completion_mask.bool()
+    logp_all = torch.log_softmax(logits[real] / temperature, dim=-1)  # (N, V)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)  # (N,): -sum_v p_v log p_v, written out
+    return logp_all.gather(-1, mb.completion_ids[real][:, None]).squeeze(-1), entropy
+
+
+def chunked_entropy(model, mb, temperature, chunk):
+    """The same from the decoder's hidden states through :func:`chunked_logprobs_and_entropy`."""
+    decoder, head = causal_lm_parts(model)
+    c_len = mb.completion_ids.shape[1]
+    hidden = decoder(
+        input_ids=mb.input_ids, attention_mask=mb.attention_mask, position_ids=mb.position_ids, use_cache=False
+    ).last_hidden_state
+    real = mb.completion_mask.bool()
+    h = hidden[:, -c_len - 1 : -1][real]  # (N, H)
+    return chunked_logprobs_and_entropy(head, h, mb.completion_ids[real], temperature, chunk)
+
+
+def entropy_grads(model, run, use):
+    """(log-probs, entropies, gradients) of a fixed weighted sum of the log-probs and/or entropies."""
+    model.zero_grad(set_to_none=True)
+    lp, ent = run()
+    g = torch.Generator().manual_seed(2)
+    w_lp, w_ent = (torch.randn(lp.shape, generator=g, dtype=torch.float64).to(lp.dtype) for _ in range(2))
+    loss = (lp * w_lp).sum() * ("logp" in use) + (ent * w_ent).sum() * ("entropy" in use)
+    loss.backward()
+    return lp.detach(), ent.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("arch,tied", [("qwen3", True), ("llama", False)])
+@pytest.mark.parametrize("lora", [None, ["q_proj", "v_proj", "lm_head"]])
+@pytest.mark.parametrize("chunk", [4, 10_000])
+@pytest.mark.parametrize("use", [("logp", "entropy"), ("entropy",), ("logp",)])
+def test_chunked_entropy_and_its_gradient_equal_full_logits_float64(arch, tied, lora, chunk, use):
+    model = random_model(arch, torch.float64, tie_word_embeddings=tied).train()
+    if lora:
+        model = with_lora(model, lora)
+    mb = collate(list(range(4)), PROMPTS, COMPLETIONS, pad_id=0)
+    want_lp, want_ent, want = entropy_grads(model, lambda: full_logits_entropy(model, mb, 0.7), use)
+    got_lp, got_ent, got = entropy_grads(model, lambda: chunked_entropy(model, mb, 0.7, chunk), use)
+    assert want_ent.shape == (15,) and want_ent.min() > 0.1  # a random model: broad distributions
+    assert (got_ent - want_ent).abs().max() <= 1e-10 and (got_lp - want_lp).abs().max() <= 1e-10
+    assert want.keys() == got.keys() and len(want) >= 4
+    if lora:
+        assert any("lm_head.lora_B" in k for k in got)
+    for k, g in want.items():
+        assert g.abs().max() > 0, k
+        assert (got[k] - g).abs().max() <= 1e-10 * max(1.0, g.abs().max().item()), k
+
+
+def test_chunked_entropy_passes_gradcheck_and_is_minus_sum_p_log_p_on_a_bare_linear_head():
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(11, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(11, generator=g, dtype=torch.float64, requires_grad=True)
+    h = torch.randn(7, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 11, (7,), generator=g)
+
+    def head_at(w, b):
+        lin = torch.nn.Linear(6, 11).double()
+        lin.weight, lin.bias = torch.nn.Parameter(w), torch.nn.Parameter(b)
+        return lin
+
+    def f(x, w, b):  # log-probs and entropies of 7 positions in chunks of 3 (the last chunk is short)
+        return chunked_logprobs_and_entropy(head_at(w, b), x, targets, 0.8, 3)
+
+    assert torch.autograd.gradcheck(lambda x: f(x, w, b), (h,))
+    p = torch.softmax((h.detach() @ w.detach().t() + b.detach()) / 0.8, -1)
+    assert torch.allclose(f(h, w, b)[1], -(p * p.log()).sum(-1), atol=1e-13)
+
+
+def test_entropy_memory_is_bounded_by_the_chunk_not_by_the_tokens_times_the_vocabulary():
+    vocab, chunk = 8192, 16
+    rows = [[7 + (3 * i + j) % 90 for j in range(60 + 5 * i)] for i in range(4)]
+    mb = collate(list(range(4)), [[1, 2, 3]] * 4, rows, pad_id=0)
+    tokens = int(mb.completion_mask.sum())
+    model = with_lora(random_model("qwen3", torch.float32, vocab=vocab), ["q_proj", "v_proj", "lm_head"])
+    decoder, head = causal_lm_parts(model)
+    with torch.no_grad():
+        hidden = decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+    real = mb.completion_mask.bool()
+    h = hidden[:, -mb.completion_ids.shape[1] - 1 : -1][real].clone().requires_grad_()  # (N, H), a leaf
+    targets = mb.completion_ids[real]
+
+    def chunked():
+        lp, ent = chunked_logprobs_and_entropy(head, h, targets, 1.0, chunk)
+        return lp.sum() + ent.sum()
+
+    def full():
+        logp = torch.log_softmax(head(h).float(), dim=-1)  # (N, V)
+        return logp.gather(-1, targets[:, None]).sum() - (logp.exp() * logp).sum()
+
+    logits_f32 = tokens * vocab * 4
+    assert saved_bytes(model, full) >= logits_f32
+    assert 0 < saved_bytes(model, chunked) < logits_f32 / 50  # h, the LoRA input and per-token scalars
+    for run, bound in ((full, None), (chunked, chunk * vocab)):
+        model.zero_grad(set_to_none=True)
+        h.grad = None
+        with LargestTensor() as mode:
+            run().backward()  # the entropy's gradient goes through the chunked backward too
+        assert h.grad is not None and h.grad.abs().max() > 0
         if bound is None:
             assert mode.largest >= tokens * vocab
         else:

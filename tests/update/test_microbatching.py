@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from infgrpo.algo import Objective
 from infgrpo.update import (
     LossConfig,
     accumulate_policy_gradients,
@@ -67,7 +68,7 @@ def _grads(model, prompts, comps, adv, budget, cfg, mu_old=False, ref=False):
 def test_microbatched_loss_and_gradients_equal_single_batch_float64(loss_type):
     model = random_model("qwen3", torch.float64).train()
     prompts, comps, adv = _rollout()
-    cfg = LossConfig(loss_type=loss_type, beta=0.04, temperature=0.9, max_completion_length=16)
+    cfg = LossConfig(Objective(loss_type=loss_type, beta=0.04), temperature=0.9, max_completion_length=16)
     one, n_one, g_one = _grads(model, prompts, comps, adv, 10_000, cfg, mu_old=True, ref=True)
     many, n_many, g_many = _grads(model, prompts, comps, adv, 40, cfg, mu_old=True, ref=True)
     assert n_one == 1 and n_many >= 4
@@ -82,7 +83,7 @@ def test_padded_microbatches_match_unpadded_per_sequence_recomputation():
     """Loss and gradients against a float64 recomputation with one unpadded forward per sequence."""
     model = random_model("llama", torch.float64).train()
     prompts, comps, adv = _rollout(seed=3, n=5)
-    cfg = LossConfig(loss_type="grpo", max_completion_length=16, temperature=0.7)
+    cfg = LossConfig(Objective(loss_type="grpo"), max_completion_length=16, temperature=0.7)
     stats, n_mb, grads = _grads(model, prompts, comps, adv, 30, cfg)
     assert n_mb > 1
     model.zero_grad(set_to_none=True)
@@ -116,7 +117,7 @@ def test_split_halves_equal_freshly_collated_halves_with_their_logprobs():
 def test_gradients_after_splitting_equal_the_unsplit_ones_float64():
     model = random_model("llama", torch.float64).train()
     prompts, comps, adv = _rollout(seed=4)
-    cfg = LossConfig(loss_type="dapo", beta=0.04, max_completion_length=16)
+    cfg = LossConfig(Objective(loss_type="dapo", beta=0.04), max_completion_length=16)
     mbs = prepare_microbatches(prompts, comps, 10_000, pad_id=0)
     old = [lp - 0.05 for lp in frozen_logprobs(model, mbs, 1.0)]
     ref = [lp + 0.1 for lp in frozen_logprobs(model, mbs, 1.0)]

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from infgrpo import GRPOModule, SamplerConfig
+from infgrpo.algo import Objective
 from infgrpo.data import PromptDataModule
 from infgrpo.models import load_policy
 from infgrpo.sampler import Rollouts
@@ -98,7 +99,7 @@ def hand_rollouts(seed=0, prompts=3, group=4, reasons=None):
 def run_update(model, rollouts, advantages, token_budget, ref=None, **kw):
     """One PolicyUpdate with plain SGD; returns the result and the parameters after it."""
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
-    loss = LossConfig(beta=0.04 if ref is not None else 0.0, max_completion_length=12)
+    loss = LossConfig(Objective(beta=0.04 if ref is not None else 0.0), max_completion_length=12)
     updater = PolicyUpdate(loss, token_budget=token_budget, **kw)
     result = updater.run(model, rollouts, advantages, lambda x: x.backward(), opt.step, opt.zero_grad, ref)
     return result, {k: v.detach().clone() for k, v in model.named_parameters()}

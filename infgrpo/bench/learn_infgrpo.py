@@ -1,0 +1,164 @@
+"""The infgrpo side of ``bench learn``: ``GRPOModule``, ``PromptDataModule`` and a Lightning ``Trainer`` here.
+
+    result = train_infgrpo(job)      # job: see infgrpo.bench.learn; writes the adapter to job["adapter_dir"]
+
+Per step (:class:`StepLog`): the reward, the wall seconds of the step and its rollout / update split
+as the module logs them (``train/reward``, ``train/time/rollout_s``, ``train/time/update_s``), and
+what the step trained on (hashes of its prompts, its number of completions). Around ``fit``: peak RSS
+and, on CUDA, the allocator's peaks. The settings the run ended with are read back from the module,
+its optimizer and its peft model, not from the job.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from typing import Any
+
+import lightning as L
+import torch
+
+from infgrpo.bench.harness import threads_setting
+from infgrpo.bench.learn_job import (
+    TrainingMemory,
+    adapter_sha,
+    data_kwargs,
+    device_info,
+    lora_settings,
+    optimizer_settings,
+    reward_name,
+    step_record,
+)
+from infgrpo.data import PromptDataModule
+
+
+class StepLog(L.Callback):
+    """One record per training step: reward, seconds (rollout, update), prompt hashes, completions."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: ANN001
+        """Starts the step's clock and records its prompts (the batch Lightning hands the module)."""
+        texts, ids = [b["prompt_text"] for b in batch], [b["prompt_ids"] for b in batch]
+        self.current = {"step": len(self.steps), **step_record(texts, ids, 0)}
+        self.start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+        """The step's seconds and what the module logged for it."""
+        seconds = time.perf_counter() - self.start
+        metrics = trainer.callback_metrics
+        self.current.update(
+            seconds=seconds,
+            reward=float(metrics["train/reward"]),
+            rollout_s=float(metrics["train/time/rollout_s"]),
+            update_s=float(metrics["train/time/update_s"]),
+            completions=len(pl_module.last_step.rollouts.completion_ids),
+        )
+        self.steps.append(self.current)
+
+
+def module_kwargs(job: dict) -> dict[str, Any]:
+    """``GRPOModule`` arguments of the job: the matched settings, then the run's ``infgrpo_config`` extras."""
+    from infgrpo import SamplerConfig
+
+    extra = dict(job.get("infgrpo_config") or {})
+    sampler = {k.removeprefix("sampler."): extra.pop(k) for k in list(extra) if k.startswith("sampler.")}
+    reward = reward_name(job["task"])
+    return dict(
+        model=job["model"],
+        gguf_file=job["gguf_file"],
+        dtype=job["dtype"],
+        lora_r=job["lora_r"],
+        lora_alpha=job["lora_alpha"],
+        lora_dropout=0.0,
+        lora_target_modules="all-linear",
+        gradient_checkpointing=job["gradient_checkpointing"],
+        group_size=job["group_size"],
+        sampler=SamplerConfig(
+            max_new_tokens=job["max_new_tokens"], temperature=job["temperature"], top_k=0, top_p=1.0, **sampler
+        ),
+        rewards={reward: 1.0},
+        accuracy_reward=reward,
+        scale_rewards=job["scale_rewards"],
+        loss_type=job["loss_type"],
+        beta=job["beta"],
+        learning_rate=job["lr"],
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        share_prompt=job["share_prompt"],
+        output_dir=job["adapter_dir"],
+        seed=job["seed"],
+        threads=threads_setting(job["threads"]),
+        **extra,
+    )
+
+
+def train_infgrpo(job: dict) -> dict[str, Any]:
+    """Trains the job with infgrpo in this process; returns per-step records, memory, settings, adapter hashes."""
+    from transformers import set_seed
+
+    from infgrpo import GRPOModule
+
+    set_seed(job["seed"])  # what TRL does before it adds the adapter: both start from the same LoRA weights
+    module = GRPOModule(**module_kwargs(job))
+    initial = adapter_sha(module.policy)
+    data = PromptDataModule(**data_kwargs(job))
+    data.setup("fit")  # before the memory is watched, as on the TRL side (fit's own setup then returns at once)
+    log = StepLog()
+    with tempfile.TemporaryDirectory(prefix="infgrpo-learn-") as root:
+        trainer = L.Trainer(
+            max_steps=job["steps"],
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+            callbacks=[log],
+            default_root_dir=root,
+        )
+        with TrainingMemory() as memory:
+            trainer.fit(module, data)
+    hp, policy = dict(module.hparams), module.policy
+    sampler = hp["sampler"]
+    matched = {
+        "model": job["model"],
+        "dtype": str(next(policy.parameters()).dtype).removeprefix("torch."),
+        "prompts_per_step": data.hparams.batch_size,
+        "group_size": hp["group_size"],
+        "completions_per_optimizer_step": data.hparams.batch_size * hp["group_size"],
+        "chat_template": bool(module.tokenizer.chat_template),
+        "max_new_tokens": sampler["max_new_tokens"],
+        "temperature": sampler["temperature"],
+        "top_p": sampler["top_p"],
+        "top_k": sampler["top_k"],
+        "stop_token_ids": sorted(module.sampler.stop_ids),
+        **lora_settings(policy),
+        "learning_rate": hp["learning_rate"],
+        "lr_schedule": "constant" if hp["warmup_steps"] == 0 else f"linear warmup {hp['warmup_steps']}, then constant",
+        **optimizer_settings(trainer.optimizers[0]),
+        "max_grad_norm": hp["max_grad_norm"],
+        "loss_type": hp["loss_type"],
+        "beta": hp["beta"],
+        "scale_rewards": hp["scale_rewards"],
+        "epsilon_low": hp["epsilon_low"],
+        "epsilon_high": hp["epsilon_high"],
+        "num_iterations": hp["num_iterations"],
+        "mask_truncated_completions": hp["mask_truncated_completions"],
+        "gradient_checkpointing": bool(policy.get_base_model().is_gradient_checkpointing),
+        "steps": trainer.global_step,
+        "seed": hp["seed"],
+        "torch_threads": torch.get_num_threads(),
+    }
+    return {
+        "per_step": log.steps,
+        **memory.result(),
+        **device_info(),
+        "initial_adapter_sha": initial,
+        "final_adapter_sha": adapter_sha(policy),
+        "matched": matched,
+        "settings": {**hp, "share_prompt_resolved": module.updater.share_prompt},
+    }

@@ -1,0 +1,207 @@
+"""The job of ``bench learn``, as both trainers' child processes rebuild it: data, order, reward, proofs, memory.
+
+    job = {"model": "smollm2", "task": "chain_sum", "prompts": 4, "group_size": 8, ...}   # see bench.learn
+    data = job_data(job)                       # the PromptDataModule both trainers draw from (set up)
+    batches = ordered_batches(data, steps)     # infgrpo's prompts of each step, in its order
+    prompts_sha(texts), adapter_sha(model)     # what a step trained on; the LoRA weights
+    evaluate_one(job)                          # held-out greedy accuracy of the base model or an adapter
+
+Everything a trainer needs to run the same job lives here, so the infgrpo child
+(:mod:`~infgrpo.bench.learn_infgrpo`), the TRL child (:mod:`~infgrpo.bench.learn_trl`) and the
+evaluation children build it with one function each: the same :class:`~infgrpo.data.PromptDataModule`
+(so the same held-out prompts are left out of training), the same reward by name, the same hashes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+import torch
+
+from infgrpo.bench.memory import PeakRSS
+from infgrpo.data import PromptDataModule
+from infgrpo.evaluation import evaluate
+from infgrpo.models import load_policy, load_tokenizer
+
+TINY_TASK = "tiny"
+"""``--task tiny``: the shipped synthetic task (rewarded by ``synthetic``); any other name is a reasoning-gym task."""
+CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "max_digits": 2}
+"""The default ``--task-config`` of ``chain_sum``: two terms of at most two digits."""
+ANSWER_ONLY = "{question} Give only the final answer."
+"""The user turn of a reasoning-gym task (the default ``--prompt-template``)."""
+MAX_PROMPT_TOKENS = 512
+"""Prompts longer than this are an error (neither trainer truncates them)."""
+
+
+def default_task_config(task: str) -> dict[str, Any] | None:
+    """``--task-config`` when none is given: ``chain_sum``'s two-term sums, ``{}`` for another reasoning-gym task."""
+    if task == TINY_TASK:
+        return None
+    return dict(CHAIN_SUM) if task == "chain_sum" else {}
+
+
+def default_template(task: str) -> str | None:
+    """``--prompt-template`` when none is given: the prompt as it is for ``tiny``, :data:`ANSWER_ONLY` otherwise."""
+    return None if task == TINY_TASK else ANSWER_ONLY
+
+
+def reward_name(task: str) -> str:
+    """The reward (and accuracy) function of a task: ``synthetic`` for ``tiny``, else ``reasoning_gym``."""
+    return "synthetic" if task == TINY_TASK else "reasoning_gym"
+
+
+def data_kwargs(job: dict) -> dict[str, Any]:
+    """``PromptDataModule`` arguments of the job (one set for training and evaluation, in every child).
+
+    The held-out split is always on (``eval_size`` prompts): a reasoning-gym source drops the held-out
+    questions from training only when it has them, so training without it would see other prompts.
+    """
+    task = job["task"]
+    source = {"path": "tiny"} if task == TINY_TASK else {"path": f"reasoning_gym:{task}"}
+    if task != TINY_TASK:
+        source["task_config"] = job["task_config"]
+    return dict(
+        source,
+        tokenizer=job["model"],
+        gguf_file=job["gguf_file"],
+        prompt_template=job["prompt_template"],
+        batch_size=job["prompts"],
+        eval_size=job["eval_size"],
+        seed=job["seed"],
+        max_prompt_length=MAX_PROMPT_TOKENS,
+    )
+
+
+def job_data(job: dict) -> PromptDataModule:
+    """The job's data module, set up (training and held-out prompts tokenized)."""
+    data = PromptDataModule(**data_kwargs(job))
+    data.setup("fit")
+    return data
+
+
+def ordered_batches(data: PromptDataModule, steps: int) -> list[list[dict]]:
+    """The first ``steps`` training batches in the order Lightning feeds them to ``GRPOModule``.
+
+    One data loader iterated epoch after epoch, as Lightning does (its seeded batch sampler starts the
+    next epoch when one is used up).
+    """
+    loader, batches = data.train_dataloader(), []
+    while len(batches) < steps:
+        before = len(batches)
+        for batch in loader:
+            batches.append(batch)
+            if len(batches) == steps:
+                break
+        if len(batches) == before:
+            raise ValueError(f"the data module yields no batch of {data.hparams.batch_size} prompts")
+    return batches
+
+
+def digest(obj: Any) -> str:
+    """The first 16 hex digits of the SHA-256 of ``obj`` as compact JSON."""
+    return hashlib.sha256(json.dumps(obj, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def step_record(texts: list[str], ids: list[list[int]], completions: int) -> dict[str, Any]:
+    """What one step trained on: hashes of its prompts (user turns; token ids) and its number of completions."""
+    return {"prompts_sha": digest(texts), "prompt_ids_sha": digest(ids), "completions": completions}
+
+
+def adapter_sha(model: torch.nn.Module) -> str:
+    """A hash of the LoRA weights of ``model`` (every ``lora_`` parameter, by name): equal means equal adapters."""
+    h = hashlib.sha256()
+    for name, p in sorted((n, p) for n, p in model.named_parameters() if "lora_" in n):
+        h.update(name.encode())
+        h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def lora_settings(model: torch.nn.Module) -> dict[str, Any]:
+    """The LoRA settings of a peft model as it was built (target modules as resolved, sorted)."""
+    cfg = model.peft_config["default"]
+    targets = cfg.target_modules
+    return {
+        "lora_r": cfg.r,
+        "lora_alpha": cfg.lora_alpha,
+        "lora_dropout": cfg.lora_dropout,
+        "lora_target_modules": sorted(targets) if not isinstance(targets, str) else targets,
+    }
+
+
+def optimizer_settings(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Learning rate, betas, eps and weight decay of the optimizer's first parameter group, and its class."""
+    group = optimizer.param_groups[0]
+    return {
+        "optimizer": type(optimizer).__name__,
+        "adam_betas": list(group["betas"]),
+        "adam_eps": group["eps"],
+        "weight_decay": group["weight_decay"],
+    }
+
+
+class TrainingMemory:
+    """This process's memory during training: peak RSS (absolute and its rise), and CUDA's allocator peaks.
+
+    with TrainingMemory() as memory:
+        trainer.fit(...)
+    memory.result()    # {"rss_peak_bytes", "rss_rise_bytes", "rss_base_bytes"[, "cuda_max_allocated_bytes", ...]}
+    """
+
+    def __enter__(self) -> TrainingMemory:
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        self.rss = PeakRSS().__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.rss.__exit__()
+
+    def result(self) -> dict[str, int]:
+        """The figures (bytes)."""
+        out = {"rss_peak_bytes": self.rss.peak, "rss_rise_bytes": self.rss.peak - self.rss.base}
+        out["rss_base_bytes"] = self.rss.base
+        if torch.cuda.is_available():
+            out["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
+            out["cuda_max_reserved_bytes"] = torch.cuda.max_memory_reserved()
+        return out
+
+
+def device_info() -> dict[str, Any]:
+    """The device the child ran on and its torch CPU threads."""
+    info: dict[str, Any] = {"device": "cuda" if torch.cuda.is_available() else "cpu"}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    info["torch_threads"] = torch.get_num_threads()
+    return info
+
+
+def evaluate_one(job: dict) -> dict[str, Any]:
+    """Held-out greedy accuracy of the base model (``adapter_dir`` None) or of a trained adapter, in this process.
+
+    The same function for every trainer: the job's held-out prompts (:func:`job_data`), the base model
+    loaded by infgrpo's loader, the adapter by peft, :func:`infgrpo.evaluation.evaluate` at temperature 0
+    with the job's ``max_new_tokens`` and reward.
+    """
+    start = time.perf_counter()
+    data = job_data(job)
+    tok = load_tokenizer(job["model"], job["gguf_file"])
+    model = load_policy(job["model"], job["dtype"], gguf_file=job["gguf_file"])
+    if job.get("adapter_dir"):
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, job["adapter_dir"])
+    model = model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+    reward = reward_name(job["task"])
+    result = evaluate(
+        model, tok, data.eval_items, {reward: 1.0}, accuracy_reward=reward, max_new_tokens=job["max_new_tokens"]
+    )
+    return {
+        **result,
+        "eval_prompts": len(data.eval_items),
+        "eval_prompts_sha": digest([it["prompt_ids"] for it in data.eval_items]),
+        "adapter_sha": adapter_sha(model) if job.get("adapter_dir") else None,
+        "seconds": time.perf_counter() - start,
+    }

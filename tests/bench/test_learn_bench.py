@@ -1,0 +1,178 @@
+"""bench learn: infgrpo and TRL's GRPOTrainer on the same job (the figures are the lead's, in benchmarks/).
+
+The wiring runs on the tiny model and task: 2 steps x 2 prompts x G=2, each trainer and each evaluation
+in its own process. What is checked against a reference outside the benchmark: the prompts of each step
+(the data module's own seeded batch sampler), the untrained accuracy (``infgrpo.evaluation.evaluate`` in
+this process), TRL's logged reward (the values our reward function gave it), TRL's batch arithmetic
+(``GRPOConfig``'s own ``generation_batch_size``).
+"""
+
+import json
+
+import pytest
+import torch
+
+from infgrpo.bench.learn import BENCH, job_of, main, runs_of, same_job, tables
+from infgrpo.bench.learn_infgrpo import module_kwargs
+from infgrpo.bench.learn_job import CHAIN_SUM, digest
+from infgrpo.bench.table import render
+from infgrpo.data import PromptDataModule
+from infgrpo.data.resumable import ResumableBatchSampler
+from infgrpo.evaluation import evaluate
+from infgrpo.models import load_policy, load_tokenizer
+
+TINY = ["--model", "tiny", "--task", "tiny", "--prompts", "2", "--group-size", "2", "--max-new-tokens", "8"]
+
+
+def job(*argv: str) -> dict:
+    return job_of(BENCH.parser().parse_args(list(argv)))
+
+
+def test_both_trainers_train_on_the_same_prompts_and_are_evaluated_by_the_same_code(tmp_path, capsys):
+    out, png = tmp_path / "learn.json", tmp_path / "learn.png"
+    result = main([*TINY, "--steps", "2", "--eval-size", "8", "--threads", "1", "--json", str(out), "--png", str(png)])
+    rows = result["rows"]
+    assert [(r["trainer"], "skipped" in r) for r in rows] == [("infgrpo", False), ("trl", False)]
+    infgrpo, trl = rows
+
+    # 1) the same prompts each step, in the data module's own order, as each trainer saw them
+    data = PromptDataModule(path="tiny", tokenizer="tiny", batch_size=2, eval_size=8, seed=0)
+    data.setup("fit")
+    order = list(ResumableBatchSampler(len(data.train_items), 2, seed=0))[:2]
+    want = [digest([data.train_items[i]["prompt_text"] for i in batch]) for batch in order]
+    want_ids = [digest([data.train_items[i]["prompt_ids"] for i in batch]) for batch in order]
+    for r in rows:
+        assert [s["prompts_sha"] for s in r["per_step"]] == want
+        assert [s["prompt_ids_sha"] for s in r["per_step"]] == want_ids  # TRL's chat template gave our ids
+        assert [s["completions"] for s in r["per_step"]] == [4, 4]
+    assert result["same_job"] == {"same": True, "runs": 2, "steps": 2, "first_difference": None}
+
+    # 2) the same start, the same settings read back from both trainers; both adapters trained
+    assert infgrpo["initial_adapter_sha"] == trl["initial_adapter_sha"]
+    assert infgrpo["matched"] == trl["matched"]
+    assert infgrpo["matched"]["lr_schedule"] == "constant" and infgrpo["matched"]["loss_type"] == "grpo"
+    for r in rows:
+        assert r["final_adapter_sha"] != r["initial_adapter_sha"]
+        assert r["eval"]["adapter_sha"] == r["final_adapter_sha"]  # the evaluation loaded the trained adapter
+
+    # 3) TRL's logged reward is our reward function's; infgrpo's step splits into rollout and update
+    for s in trl["per_step"]:
+        assert s["reward"] == pytest.approx(s["reward_fn_mean"])
+    for s in infgrpo["per_step"]:
+        assert 0 < s["rollout_s"] and 0 < s["update_s"] and s["rollout_s"] + s["update_s"] <= s["seconds"]
+    for r in rows:
+        assert r["rss_peak_bytes"] > r["rss_rise_bytes"] >= 0 and r["device"] == "cpu" and r["torch_threads"] == 1
+
+    # 4) one evaluation function, one set of held-out prompts: the untrained figure equals evaluate() here
+    before = result["eval_before"]
+    assert {before["eval_prompts_sha"]} == {r["eval"]["eval_prompts_sha"] for r in rows}
+    reference = evaluate(
+        load_policy("tiny").eval(), load_tokenizer("tiny"), data.eval_items, {"synthetic": 1.0}, "synthetic", 8
+    )
+    assert before["eval_prompts"] == 8
+    assert (before["accuracy"], before["reward"]) == (reference["accuracy"], reference["reward"])
+    assert before["completion_length"] == reference["completion_length"]
+
+    # 5) the JSON re-prints the tables as printed; the figure is a PNG
+    printed = capsys.readouterr().out
+    assert render(out) in printed and "same prompts (user turns and token ids) and completions" in printed
+    assert json.loads(out.read_text())["rows"] == rows
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_default_job_is_the_one_of_issue_19():
+    default = job()
+    assert {k: default[k] for k in ("model", "task", "task_config", "prompt_template", "reward_function")} == {
+        "model": "smollm2",
+        "task": "chain_sum",
+        "task_config": CHAIN_SUM,
+        "prompt_template": "{question} Give only the final answer.",
+        "reward_function": "reasoning_gym",
+    }
+    assert (default["prompts"], default["group_size"], default["max_new_tokens"], default["steps"]) == (4, 8, 48, 40)
+    assert (default["lora_r"], default["lora_alpha"], default["lr"], default["temperature"]) == (16, 32, 1e-4, 1.0)
+    assert (default["loss_type"], default["beta"], default["scale_rewards"]) == ("grpo", 0.0, "group")
+    assert (default["eval_size"], default["threads"]) == (200, 2)
+
+
+def test_each_trainer_and_setting_is_one_run():
+    def runs(*argv: str) -> list[tuple]:
+        args = BENCH.parser().parse_args(list(argv))
+        return [(r["trainer"], r["gradient_checkpointing"], r["share_prompt"]) for r in runs_of(args, job_of(args))]
+
+    assert runs() == [("infgrpo", False, "auto"), ("trl", False, None)]
+    assert runs("--gradient-checkpointing", "both", "--share-prompt", "both") == [
+        ("infgrpo", False, "on"), ("infgrpo", False, "off"), ("trl", False, None),
+        ("infgrpo", True, "on"), ("infgrpo", True, "off"), ("trl", True, None),
+    ]  # fmt: skip
+    assert runs("--gradient-checkpointing", "default") == [("infgrpo", False, "auto"), ("trl", True, None)]
+    assert runs("--trainers", "trl", "--gradient-checkpointing", "on") == [("trl", True, None)]
+
+
+def test_trl_sees_prompts_times_g_completions_per_optimizer_step(tmp_path):
+    from infgrpo.bench.learn_trl import trl_config
+
+    for argv, micro, accumulate in (([], 8, 4), (["--group-size", "32"], 8, 16), ([*TINY], 4, 1)):
+        cfg = dict(job(*argv), gradient_checkpointing=True)
+        args = trl_config(cfg, str(tmp_path))
+        g = cfg["group_size"]
+        assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (micro, accumulate)
+        assert args.generation_batch_size == cfg["prompts"] * g and args.num_generations == g  # TRL's own arithmetic
+        assert args.gradient_checkpointing and args.gradient_checkpointing_kwargs == {"use_reentrant": False}
+        assert not trl_config(dict(cfg, gradient_checkpointing=False), str(tmp_path)).gradient_checkpointing
+        assert (args.lr_scheduler_type.value, args.warmup_steps, args.shuffle_dataset) == ("constant", 0, False)
+        assert (args.top_k, args.top_p, args.bf16, args.use_cpu) == (0, 1.0, False, not torch.cuda.is_available())
+
+
+def test_extra_infgrpo_settings_reach_the_module_and_matched_ones_are_refused():
+    cfg = job("--infgrpo-config", "token_budget=auto", "sampler.num_slots=16", "sampler.refill=fifo")
+    assert cfg["infgrpo_config"] == {"token_budget": "auto", "sampler.num_slots": 16, "sampler.refill": "fifo"}
+    kwargs = module_kwargs(dict(cfg, gradient_checkpointing=False, share_prompt="auto", adapter_dir=None))
+    assert kwargs["token_budget"] == "auto" and kwargs["learning_rate"] == 1e-4
+    assert (kwargs["sampler"].num_slots, kwargs["sampler"].refill, kwargs["sampler"].max_new_tokens) == (16, "fifo", 48)
+    with pytest.raises(ValueError, match="learning_rate=1 is a setting matched with TRL; set it with --lr"):
+        job("--infgrpo-config", "learning_rate=1")
+    with pytest.raises(ValueError, match="sampler.top_k=5 is a setting matched with TRL; it is fixed by the job"):
+        job("--infgrpo-config", "sampler.top_k=5")
+    with pytest.raises(ValueError, match="'nope' is not a GRPOModule setting; valid: .*token_budget"):
+        job("--infgrpo-config", "nope=1")
+    with pytest.raises(ValueError, match="'token_budget' is not KEY=VALUE"):
+        job("--infgrpo-config", "token_budget")
+
+
+def test_bad_flags_are_errors_naming_the_flag():
+    with pytest.raises(ValueError, match=r"--task-config='\{min_terms' is not JSON"):
+        job("--task-config", "{min_terms")
+    with pytest.raises(ValueError, match="--task-config=.*for a reasoning-gym --task only"):
+        job("--task", "tiny", "--task-config", "{}")
+    with pytest.raises(ValueError, match=r"--trl-micro-batch=3 must divide the 32 completions of a step"):
+        job("--trl-micro-batch", "3")
+    with pytest.raises(ValueError, match="--group-size=1 must be >= 2"):
+        job("--group-size", "1")
+    assert job("--task", "leg_counting")["task_config"] == {} and job(*TINY)["prompt_template"] is None
+
+
+def test_a_step_that_differs_between_runs_is_named():
+    step = {"prompts_sha": "a", "prompt_ids_sha": "b", "completions": 4}
+    rows = [
+        {"run": "x", "per_step": [step, step]},
+        {"run": "y", "per_step": [step, {**step, "prompts_sha": "c"}]},
+        {"run": "z", "skipped": "over 5 s"},
+    ]
+    assert same_job(rows) == {"same": False, "runs": 2, "steps": 2, "first_difference": {"step": 1, "runs": ["x", "y"]}}
+    assert same_job(rows[:1] + rows[2:])["same"]
+
+
+def test_skipped_runs_show_as_rows_with_their_reason():
+    proof = {"prompts_sha": "a", "prompt_ids_sha": "b", "completions": 4}
+    steps = [
+        {"step": i, "seconds": 2.0 + i, "rollout_s": 1.0, "update_s": i, "reward": i / 4} | proof for i in range(3)
+    ]
+    ran = {"run": "infgrpo (a)", "per_step": steps, "rss_peak_bytes": 3 * 2**20, "rss_rise_bytes": 2**20}
+    ran |= {"eval": {"accuracy": 0.5}, "matched": {"lr": 0.1}}
+    result = {"eval_before": {"run": "untrained", "skipped": "over 9 s"}, "rows": [ran, {"run": "trl", "skipped": "x"}]}
+    lines = tables(result).splitlines()
+    assert lines[2] == "| infgrpo (a) | 3 | 2.0 | 3.5 | 1.0 | 1.5 | 0.250 | 0.250 | 0.500 | 3.0 | 1.0 |"
+    assert lines[3] == "| trl | skipped: x |" + "  |" * 9
+    assert lines[5].startswith("held-out accuracy before training: skipped (over 9 s)")
+    assert "| lr | 0.1 | yes |" in lines and "| 3 | 0.500 | 4.0 |" in lines

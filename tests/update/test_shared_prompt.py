@@ -1,0 +1,204 @@
+"""The shared-prompt update: each prompt once per micro-batch, the same log-probs, loss and gradients.
+
+Every equality is against the unshared ``prompt + completion`` rows in float64, with the models' RMSNorms
+computing in float64 (``tests.helpers.float64_norms``: transformers' own norm runs in float32).
+"""
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from infgrpo import GRPOModule, SamplerConfig
+from infgrpo.algo import Objective
+from infgrpo.data import PromptDataModule
+from infgrpo.sampler import Rollouts
+from infgrpo.update import LossConfig, accumulate_policy_gradients, completion_logprobs, prepare_microbatches
+from infgrpo.update.runner import PolicyUpdate
+from infgrpo.update.shared_batching import (
+    collate_shared,
+    pack_groups_by_token_budget,
+    prepare_shared_microbatches,
+    split_shared,
+)
+from infgrpo.update.shared_prompt import resolve_share_prompt, share_prompt_reason
+from tests.helpers import dequantized_reference, float64_norms, random_model, trained_4bit_lora, trainer
+
+# 3 prompts (ragged) x G=3 completions: ragged, one empty, one of a single token
+PROMPTS = [[1, 5, 7, 9], [3, 4], [8, 9, 10, 11, 12, 13, 14]]
+COMPLETIONS = [[20, 21, 22], [30, 31, 32, 33, 34, 35], [40], [], [50, 51], [52, 53, 54, 55], [60], [61, 62], [63]]
+ROW_PROMPT = [0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+
+def with_lora(model, targets):
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets, task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(hash(name) % 2**31))
+    return model.train()
+
+
+def logprobs_and_grads(model, mbs, chunk):
+    """Per-row log-probs (N, C_max) of the micro-batches and the gradients of a fixed weighted sum of them."""
+    model.zero_grad(set_to_none=True)
+    n, width = len(COMPLETIONS), max(map(len, COMPLETIONS))
+    out = torch.zeros(n, width, dtype=torch.float64)
+    weights = torch.randn(n, width, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for mb in mbs:
+        lp = completion_logprobs(model, mb, 0.7, chunk) * mb.completion_mask  # (n_mb, C_mb)
+        (lp * weights[mb.rows, : lp.shape[1]]).sum().backward()
+        out[mb.rows, : lp.shape[1]] = lp.detach().double()
+    return out, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+def unshared(budget=10_000):
+    return prepare_microbatches([PROMPTS[p] for p in ROW_PROMPT], COMPLETIONS, budget, pad_id=0)
+
+
+@pytest.mark.parametrize("arch,tied", [("qwen3", True), ("llama", False)])
+@pytest.mark.parametrize("lora", [None, ["q_proj", "v_proj"], ["q_proj", "v_proj", "lm_head"]])
+@pytest.mark.parametrize("chunk", [0, 5])  # full logits, and the chunked head
+@pytest.mark.parametrize("budget", [10_000, 30, 12])  # one micro-batch; several prompts each; groups split
+def test_shared_logprobs_and_gradients_equal_the_unshared_rows_float64(arch, tied, lora, chunk, budget):
+    model = float64_norms(random_model(arch, torch.float64, tie_word_embeddings=tied).train())
+    if lora:
+        model = with_lora(model, lora)
+    shared = prepare_shared_microbatches(PROMPTS, ROW_PROMPT, COMPLETIONS, budget, pad_id=0)
+    if budget == 12:  # some group spans micro-batches: its prompt runs in each of them
+        assert any(len({ROW_PROMPT[r] for r in mb.rows}) == 1 and len(mb.rows) < 3 for mb in shared)
+    if budget == 30:
+        assert any(mb.prompt_ids.shape[0] > 1 for mb in shared)
+    want, want_grads = logprobs_and_grads(model, unshared(), chunk)
+    got, got_grads = logprobs_and_grads(model, shared, chunk)
+    assert (got - want).abs().max() <= 1e-10
+    assert want_grads.keys() == got_grads.keys() and len(want_grads) >= 4
+    for k, g in want_grads.items():
+        assert g.abs().max() > 0, k
+        assert (got_grads[k] - g).abs().max() <= 1e-10, k
+
+
+def test_the_loss_and_the_gradients_of_an_update_equal_the_unshared_ones_with_checkpointing():
+    model = float64_norms(random_model("qwen3", torch.float64))
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    adv = torch.randn(len(COMPLETIONS), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    cfg = LossConfig(Objective(loss_type="dapo"), max_completion_length=8, logit_chunk_tokens=4)
+    results = []
+    for mbs in (unshared(), prepare_shared_microbatches(PROMPTS, ROW_PROMPT, COMPLETIONS, 20, pad_id=0)):
+        model.zero_grad(set_to_none=True)
+        stats = accumulate_policy_gradients(model, mbs, adv, cfg, lambda loss: loss.backward())
+        results.append((stats["loss"], {k: p.grad.clone() for k, p in model.named_parameters()}))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    assert abs(loss_a - loss_b) <= 1e-12 and abs(loss_a) > 1e-6
+    for k, g in grads_a.items():
+        assert (grads_b[k] - g).abs().max() <= 1e-10, k
+
+
+def test_4bit_lora_shared_gradients_match_a_dequantized_float64_reference(tokenizer, tmp_path):
+    policy, base = trained_4bit_lora("qwen3", tokenizer, tmp_path / "base")
+    ref = float64_norms(dequantized_reference(policy, base, lora_r=4)).train()
+    policy.train()
+    shared = prepare_shared_microbatches(PROMPTS, ROW_PROMPT, COMPLETIONS, 30, pad_id=0)
+    want_lp, want = logprobs_and_grads(ref, unshared(), chunk=0)  # float64, full logits, unshared
+    got_lp, got = logprobs_and_grads(policy, shared, chunk=4)  # 4-bit base, float32, shared, chunked
+    assert len(want) == len(got) == 28
+    assert torch.allclose(got_lp, want_lp, atol=1e-5)
+    for name, g in want.items():
+        assert g.norm() > 0, name
+        assert torch.allclose(got[name].double(), g, rtol=1e-4, atol=1e-6 * g.abs().max().item()), name
+
+
+def test_packing_counts_each_prompt_once_and_splits_only_groups_that_do_not_fit():
+    prompt_lengths = [40, 5, 12]
+    row_prompt = [0] * 6 + [1] * 3 + [2] * 4
+    completion_lengths = [3, 8, 2, 5, 1, 4, 9, 9, 9, 2, 2, 2, 2]
+    for budget in (30, 80, 200, 10_000):
+        groups = pack_groups_by_token_budget(row_prompt, prompt_lengths, completion_lengths, budget)
+        assert sorted(i for g in groups for i in g) == list(range(13))
+        for g in groups:
+            prompts = {row_prompt[i] for i in g}
+            cost = len(prompts) * max(prompt_lengths[p] for p in prompts) + len(g) * max(
+                completion_lengths[i] for i in g
+            )
+            assert cost <= budget or len(g) == 1
+    # the 40-token prompt's 6 completions (longest 8) fit one micro-batch of 40 + 6 x 8 = 88 tokens, not 6 rows
+    # of 48 (288 tokens, the unshared layout): shared, the whole group is one micro-batch at budget 100
+    groups = pack_groups_by_token_budget(row_prompt, prompt_lengths, completion_lengths, 100)
+    assert sorted(next(g for g in groups if 0 in g)) == [0, 1, 2, 3, 4, 5]
+    # at 60 the group is split, each part with its prompt once
+    groups = pack_groups_by_token_budget(row_prompt, prompt_lengths, completion_lengths, 60)
+    parts = [g for g in groups if row_prompt[g[0]] == 0]
+    assert len(parts) >= 2 and all({row_prompt[i] for i in g} == {0} for g in parts)
+    with pytest.raises(ValueError, match="token_budget=0 must be >= 1"):
+        pack_groups_by_token_budget(row_prompt, prompt_lengths, completion_lengths, 0)
+
+
+def test_split_halves_keep_their_prompts_and_compute_the_same_logprobs():
+    model = float64_norms(random_model("llama", torch.float64))
+    mb = collate_shared(list(range(9)), ROW_PROMPT, PROMPTS, COMPLETIONS, pad_id=0)
+    old = torch.randn(mb.completion_ids.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    halves = split_shared(mb, [old, None])
+    assert [h.rows for h, _ in halves] == [[0, 1, 2, 3], [4, 5, 6, 7, 8]]
+    assert [h.prompt_ids.shape for h, _ in halves] == [(2, 4), (2, 7)]  # prompts 0, 1 | 1, 2; padding dropped
+    whole = completion_logprobs(model, mb, 1.0, 3) * mb.completion_mask
+    for half, (o, r) in halves:
+        lp = completion_logprobs(model, half, 1.0, 3) * half.completion_mask
+        assert r is None and torch.equal(o, old[half.rows, : o.shape[1]])
+        assert (lp - whole[half.rows, : lp.shape[1]]).abs().max() <= 1e-12
+        assert half.padded_tokens < mb.padded_tokens
+
+
+def test_auto_turns_sharing_off_with_a_reason_where_it_cannot_be_exact():
+    plain = random_model("qwen3")
+    assert share_prompt_reason(plain) is None and resolve_share_prompt(plain, "auto") is True
+    windowed = random_model("qwen3", use_sliding_window=True, sliding_window=8, max_window_layers=1)
+    assert "sliding-window" in share_prompt_reason(windowed)
+    with pytest.warns(UserWarning, match="share_prompt: off, because the model has sliding-window"):
+        assert resolve_share_prompt(windowed, "auto") is False
+    with pytest.raises(ValueError, match="share_prompt='on' cannot be exact for this model: the model has sliding"):
+        resolve_share_prompt(windowed, "on")
+    reentrant = random_model("llama")
+    reentrant.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+    assert "reentrant" in share_prompt_reason(reentrant)
+    assert resolve_share_prompt(windowed, "off") is False
+    with pytest.raises(ValueError, match="share_prompt='sometimes' is not known; valid: auto, on, off"):
+        resolve_share_prompt(plain, "sometimes")
+
+
+def test_one_training_step_gives_the_same_parameters_shared_or_not_float64(tmp_path):
+    """The whole step on the tiny model: reference (beta) and old-policy (mu = 2) log-probs, two optimizer steps."""
+    params = []
+    for share in ("off", "on"):
+        torch.manual_seed(0)
+        module = GRPOModule(
+            dtype="float64", group_size=4, sampler=SamplerConfig(num_slots=4, max_new_tokens=16, temperature=0.9),
+            beta=0.04, num_iterations=2, token_budget=96, learning_rate=1e-2, share_prompt=share,
+            lora_r=4, lora_dropout=0.0,
+        )  # fmt: skip
+        assert module.updater.share_prompt == (share == "on")
+        float64_norms(module.policy)
+        before = {k: p.detach().clone() for k, p in module.policy.named_parameters()}
+        trainer(tmp_path / share, 1, enable_checkpointing=False).fit(
+            module, PromptDataModule(path="tiny", batch_size=2, eval_split=None)
+        )
+        params.append({k: p.detach().clone() for k, p in module.policy.named_parameters()})
+    off, on = params
+    assert sum(not torch.equal(off[k], before[k]) for k in off) >= 4  # the step trained (LoRA)
+    for k in off:
+        assert (off[k] - on[k]).abs().max() <= 1e-10, k
+
+
+def test_an_update_reports_fewer_padded_tokens_when_sharing():
+    rollouts = Rollouts(PROMPTS, 3, COMPLETIONS, [torch.zeros(len(c)) for c in COMPLETIONS], ["stop"] * 9)
+    shared = PolicyUpdate(LossConfig(), token_budget=10_000, share_prompt=True).pack(rollouts, 10_000)
+    plain = PolicyUpdate(LossConfig(), token_budget=10_000).pack(rollouts, 10_000)
+    assert sum(mb.padded_tokens for mb in shared) == 3 * 7 + 9 * 6  # prompts once, padded to the longest
+    assert sum(mb.padded_tokens for mb in plain) == 9 * (7 + 6)
+
+
+def test_the_probe_turns_sharing_off_for_attention_that_ignores_the_cache():
+    model = random_model("llama")
+    for layer in model.model.layers:  # an attention that never reads the cache (as custom kernels may)
+        forward = layer.self_attn.forward
+        layer.self_attn.forward = lambda *a, _f=forward, **kw: _f(*a, **{**kw, "cache": None})
+    assert share_prompt_reason(model).startswith("the shared-prompt forward fails on LlamaForCausalLM")
