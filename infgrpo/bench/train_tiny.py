@@ -96,7 +96,8 @@ def tables(result: dict) -> str:
         ("rollout vs training log-prob |difference| (mean; max over steps)", None, "logprob_mismatch", ""),
     ]
     if "logprob_mismatch_mean" in result:
-        result = {**result, "logprob_mismatch": f"{result['logprob_mismatch_mean']:.2e}; {result['logprob_mismatch_max']:.2e}"}
+        mean, top = result["logprob_mismatch_mean"], result["logprob_mismatch_max"]
+        result = {**result, "logprob_mismatch": f"{mean:.2e}; {top:.2e}"}
     rows = [{"metric": name, "before": get(b, spec), "after": get(a, spec)} for name, b, a, spec in metrics]
     columns: list[Column] = [("metric", cell("metric")), ("before", cell("before")), ("after", cell("after"))]
     wall = f"fit wall time: {get('fit_wall_time_s', '.0f')} s for {get('max_steps', '')} steps"
