@@ -139,7 +139,8 @@ def share_prompt_reason(model: nn.Module) -> str | None:
         return f"{type(model).__name__} is multimodal (the shared path runs text-only decoders)"
     for module in model.modules():
         func = getattr(module, "_gradient_checkpointing_func", None)
-        if getattr(module, "gradient_checkpointing", False) and getattr(func, "keywords", {}).get("use_reentrant"):
+        # torch's checkpoint is reentrant unless told otherwise (a partial without the keyword is reentrant)
+        if getattr(module, "gradient_checkpointing", False) and getattr(func, "keywords", {}).get("use_reentrant", True):
             return "reentrant gradient checkpointing drops the gradient of the prompt's K/V; use use_reentrant=False"
     return _probe(model)
 
