@@ -31,7 +31,7 @@ def rollouts(shift=0.05):
 def policy_logprobs(model, entropy=True):
     """The whole batch's log-probs and entropies (6, C) from the full logits, with the gradient, and the mask."""
     mb = collate(list(range(6)), [PROMPTS[i // 2] for i in range(6)], COMPLETIONS, pad_id=0)
-    logp, ent = completion_logprobs(model, mb, 1.0, 0, entropy=True)
+    logp, ent = completion_logprobs(model, mb, 1.0, 0, entropy=True, entropy_grad=True)
     return logp, ent, mb.completion_mask.double()
 
 
