@@ -166,9 +166,12 @@ class PolicyUpdate:
             retries += more
             optimizer_step()
             bonus = stats.pop("entropy_bonus", None)  # (entropy sum, tokens) of the step
+            applied = cfg.objective.entropy_coef
             if self.entropy_coef is not None:
+                applied = self.entropy_coef.applied()  # what this step's loss used, before the schedule moves
                 self.entropy_coef.update(*bonus)
         stats["entropy_coef"] = self.entropy_coef.coef if self.entropy_coef is not None else cfg.objective.entropy_coef
+        stats["entropy_coef_applied"] = applied
         if retries:  # later updates pack within what fit
             self.token_budget_cap = budget = largest(mbs)
         return UpdateResult(stats, budget, retries, largest(mbs))
@@ -183,8 +186,9 @@ class PolicyUpdate:
         return [high_entropy_mask(e, m, threshold) for e, m in zip(entropies, masks, strict=True)]
 
     def state_dict(self) -> dict[str, float]:
-        """What later updates learned: the adaptive entropy coefficient (TRL's keys) and the budget that fit."""
-        state: dict = {"token_budget_cap": self.token_budget_cap}
+        """What later updates learned: the adaptive entropy coefficient (TRL's keys), the budget that fit and
+        the memory plan of ``token_budget: auto``."""
+        state: dict = {"token_budget_cap": self.token_budget_cap, **self.sizer.state_dict()}
         if self.entropy_coef is not None:
             state.update(self.entropy_coef.state_dict())
         return state
@@ -192,6 +196,7 @@ class PolicyUpdate:
     def load_state_dict(self, state: dict) -> None:
         """Restores :meth:`state_dict`."""
         self.token_budget_cap = state.get("token_budget_cap")
+        self.sizer.load_state_dict(state)
         if self.entropy_coef is not None and "entropy_coef" in state:
             self.entropy_coef.load_state_dict(state)
 
