@@ -1,6 +1,6 @@
 """Validation of ``GRPOModule``'s settings, before anything is loaded: each error names the field and what is valid.
 
-threads = check_hparams(module.hparams)   # raises ValueError on the first bad setting
+threads, objective = check_hparams(hp)   # ValueError on the first bad setting; warnings for risky pairs
 """
 
 from __future__ import annotations
