@@ -172,7 +172,11 @@ def load_policy(
         from peft import prepare_model_for_kbit_training
 
         keep_4bit_trainable(model)
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
+        model = prepare_model_for_kbit_training(  # non-reentrant, as without 4-bit (peft would leave torch's default)
+            model,
+            use_gradient_checkpointing=gradient_checkpointing,
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
     elif gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False

@@ -268,8 +268,9 @@ class GRPOModule(L.LightningModule):
         loss = LossConfig(objective, temperature, sampler.max_new_tokens, logit_chunk_tokens)
         shared = resolve_share_prompt(self.policy, share_prompt)  # validated, probed on the loaded model
         self.updater = PolicyUpdate(
-            loss, num_iterations, token_budget, update_memory, mask_truncated_completions, self.sampler.pad_id, shared
-        )
+            loss, num_iterations=num_iterations, token_budget=token_budget, update_memory=update_memory,
+            mask_truncated_completions=mask_truncated_completions, pad_id=self.sampler.pad_id, share_prompt=shared,
+        )  # fmt: skip
         self.rewards = rewards
         self.scoring = dict(rewards=rewards, on_error=reward_on_error, max_completion_length=sampler.max_new_tokens)
         self.val_reward, self.val_accuracy = MeanMetric(), MeanMetric()

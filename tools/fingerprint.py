@@ -1,63 +1,83 @@
-"""Fixed-seed fingerprint of infgrpo: rollout completion ids (as bench rollout --model tiny) and params after 5 tiny steps.
+"""Fixed-seed fingerprints of infgrpo: rollout completion ids and log-probs, and parameters after 5 steps.
 
-    python fingerprint.py rollout OUT.json    # every default config of `bench rollout --model tiny`, threads 1
-    python fingerprint.py train OUT.json      # fit configs/tiny.yaml for 5 steps, hash of every parameter
+    python tools/fingerprint.py rollout OUT.json   # every default configuration of bench rollout --model tiny
+    python tools/fingerprint.py train OUT.json     # fit configs/tiny.yaml for 5 steps: sha256 of every parameter
+
+Two commits whose fingerprints agree sample the same completions and train to the same parameters
+(issue #17 compared the commits before and after its restructuring this way; threads fixed at 1).
 """
-import hashlib, json, random, sys
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sys
+import tempfile
+
 import torch
 
-def rollout(out):
-    torch.set_num_threads(1)
+TASKS = ("count", "rev", "dup")
+
+
+def digest(value: object) -> str:
+    """The first 16 hex digits of the sha256 of ``value`` as JSON."""
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
+
+
+def rollout(out: str) -> None:
+    """Hashes of every (prompts x G x decoder) configuration of ``bench rollout --model tiny``, to ``out``."""
     from infgrpo import MicroGroupSampler, SamplerConfig
+    from infgrpo.data.datamodule import encode_prompt, load_rows
     from infgrpo.models import load_policy, load_tokenizer
-    try:
-        from infgrpo.data.datamodule import encode_prompt, load_rows
-    except ImportError:
-        raise
-    try:
-        from infgrpo.runtime.threads import set_threads
-    except ImportError:
-        from infgrpo.threads import set_threads
+    from infgrpo.runtime.threads import set_threads
+
     set_threads(1)
-    tok = load_tokenizer("tiny")
-    model = load_policy("tiny").eval()
-    res = {}
+    tok, model = load_tokenizer("tiny"), load_policy("tiny").eval()
+    by_task = {t: [r for r in load_rows("tiny", "eval") if r["task"] == t] for t in TASKS}
+    res: dict = {}
     for n_prompts in (1, 8):
         rng = random.Random(0)
-        by_task = {t: [r for r in load_rows("tiny", "eval") if r["task"] == t] for t in ("count", "rev", "dup")}
-        order = ("count", "rev", "dup")
-        rows = [rng.choice(by_task[order[i % 3]]) for i in range(n_prompts)]
+        rows = [rng.choice(by_task[TASKS[i % 3]]) for i in range(n_prompts)]
         prompts = [encode_prompt(tok, r["prompt"], None, True) for r in rows]
         for g in (8, 32, 128, 512):
-            for dec in ("hf_full", "hf_micro", "engine"):
-                sc = SamplerConfig(num_slots=16, max_new_tokens=96, decoder=dec, stop_token_ids=[], temperature=1.0)
-                try:
-                    s = MicroGroupSampler(model, tok.eos_token_id, sc, pad_id=tok.pad_token_id)
-                except TypeError:  # before the pad_id parameter
-                    s = MicroGroupSampler(model, tok.eos_token_id, sc)
-                    s.pad_id = tok.pad_token_id
-                s.sample(prompts[:1], 2, seed=99)
-                o = s.sample(prompts, g, seed=0)
-                blob = json.dumps([o.completion_ids, [torch.as_tensor(lp).tolist() for lp in o.logprobs]]).encode()
-                key = f"{n_prompts}x{g}/{dec}"
-                res[key] = {"ids": hashlib.sha256(json.dumps(o.completion_ids).encode()).hexdigest()[:16],
-                            "ids_logprobs": hashlib.sha256(blob).hexdigest()[:16],
-                            "decode_steps": o.stats["decode_steps"]}
+            for decoder in ("hf_full", "hf_micro", "engine"):
+                cfg = SamplerConfig(num_slots=16, max_new_tokens=96, decoder=decoder, stop_token_ids=[])
+                sampler = MicroGroupSampler(model, tok.eos_token_id, cfg, pad_id=tok.pad_token_id)
+                sampler.sample(prompts[:1], 2, seed=99)  # warm-up, as the benchmark
+                o = sampler.sample(prompts, g, seed=0)
+                logprobs = [torch.as_tensor(lp).tolist() for lp in o.logprobs]
+                key = f"{n_prompts}x{g}/{decoder}"
+                res[key] = {
+                    "ids": digest(o.completion_ids),
+                    "ids_logprobs": digest([o.completion_ids, logprobs]),
+                    "decode_steps": o.stats["decode_steps"],
+                }
                 print(key, res[key], flush=True)
-    allh = hashlib.sha256(json.dumps({k: v["ids"] for k, v in sorted(res.items())}).encode()).hexdigest()[:16]
-    res["ALL_ids"] = allh
-    print("ALL completion ids", allh)
-    json.dump(res, open(out, "w"), indent=1)
+    res["ALL_ids"] = digest({k: v["ids"] for k, v in sorted(res.items())})
+    print("ALL completion ids", res["ALL_ids"])
+    with open(out, "w") as f:
+        json.dump(res, f, indent=1)
 
-def train(out):
+
+def train(out: str) -> None:
+    """The sha256 of every parameter after 5 steps of ``configs/tiny.yaml``, to ``out``."""
     from infgrpo.fit import main
-    cli = main(["--config", "configs/tiny.yaml", "--trainer.max_steps", "5", "--trainer.default_root_dir", "/tmp/fp_run",
-                "--trainer.enable_progress_bar", "false"])
+
+    with tempfile.TemporaryDirectory() as root:
+        cli = main(
+            ["--config", "configs/tiny.yaml", "--trainer.max_steps", "5", "--trainer.default_root_dir", root,
+             "--trainer.enable_progress_bar", "false"]
+        )  # fmt: skip
     h = hashlib.sha256()
     for name, p in sorted(cli.model.policy.state_dict().items()):
-        h.update(name.encode()); h.update(p.detach().cpu().contiguous().numpy().tobytes())
-    d = {"params_sha256": h.hexdigest()[:16]}
-    print(d); json.dump(d, open(out, "w"))
+        h.update(name.encode())
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    result = {"params_sha256": h.hexdigest()[:16]}
+    print(result)
+    with open(out, "w") as f:
+        json.dump(result, f)
+
 
 if __name__ == "__main__":
     {"rollout": rollout, "train": train}[sys.argv[1]](sys.argv[2])

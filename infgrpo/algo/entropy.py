@@ -42,11 +42,10 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch
 def quantile(values: torch.Tensor, q: float) -> torch.Tensor:
     """``torch.quantile(values, q)`` (linear interpolation) of a 1-D tensor, without its 16M-element limit."""
     ordered = torch.sort(values).values
-    rank = torch.scalar_tensor(q, dtype=values.dtype, device=values.device) * (values.numel() - 1)
-    below = rank.floor()
-    lo = ordered[below.long()]
-    hi = ordered[rank.ceil().long()]
-    return torch.lerp(lo, hi, rank - below)
+    rank = min(max(q, 0.0), 1.0) * (values.numel() - 1)  # a Python float (double): exact for any dtype of values
+    below = math.floor(rank)
+    lo, hi = ordered[below], ordered[min(below + 1, values.numel() - 1)]
+    return torch.lerp(lo, hi, torch.scalar_tensor(rank - below, dtype=values.dtype, device=values.device))
 
 
 def entropy_threshold(

@@ -29,8 +29,6 @@ LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", 
 ImportanceSamplingLevel = Literal["token", "sequence"]
 RolloutCorrection = Literal["none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 
-CLIPPED_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
-"""Loss types whose policy term is PPO's clipped surrogate (and ``delta``'s two-sided clip)."""
 TOKEN_SUM_LOSSES = ("bnpo", "dr_grpo", "dapo", "cispo")
 """Loss types that sum per-token terms: at sequence level they weight each sequence by its length (TRL warns)."""
 
@@ -225,8 +223,3 @@ class Objective:
     def needs_entropy(self) -> bool:
         """Whether the loss itself needs per-token entropies (the mask or the bonus; logging always wants them)."""
         return self.entropy_bonus or self.entropy_mask
-
-    @property
-    def needs_behaviour_logprobs(self) -> bool:
-        """Whether the loss reads the rollout's log-probs (the off-policy mask or the rollout correction)."""
-        return self.off_policy_mask_threshold is not None or self.rollout_correction != "none"

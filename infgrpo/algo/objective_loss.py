@@ -17,9 +17,9 @@ in three places, where this one equals TRL's with the whole batch in one micro-b
 (TRL: tokens of each micro-batch), the entropy mask's quantile (TRL: per micro-batch; here from
 :func:`~infgrpo.algo.entropy.entropy_threshold` over the batch) and the entropy bonus's mean (TRL: per
 micro-batch divided by the accumulation steps; here by the batch's kept tokens). ``old_logp`` None means
-the first of ``num_iterations`` (old = ``logp`` detached), and then the correction weights and mismatch
-statistics come from this forward; with ``old_logp`` given (a frozen copy) they come from it, unchanged
-across iterations, as TRL's.
+``num_iterations == 1`` (old = ``logp`` detached), and then the correction weights and mismatch
+statistics come from this forward; with ``old_logp`` given (``num_iterations > 1``: a frozen copy
+before the first of them) they come from it, unchanged across iterations, as TRL's.
 """
 
 from __future__ import annotations

@@ -23,10 +23,11 @@ import math
 
 import torch
 
-from infgrpo.registry import check_choice
+from infgrpo.algo.objective import RolloutCorrection
+from infgrpo.registry import check_choice, choices
 from infgrpo.runtime.ranks import Ranks
 
-CORRECTION_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+CORRECTION_MODES = tuple(m for m in choices(RolloutCorrection) if m != "none")
 MISMATCH_FIELDS = ("abs_diff_sum", "ratio_sum", "tokens", "abs_diff_max")
 
 
@@ -64,9 +65,9 @@ def mismatch_sums(policy_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask:
     """
     diff = (policy_logp - behaviour_logp).double()  # (N, T)
     keep = mask.bool() & ~diff.isnan()
-    d = diff[keep]
-    top = d.abs().max() if d.numel() else d.new_zeros(())
-    return torch.stack([d.abs().sum(), d.exp().sum(), d.new_tensor(float(d.numel())), top])
+    d = torch.where(keep, diff, 0.0)  # masked, not indexed: no host synchronization
+    top = d.abs().amax() if d.numel() else d.new_zeros(())
+    return torch.stack([d.abs().sum(), torch.where(keep, diff.exp(), 0.0).sum(), keep.sum().double(), top])
 
 
 def combine_mismatch(sums: list[torch.Tensor], ranks: Ranks = Ranks()) -> torch.Tensor:  # noqa: B008 - frozen

@@ -51,8 +51,8 @@ DEFAULT_VARIANTS = {"tiny": list(VARIANTS), "qwen3-42m": ["float-full"]}  # qwen
 class StepMeter(L.Callback):
     """Measures the training step with index ``measure``: its time, memory by phase and loss.
 
-    Phases are the module's own (:class:`~infgrpo.runtime.memory.PhaseMemory`: the rollout in
-    ``on_train_batch_start``, the update in ``training_step``).
+    Phases are the module's own (:class:`~infgrpo.runtime.memory.PhaseMemory`: the rollout and
+    the update, both in ``training_step``; the clock starts at ``on_train_batch_start``).
     """
 
     def __init__(self, measure: int = 1) -> None:

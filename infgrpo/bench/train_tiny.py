@@ -40,6 +40,9 @@ def read_train_curves(root: Path) -> dict[str, float]:
         "reward_last10": statistics.mean(reward[-10:]) if reward else float("nan"),
         "decode_steps_mean": statistics.mean(col("train/rollout/decode_steps") or [float("nan")]),
         "steps_over_lower_bound_mean": statistics.mean(col("train/rollout/steps_over_lower_bound") or [float("nan")]),
+        "entropy_mean": statistics.mean(col("train/entropy") or [float("nan")]),
+        "logprob_mismatch_mean": statistics.mean(col("train/rollout/logprob_mismatch_mean") or [float("nan")]),
+        "logprob_mismatch_max": max(col("train/rollout/logprob_mismatch_max") or [float("nan")]),
     }
 
 
@@ -89,7 +92,12 @@ def tables(result: dict) -> str:
         ("train reward (mean of first / last 10 logged steps)", "reward_first10", "reward_last10", ".3f"),
         ("decode steps per rollout (mean)", None, "decode_steps_mean", ".1f"),
         ("decode steps / lower bound (mean)", None, "steps_over_lower_bound_mean", ".3f"),
+        ("token entropy (mean over steps)", None, "entropy_mean", ".3f"),
+        ("rollout vs training log-prob |difference| (mean; max over steps)", None, "logprob_mismatch", ""),
     ]
+    if "logprob_mismatch_mean" in result:
+        mean, top = result["logprob_mismatch_mean"], result["logprob_mismatch_max"]
+        result = {**result, "logprob_mismatch": f"{mean:.2e}; {top:.2e}"}
     rows = [{"metric": name, "before": get(b, spec), "after": get(a, spec)} for name, b, a, spec in metrics]
     columns: list[Column] = [("metric", cell("metric")), ("before", cell("before")), ("after", cell("after"))]
     wall = f"fit wall time: {get('fit_wall_time_s', '.0f')} s for {get('max_steps', '')} steps"

@@ -4,7 +4,8 @@ The answer of a completion is, by reasoning-gym's convention, the text inside it
 ``<answer>...</answer>`` pair (``reasoning_gym.utils.extract_answer``: one space of padding inside
 the tags is dropped, then the text is stripped). **Fallback** when the completion has no such pair:
 where the reference answer is a number (``chain_sum``, ``basic_arithmetic``, ...), the last number in
-the completion, as GSM8K-style graders read one ("The final answer is 19." -> "19"); otherwise its
+the completion, as GSM8K-style graders read one ("The final answer is 19." -> "19"; thousands separators
+dropped: "1,234" -> "1234"); otherwise its
 last non-empty line, stripped (a model told "Give only the final answer." often writes just the
 answer on its last line). A completion with no such text scores as no answer (None).
 The score is the task's ``score_answer(answer, entry)`` in [0, 1]: 1 for a correct answer, some
@@ -25,6 +26,7 @@ import re
 from typing import Any
 
 from infgrpo.rewards.core import REWARDS
+from infgrpo.rewards.math import NUMBER as WRITTEN_NUMBER
 
 _TASKS: dict[str, Any] = {}  # json of (task, config) -> the rebuilt reasoning-gym dataset
 
@@ -54,7 +56,8 @@ def task_dataset(meta: dict[str, Any]) -> Any:
     return _TASKS[key]
 
 
-NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")  # a numeric reference answer
+_WRITTEN = re.compile(WRITTEN_NUMBER)  # a number as written in a completion: "-3", "1,234", "0.5", ".5"
 
 
 def extract_answer(completion: str, reference: str | None = None) -> str | None:
@@ -64,8 +67,8 @@ def extract_answer(completion: str, reference: str | None = None) -> str | None:
     if tagged is not None:
         return tagged
     if reference is not None and NUMBER.fullmatch(str(reference).strip()):
-        numbers = NUMBER.findall(completion)
-        return numbers[-1] if numbers else None
+        numbers = _WRITTEN.findall(completion)
+        return numbers[-1].replace(",", "") if numbers else None
     lines = [line.strip() for line in completion.splitlines() if line.strip()]
     return lines[-1] if lines else None
 

@@ -1,11 +1,12 @@
 """Validation of ``GRPOModule``'s settings, before anything is loaded: each error names the field and what is valid.
 
-threads = check_hparams(module.hparams)   # raises ValueError on the first bad setting
+threads, objective = check_hparams(hp)   # ValueError on the first bad setting; warnings for risky pairs
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,4 +47,26 @@ def check_hparams(hp: Mapping[str, Any]) -> tuple[Threads, Objective]:
     check_loading(hp["lora_r"], hp["load_in_4bit"], hp["bnb_4bit_quant_type"], hp["bnb_4bit_compute_dtype"])
     check_rewards(rewards)
     objective = Objective(**{f.name: hp[f.name] for f in dataclasses.fields(Objective)})  # ranges, combinations
+    warn_filtered_behaviour_logprobs(hp.get("sampler"), objective)
     return check_threads(hp["threads"], "threads"), objective
+
+
+def warn_filtered_behaviour_logprobs(sampler: Any, objective: Objective) -> None:
+    """Warns when the behaviour log-probs a correction reads are not of the distribution the others decode.
+
+    ``decoder: hf_cb`` returns log-probs after top-k / top-p filtering, every other decoder before it (the
+    tempered distribution the training forward recomputes): with truncation on, ``rollout_correction`` and
+    ``off_policy_mask_threshold`` then weigh or drop tokens by a ratio that includes the truncation.
+    """
+    if getattr(sampler, "decoder", None) != "hf_cb" or (not sampler.top_k and sampler.top_p >= 1.0):
+        return
+    corrects = objective.rollout_correction != "none" or objective.off_policy_mask_threshold is not None
+    if corrects:
+        warnings.warn(
+            f"sampler.decoder='hf_cb' with top_k={sampler.top_k}, top_p={sampler.top_p}: its behaviour log-probs are "
+            f"taken after the filtering, so rollout_correction={objective.rollout_correction!r} and "
+            f"off_policy_mask_threshold={objective.off_policy_mask_threshold!r} see the truncation as a mismatch "
+            "(decoder 'engine' reports the unfiltered tempered log-probs the update recomputes)",
+            UserWarning,
+            stacklevel=3,
+        )

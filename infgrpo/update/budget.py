@@ -2,10 +2,9 @@
 
 The update's memory beyond the weights, gradients and optimizer state is the activations of one
 micro-batch plus the LM head's logits. Per padded token, with hidden size H, MLP size I, L layers,
-``a`` the bytes of the residual stream's dtype, h attention heads and T the longest sequence::
+``a`` the bytes of the residual stream's dtype::
 
     layer_bytes  = (16 H + 4 I) a                      # saved for the backward in one decoder layer
-                 + 2 h T 4     (CPU only)              # attention scores + probabilities ("math" SDPA)
     per_token    = L layer_bytes                        # every layer's activations kept, or
                  = L H a + layer_bytes                  # gradient checkpointing: layer inputs + one layer
                  + 3 H a                                # final hidden states, their gradient, the head input
@@ -15,8 +14,10 @@ micro-batch plus the LM head's logits. Per padded token, with hidden size H, MLP
 
 ``16 H + 4 I`` counts a Llama/Qwen layer's saved tensors: norm inputs and outputs, q/k/v and their
 normed and rotated copies, the attention output and o_proj's input/output (~10-12 H with grouped K/V),
-and the MLP's gate, up, activation and product (4 I) with its input and output. CUDA's
-memory-efficient attention keeps no (T x T) scores, so the attention term counts on CPU only.
+and the MLP's gate, up, activation and product (4 I) with its input and output. There is no attention
+term: torch's fused SDPA kernels (flash attention on CPU, flash or memory-efficient on CUDA) keep no
+(T x T) scores for the backward, with or without a mask (checked on torch 2.13's CPU kernel: the saved
+tensors are q, k, v, the output and the mask); ``attn_implementation="eager"`` would keep them.
 Checked on CPU against ``bench step`` (42M Qwen3, 8 x 525 tokens, ``benchmarks/RESULTS.md``): the
 chunked update is planned at 1.33 GiB and rose 1.00 GiB; full logits rose 11.6 GiB, 20 bytes per
 logit, which the ``+ 16`` reproduces.
@@ -59,12 +60,10 @@ class UpdateShape:
     layers: int
     hidden_size: int
     intermediate_size: int
-    attention_heads: int
     vocab_size: int
     act_bytes: int
     logit_bytes: int
     checkpointing: bool
-    cpu: bool
 
 
 def update_shape(model: torch.nn.Module) -> UpdateShape:
@@ -81,12 +80,10 @@ def update_shape(model: torch.nn.Module) -> UpdateShape:
         layers=layers,
         hidden_size=int(cfg.hidden_size),
         intermediate_size=int(getattr(cfg, "intermediate_size", None) or 4 * cfg.hidden_size),
-        attention_heads=int(cfg.num_attention_heads),
         vocab_size=int(cfg.vocab_size),
         act_bytes=torch.finfo(emb.dtype).bits // 8 if emb.is_floating_point() else 4,
         logit_bytes=torch.finfo(head.dtype).bits // 8 if head.is_floating_point() else 4,
         checkpointing=any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules()),
-        cpu=emb.device.type == "cpu",
     )
 
 
@@ -113,10 +110,10 @@ class TokenBudgetPlan:
         )
 
 
-def per_token_bytes(shape: UpdateShape, max_len: int, chunk_tokens: int) -> tuple[int, int]:
+def per_token_bytes(shape: UpdateShape, chunk_tokens: int) -> tuple[int, int]:
     """(bytes per padded token, fixed bytes) of an update micro-batch (formula in the module docstring)."""
     h, i, a = shape.hidden_size, shape.intermediate_size, shape.act_bytes
-    layer = (16 * h + 4 * i) * a  # (bytes) + (2 * shape.attention_heads * max_len * 4 if shape.cpu else 0)
+    layer = (16 * h + 4 * i) * a
     per_token = (shape.layers * h * a + layer) if shape.checkpointing else shape.layers * layer
     per_token += 3 * h * a
     if chunk_tokens == 0:
@@ -131,7 +128,7 @@ def plan_token_budget(
 
     Raises a ValueError naming ``update_memory`` when not even one sequence of ``max_len`` tokens fits.
     """
-    estimate, fixed = per_token_bytes(shape, max_len, chunk_tokens)
+    estimate, fixed = per_token_bytes(shape, chunk_tokens)
     per_token = per_token or estimate
     tokens = (budget - fixed) // per_token
     if tokens < max_len:
@@ -191,6 +188,16 @@ class UpdateSizer:
                 f"[infgrpo] update memory: {peak_rise_bytes / 1e9:.2f} GB measured for {tokens:,} tokens, "
                 f"within the {planned / 1e9:.2f} GB planned"
             )
+
+    def state_dict(self) -> dict[str, int | None]:
+        """What the first update fixed (the byte budget) and measured (CUDA: bytes a token), so a resumed run
+        plans its micro-batches as the uninterrupted one would."""
+        return {"update_budget_bytes": self.budget, "update_measured_per_token": self.measured_per_token}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict` (missing keys, from older checkpoints, leave it unfixed)."""
+        self.budget = state.get("update_budget_bytes")
+        self.measured_per_token = state.get("update_measured_per_token")
 
     def _budget_bytes(self, device: torch.device) -> int:
         """``update_memory`` in bytes: itself, or its share of the memory free now (plus torch's unused cache)."""

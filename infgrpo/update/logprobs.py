@@ -99,9 +99,11 @@ def completion_logprobs(
     temperature: float = 1.0,
     chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
     entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (n, C) of ``mb.completion_ids`` under ``model`` at ``temperature`` (and, with ``entropy``,
-    the entropy (n, C) of each position's tempered distribution, differentiable).
+    the entropy (n, C) of each position's tempered distribution; differentiable on the chunked path, where an
+    entropy nothing differentiates costs nothing in the backward, and on the full path with ``entropy_grad``).
 
     ``chunk_tokens``: positions through the LM head at a time (the chunked path), or 0 for the
     full-logits path (see the module docstring). A :class:`~infgrpo.update.shared_batching.SharedMicroBatch`
@@ -110,7 +112,7 @@ def completion_logprobs(
     in the loss.
     """
     if chunk_tokens == 0:
-        return full_logits_logprobs(model, mb, temperature, entropy=entropy)
+        return full_logits_logprobs(model, mb, temperature, entropy=entropy, entropy_grad=entropy_grad)
     decoder, head = causal_lm_parts(model)
     real = mb.generated  # (n, C): generated tokens, not padding
     h = hidden_before_completions(decoder, mb)[real]  # (N, H): the state that predicts each token
@@ -162,9 +164,11 @@ def full_logits_logprobs(
     temperature: float = 1.0,
     chunk_rows: int = 8,
     entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (n, C) from the model's own logits (the full-logits path; ``logit_chunk_tokens: 0``), and
-    with ``entropy`` each position's entropy (n, C).
+    with ``entropy`` each position's entropy (n, C): without gradient unless ``entropy_grad`` (an entropy
+    built with autograd would keep two float32 (rows x C x V) tensors alive after the backward).
 
     The log-softmax runs in chunks of ``chunk_rows`` rows so float32 logits of the whole micro-batch
     never coexist.
@@ -179,7 +183,8 @@ def full_logits_logprobs(
         logp = torch.log_softmax(chunk, dim=-1)
         pieces.append(logp.gather(-1, tok).squeeze(-1))
         if entropy:
-            entropies.append(-(logp.exp() * logp).sum(-1))
+            with torch.enable_grad() if entropy_grad else torch.no_grad():
+                entropies.append(-(logp.exp() * logp).sum(-1))
     if not entropy:
         return torch.cat(pieces, dim=0)
     return torch.cat(pieces, dim=0), torch.cat(entropies, dim=0)

@@ -10,8 +10,9 @@ Steps of :meth:`PolicyUpdate.run`:
    ``update_memory``; capped at what fit after an earlier out-of-memory retry) and the micro-batches
    within it (with ``share_prompt``, each group's prompt once per micro-batch:
    :mod:`infgrpo.update.shared_prompt`), completions cut at ``max_new_tokens`` masked out when asked;
-2. frozen log-probs where needed: the reference's (``beta > 0``) and the rollout policy's
-   (``num_iterations > 1``);
+2. frozen passes where needed: the reference's log-probs (``beta > 0``), the rollout policy's
+   (``num_iterations > 1``) and the entropies that set the entropy mask's threshold
+   (``top_entropy_quantile < 1``, over the whole batch);
 3. ``num_iterations`` optimizer steps, each accumulating the policy gradient over the micro-batches
    (:func:`~infgrpo.update.step.accumulate_policy_gradients`).
 
@@ -134,7 +135,11 @@ class PolicyUpdate:
         # 2) frozen log-probs; out of memory: packed again at half the budget
         def frozen(state: tuple[int, list[Batch]]) -> tuple[list | None, list | None]:
             mbs, chunk, beta = state[1], cfg.logit_chunk_tokens, cfg.objective.beta
-            ref = frozen_logprobs(policy, mbs, cfg.temperature, ref_model, True, chunk) if beta > 0 else None
+            ref = (
+                frozen_logprobs(policy, mbs, cfg.temperature, ref_model=ref_model, reference=True, chunk_tokens=chunk)
+                if beta > 0
+                else None
+            )
             old = frozen_logprobs(policy, mbs, cfg.temperature, chunk_tokens=chunk) if self.num_iterations > 1 else None
             return ref, old
 
@@ -152,8 +157,9 @@ class PolicyUpdate:
             masks = self.entropy_masks(policy, batch, ranks) if cfg.objective.entropy_mask else None
             coef = self.entropy_coef.applied() if self.entropy_coef is not None else None
             return accumulate_policy_gradients(
-                policy, batch, advantages, cfg, backward, old_lp, ref_lp, ranks, no_sync, behaviour_lp, masks, coef
-            )
+                policy, batch, advantages, cfg, backward, old_logps=old_lp, ref_logps=ref_lp, ranks=ranks,
+                no_sync=no_sync, behaviour_logps=behaviour_lp, entropy_masks=masks, entropy_coef=coef,
+            )  # fmt: skip
 
         def split(state: tuple, message: str) -> tuple:
             zero_grad()  # drop the partial gradients
@@ -166,9 +172,12 @@ class PolicyUpdate:
             retries += more
             optimizer_step()
             bonus = stats.pop("entropy_bonus", None)  # (entropy sum, tokens) of the step
+            applied = cfg.objective.entropy_coef
             if self.entropy_coef is not None:
+                applied = self.entropy_coef.applied()  # what this step's loss used, before the schedule moves
                 self.entropy_coef.update(*bonus)
         stats["entropy_coef"] = self.entropy_coef.coef if self.entropy_coef is not None else cfg.objective.entropy_coef
+        stats["entropy_coef_applied"] = applied
         if retries:  # later updates pack within what fit
             self.token_budget_cap = budget = largest(mbs)
         return UpdateResult(stats, budget, retries, largest(mbs))
@@ -183,8 +192,9 @@ class PolicyUpdate:
         return [high_entropy_mask(e, m, threshold) for e, m in zip(entropies, masks, strict=True)]
 
     def state_dict(self) -> dict[str, float]:
-        """What later updates learned: the adaptive entropy coefficient (TRL's keys) and the budget that fit."""
-        state: dict = {"token_budget_cap": self.token_budget_cap}
+        """What later updates learned: the adaptive entropy coefficient (TRL's keys), the budget that fit and
+        the memory plan of ``token_budget: auto``."""
+        state: dict = {"token_budget_cap": self.token_budget_cap, **self.sizer.state_dict()}
         if self.entropy_coef is not None:
             state.update(self.entropy_coef.state_dict())
         return state
@@ -192,6 +202,7 @@ class PolicyUpdate:
     def load_state_dict(self, state: dict) -> None:
         """Restores :meth:`state_dict`."""
         self.token_budget_cap = state.get("token_budget_cap")
+        self.sizer.load_state_dict(state)
         if self.entropy_coef is not None and "entropy_coef" in state:
             self.entropy_coef.load_state_dict(state)
 

@@ -134,17 +134,17 @@ def split_shared(
         return [(mb, per_row)]
     halves = []
     for lo, hi in ((0, n // 2), (n // 2, n)):
-        used = torch.unique(mb.row_prompt[lo:hi])  # sorted prompt rows of this half
+        used = torch.unique(mb.row_prompt[lo:hi])  # sorted prompt rows of this half (on the batch's device)
         prompt_mask = mb.prompt_mask[used]
         start = int((prompt_mask.sum(dim=0) > 0).nonzero().min().item())
         c_len = max(1, int(mb.completion_real[lo:hi].sum(dim=1).max().item()))
-        remap = torch.full((mb.prompt_ids.shape[0],), -1, dtype=torch.long)
-        remap[used] = torch.arange(len(used))
+        remap = torch.full((mb.prompt_ids.shape[0],), -1, dtype=torch.long, device=used.device)
+        remap[used] = torch.arange(len(used), device=used.device)
         half = SharedMicroBatch(
             mb.rows[lo:hi],
             mb.prompt_ids[used, start:],
             prompt_mask[:, start:],
-            remap[mb.row_prompt[lo:hi].cpu()].to(mb.row_prompt.device),
+            remap[mb.row_prompt[lo:hi]],
             mb.completion_ids[lo:hi, :c_len],
             mb.completion_real[lo:hi, :c_len],
             mb.completion_mask[lo:hi, :c_len],

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from infgrpo.registry import check_choice, choices
-from infgrpo.sampler.model_support import sliding_window, text_config
+from infgrpo.sampler.model_support import ENGINE_ATTENTION, kv_dtype, sliding_window, text_config
 from infgrpo.update.prefix_cache import PromptCapture, PromptPrefix, caches_under_checkpointing
 from infgrpo.update.shared_batching import SharedMicroBatch
 
@@ -81,10 +81,7 @@ def attention_masks(mb: SharedMicroBatch, additive: torch.dtype | None) -> tuple
 
 def _mask_kind(model: nn.Module) -> torch.dtype | None:
     """None (boolean masks) under sdpa; else the additive masks' dtype (the embeddings', as transformers does)."""
-    if getattr(model.config, "_attn_implementation", None) == "sdpa":
-        return None
-    weight = model.get_input_embeddings().weight
-    return weight.dtype if weight.is_floating_point() else torch.float32
+    return None if getattr(model.config, "_attn_implementation", None) == "sdpa" else kv_dtype(model)
 
 
 def _two_forwards(model: nn.Module, mb: SharedMicroBatch, **kwargs: object) -> tuple:
@@ -131,7 +128,7 @@ def share_prompt_reason(model: nn.Module) -> str | None:
     unshared ones on a short probe (e.g. attention that ignores the ``Cache`` interface).
     """
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
-    if impl not in ("sdpa", "eager"):
+    if impl not in ENGINE_ATTENTION:
         return f"attn_implementation={impl!r} (the shared path passes 4D masks; it needs 'sdpa' or 'eager')"
     if sliding_window(model) is not None:
         return "the model has sliding-window attention layers (the shared path attends over whole sequences)"
@@ -139,15 +136,30 @@ def share_prompt_reason(model: nn.Module) -> str | None:
         return f"{type(model).__name__} is multimodal (the shared path runs text-only decoders)"
     for module in model.modules():
         func = getattr(module, "_gradient_checkpointing_func", None)
-        if getattr(module, "gradient_checkpointing", False) and getattr(func, "keywords", {}).get("use_reentrant"):
+        # torch's checkpoint is reentrant unless told otherwise (a partial without the keyword is reentrant)
+        if getattr(module, "gradient_checkpointing", False) and getattr(func, "keywords", {}).get(
+            "use_reentrant", True
+        ):
             return "reentrant gradient checkpointing drops the gradient of the prompt's K/V; use use_reentrant=False"
     return _probe(model)
 
 
+def _has_chunked_parts(model: nn.Module) -> bool:
+    """Whether ``model`` has the separate decoder and LM head the chunked log-prob path runs on."""
+    from infgrpo.update.logprobs import causal_lm_parts
+
+    try:
+        causal_lm_parts(model)
+    except ValueError:
+        return False
+    return True
+
+
 def _probe(model: nn.Module) -> str | None:
-    """Compares shared and unshared log-probs on two short completions of one prompt (None when equal)."""
+    """Compares shared and unshared log-probs on two short completions of one prompt, on the full-logits and the
+    chunked-head paths (None when they agree to rounding)."""
     from infgrpo.update.batching import collate
-    from infgrpo.update.logprobs import causal_lm_parts, completion_logprobs
+    from infgrpo.update.logprobs import completion_logprobs
     from infgrpo.update.shared_batching import collate_shared
 
     vocab = int(text_config(model.config).vocab_size)
@@ -156,26 +168,25 @@ def _probe(model: nn.Module) -> str | None:
     prompt, completions = [ids[:3]], [ids[3:5], ids[5:]]
     was_training = model.training
     model.eval()
+    plain = collate([0, 1], prompt * 2, completions, 0).to(device)
+    shared = collate_shared([0, 1], [0, 0], prompt, completions, 0).to(device)
+    chunks = [0] if not _has_chunked_parts(model) else [0, 8]  # full logits; the chunked head's hidden states
+    err, scale = 0.0, 1.0
     try:
         with torch.no_grad():
-            want = completion_logprobs(model, collate([0, 1], prompt * 2, completions, 0).to(device), 1.0, 0)
-            causal_lm_parts(model)  # the chunked path's decoder exists (or this raises its own error)
-            shared = collate_shared([0, 1], [0, 0], prompt, completions, 0).to(device)
-            try:
-                got = torch.log_softmax(shared_logits(model, shared).float(), dim=-1)
-            except Exception as err:  # noqa: BLE001 - whatever breaks the shared forward means: not supported
-                return f"the shared-prompt forward fails on {type(model).__name__} ({type(err).__name__}: {err})"
-            got = got.gather(-1, shared.completion_ids[..., None])[..., 0]
+            for chunk in chunks:
+                want = completion_logprobs(model, plain, 1.0, chunk).float()[plain.completion_mask.bool()]
+                try:
+                    got = completion_logprobs(model, shared, 1.0, chunk).float()[shared.completion_mask.bool()]
+                except Exception as fail:  # noqa: BLE001 - whatever breaks the shared forward means: not supported
+                    name = type(model).__name__
+                    return f"the shared-prompt forward fails on {name} ({type(fail).__name__}: {fail})"
+                err, scale = max(err, (got - want).abs().max().item()), max(scale, want.abs().max().item())
     finally:
         model.train(was_training)
-    mask = shared.completion_mask.bool()
-    want = want.float()[mask]
-    err = (got[mask] - want).abs().max().item()
     # kernels differ by shape, so the two paths agree to rounding: ~1e-6 relative in float32 (1e-3 in half);
     # a model whose attention skips the cache interface is off by O(1)
-    tol = (1e-2 if next(model.parameters()).dtype in (torch.float16, torch.bfloat16) else 1e-3) * max(
-        1.0, want.abs().max().item()
-    )
+    tol = (1e-2 if next(model.parameters()).dtype in (torch.float16, torch.bfloat16) else 1e-3) * scale
     if not err <= tol:
         return f"{type(model).__name__}'s shared-prompt log-probs differ from the unshared ones by {err:.3g}"
     return None

@@ -146,17 +146,17 @@ def accumulate_policy_gradients(
     # 1) whole-batch counts on every rank: the normalizers of every micro-batch's loss
     masks = [mb.completion_mask for mb in mbs]
     bonus = [m * e.to(m) for m, e in zip(masks, entropy_masks, strict=True)] if entropy_masks is not None else masks
-    local = torch.tensor(
-        [sum(len(mb.rows) for mb in mbs), sum(m.sum().item() for m in masks), sum(b.sum().item() for b in bonus)],
-        dtype=torch.float64,
-    )
+    tokens = torch.stack([torch.stack([m.sum(), b.sum()]) for m, b in zip(masks, bonus, strict=True)]).sum(0)
+    local = torch.cat([torch.tensor([float(sum(len(mb.rows) for mb in mbs))]), tokens.double().cpu()])  # one sync
     num_sequences, num_tokens, bonus_tokens = (int(x) for x in ranks.sum(local).tolist())
     norm = LossNorm(num_sequences, num_tokens, cfg.max_completion_length, bonus_tokens if entropy_masks else None)
     device = next(model.parameters()).device
     # 2) forward + backward per micro-batch; DDP synchronizes after the last
     outputs = []
     for k, mb in enumerate(mbs):
-        logp, ent = completion_logprobs(model, mb, cfg.temperature, cfg.logit_chunk_tokens, entropy=True)  # (n, C)
+        logp, ent = completion_logprobs(  # (n, C) each; the entropy's gradient only for the entropy bonus
+            model, mb, cfg.temperature, cfg.logit_chunk_tokens, entropy=True, entropy_grad=obj.entropy_bonus
+        )
         out = objective_loss(
             obj, logp, advantages[mb.rows].to(device=device, dtype=logp.dtype), mb.completion_mask.to(device), norm,
             old_logp=old_logps[k] if old_logps is not None else None,
@@ -168,6 +168,7 @@ def accumulate_policy_gradients(
             backward(out.loss * ranks.world_size)  # DDP averages over ranks; the sum of the shares is wanted
         out.loss = out.loss.detach()
         outputs.append(out)
+        del logp, ent  # before the next micro-batch's forward
     # 3) statistics of the global batch
     sums = ranks.sum(torch.stack([torch.stack([o.loss, o.policy_loss]) for o in outputs]).double().sum(0))
     stats = {"loss": sums[0].item(), "policy_loss": sums[1].item(), **reduce_means(outputs, ranks)}

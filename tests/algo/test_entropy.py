@@ -55,6 +55,14 @@ def test_threshold_does_not_depend_on_the_split_and_equals_torch_quantile():
         assert torch.equal(quantile(v, q), torch.quantile(v, q)), q
 
 
+def test_quantile_of_bfloat16_values_ranks_in_double_precision():
+    v = torch.cat([torch.zeros(3000), torch.ones(1)])  # rank 0.9999 x 3000 = 2999.7: 0.7 of the way to the 1
+    want = torch.quantile(v.double(), 0.9999).to(torch.bfloat16)  # bfloat16 would round q itself to 1.0
+    got = quantile(v.to(torch.bfloat16), 0.9999)
+    assert got.dtype == torch.bfloat16 and got.item() == want.item() == torch.tensor(0.7, dtype=torch.bfloat16).item()
+    assert quantile(v.to(torch.bfloat16), 1.0).item() == 1.0 and quantile(v, 0.0).item() == 0.0
+
+
 def test_threshold_over_ranks_of_unequal_token_counts_equals_one_process():
     g = torch.Generator().manual_seed(1)
     e = torch.rand(9, 6, generator=g, dtype=torch.float64) * 3

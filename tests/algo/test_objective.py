@@ -121,12 +121,10 @@ def test_recommended_setups_do_not_warn(settings):
 
 
 def test_what_the_options_need():
-    assert not Objective().needs_entropy and not Objective().needs_behaviour_logprobs
+    assert not Objective().needs_entropy
     assert Objective(top_entropy_quantile=0.2).entropy_mask and Objective(top_entropy_quantile=0.2).needs_entropy
     assert Objective(use_adaptive_entropy=True).entropy_bonus  # adaptive stays on even at a zero coefficient
     assert Objective(entropy_coef=0.01).entropy_bonus and not Objective(entropy_coef=0.01).entropy_mask
-    assert Objective(off_policy_mask_threshold=0.5).needs_behaviour_logprobs
-    assert Objective(rollout_correction="token_truncate").needs_behaviour_logprobs
     with pytest.raises(dataclasses.FrozenInstanceError):
         Objective().beta = 1.0
 

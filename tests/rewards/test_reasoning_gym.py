@@ -35,6 +35,8 @@ def test_the_answer_is_in_the_last_answer_tags_else_the_last_line(completion, an
         ("12 + 7 = 19\nso 19", "19"),
         ("It is -3.5 or so", "-3.5"),
         ("<answer>twenty</answer> 19", "twenty"),  # tags first
+        ("The total is 1,234.", "1234"),  # thousands separators dropped
+        ("3, 4 and 5", "5"),  # a list is not one number
         ("no digits here", None),
     ],
 )

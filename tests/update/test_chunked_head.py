@@ -264,3 +264,12 @@ def test_entropy_memory_is_bounded_by_the_chunk_not_by_the_tokens_times_the_voca
             assert mode.largest >= tokens * vocab
         else:
             assert mode.largest <= bound
+
+
+def test_the_full_logits_entropy_carries_a_gradient_only_when_asked():
+    model = random_model("qwen3", torch.float64).train()
+    mb = collate(list(range(4)), PROMPTS, COMPLETIONS, pad_id=0)
+    lp, ent = completion_logprobs(model, mb, 0.7, 0, entropy=True)
+    lp_g, ent_g = completion_logprobs(model, mb, 0.7, 0, entropy=True, entropy_grad=True)
+    assert lp.requires_grad and not ent.requires_grad  # the metric costs no (rows x C x V) autograd state
+    assert ent_g.requires_grad and torch.equal(ent, ent_g.detach()) and torch.equal(lp, lp_g)

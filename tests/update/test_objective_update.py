@@ -5,14 +5,18 @@ and compares the gradient with TRL's own ``_compute_loss`` (``tests.algo.trl_ref
 model's log-probs and entropies for the whole batch at once.
 """
 
+import dataclasses
+import inspect
 import math
+import warnings
 
 import pytest
 import torch
 
-from infgrpo import GRPOModule
+from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.algo import Objective
 from infgrpo.sampler import Rollouts
+from infgrpo.training.hparams import check_hparams
 from infgrpo.update import LossConfig, collate, completion_logprobs
 from infgrpo.update.runner import PolicyUpdate
 from tests.algo.trl_reference import TRLLoss, reference_importance_sampling_ratio
@@ -31,7 +35,7 @@ def rollouts(shift=0.05):
 def policy_logprobs(model, entropy=True):
     """The whole batch's log-probs and entropies (6, C) from the full logits, with the gradient, and the mask."""
     mb = collate(list(range(6)), [PROMPTS[i // 2] for i in range(6)], COMPLETIONS, pad_id=0)
-    logp, ent = completion_logprobs(model, mb, 1.0, 0, entropy=True)
+    logp, ent = completion_logprobs(model, mb, 1.0, 0, entropy=True, entropy_grad=True)
     return logp, ent, mb.completion_mask.double()
 
 
@@ -122,6 +126,7 @@ def test_the_adaptive_entropy_coefficient_moves_per_step_and_is_checkpointed():
     )
     # entropy (a few nats) is below the target: two optimizer steps move the coefficient up twice
     assert updater.entropy_coef.coef == pytest.approx(0.14) and result.stats["entropy_coef"] == pytest.approx(0.14)
+    assert result.stats["entropy_coef_applied"] == pytest.approx(0.12)  # the last step used the first move
     module = GRPOModule(group_size=2, **obj)
     module.updater.entropy_coef.coef, module.updater.entropy_coef.last_entropy = 0.3, 1.5
     checkpoint = {}
@@ -138,3 +143,27 @@ def test_combinations_trl_refuses_are_refused_before_loading():
         GRPOModule(model="no/such-model", importance_sampling_level="tokens")
     with pytest.raises(ValueError, match=r"top_entropy_quantile=1.5 must be in \[0, 1\]"):
         GRPOModule(model="no/such-model", top_entropy_quantile=1.5)
+
+
+def test_the_modules_objective_defaults_are_the_objectives():
+    params = inspect.signature(GRPOModule.__init__).parameters
+    for field in dataclasses.fields(Objective):
+        assert field.name in params, field.name
+        assert params[field.name].default == field.default, field.name  # one default for every objective setting
+
+
+def module_hparams(**changes):
+    """GRPOModule's arguments as check_hparams sees them: the signature's defaults, with ``changes``."""
+    hp = {n: p.default for n, p in inspect.signature(GRPOModule.__init__).parameters.items() if n != "self"}
+    return {**hp, "rewards": {"synthetic": 1.0}, **changes}
+
+
+def test_hf_cb_with_truncation_warns_that_corrections_see_filtered_logprobs():
+    truncated = SamplerConfig(decoder="hf_cb", top_k=20)
+    with pytest.warns(UserWarning, match="its behaviour log-probs are taken after the filtering"):
+        check_hparams(module_hparams(sampler=truncated, rollout_correction="token_truncate"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning without a correction, or without truncation, or with the engine
+        check_hparams(module_hparams(sampler=truncated))
+        check_hparams(module_hparams(sampler=SamplerConfig(decoder="hf_cb"), rollout_correction="token_truncate"))
+        check_hparams(module_hparams(sampler=SamplerConfig(top_k=20), off_policy_mask_threshold=0.1))

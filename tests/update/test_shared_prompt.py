@@ -202,3 +202,35 @@ def test_the_probe_turns_sharing_off_for_attention_that_ignores_the_cache():
         forward = layer.self_attn.forward
         layer.self_attn.forward = lambda *a, _f=forward, **kw: _f(*a, **{**kw, "cache": None})
     assert share_prompt_reason(model).startswith("the shared-prompt forward fails on LlamaForCausalLM")
+
+
+def test_4bit_lora_with_checkpointing_shares_prompts_and_keeps_their_gradients(tokenizer, tmp_path):
+    # peft's k-bit preparation used to leave torch's default, reentrant checkpointing, under which the prompt's
+    # K/V reach the completions without their autograd history: same loss, prompt gradients silently lost
+    from infgrpo.models import load_policy
+    from tests.helpers import save_base
+
+    base = save_base("qwen3", tokenizer, tmp_path / "base")
+    torch.manual_seed(0)
+    policy = load_policy(
+        base, lora_r=4, load_in_4bit=True, bnb_4bit_compute_dtype="float32", gradient_checkpointing=True
+    )
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(hash(name) % 2**31))
+    assert share_prompt_reason(policy) is None
+    policy.train()
+    shared = prepare_shared_microbatches(PROMPTS, ROW_PROMPT, COMPLETIONS, 30, pad_id=0)
+    want_lp, want = logprobs_and_grads(policy, unshared(), chunk=4)
+    got_lp, got = logprobs_and_grads(policy, shared, chunk=4)
+    assert torch.allclose(got_lp, want_lp, atol=1e-5) and len(got) == len(want) == 28
+    for name, g in want.items():
+        assert g.norm() > 0, name
+        assert torch.allclose(got[name], g, rtol=1e-4, atol=1e-6 * g.abs().max().item()), name
+
+
+def test_checkpointing_without_use_reentrant_counts_as_reentrant():
+    model = random_model("qwen3")
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={})  # torch's default: reentrant
+    assert "reentrant" in share_prompt_reason(model)

@@ -46,11 +46,11 @@ def test_models_whose_logits_are_not_the_head_of_the_hidden_states_are_refused()
 
 def test_plan_is_the_most_tokens_within_the_budget():
     shape = update_shape(random_model("qwen3", vocab=5000))
-    per_token, fixed = per_token_bytes(shape, 200, 64)
+    per_token, fixed = per_token_bytes(shape, 64)
     assert fixed == 3 * 64 * 5000 * 4 and per_token > 0
     plan = plan_token_budget(10**8, shape, 200, 64)
     assert plan.planned_bytes(plan.token_budget) <= 10**8 < plan.planned_bytes(plan.token_budget + 1)
-    full_per_token, full_fixed = per_token_bytes(shape, 200, 0)
+    full_per_token, full_fixed = per_token_bytes(shape, 0)
     assert full_fixed == 0 and full_per_token == per_token + 5000 * (4 + 16)  # full logits cost per token
     with pytest.raises(ValueError, match="update_memory gives 1,000,000 bytes .* too small for one sequence of 200"):
         plan_token_budget(10**6, shape, 200, 64)
@@ -66,6 +66,9 @@ def test_a_measured_peak_above_the_plan_lowers_later_budgets(capsys):
     assert second < first and sizer.plan.planned_bytes(first) > 10**8 >= sizer.plan.planned_bytes(second)
     assert "measured" in capsys.readouterr().out
     assert UpdateSizer(512, 0.5, 64).tokens(model, 200) == 512  # an integer is used as is
+    resumed = UpdateSizer("auto", 0.9, chunk_tokens=64)  # a share of free memory: fixed by the first run, not now
+    resumed.load_state_dict(sizer.state_dict())
+    assert resumed.tokens(model, 200) == second and resumed.budget == 10**8  # the plan the run had reached
 
 
 class Logged(L.Callback):
