@@ -14,8 +14,9 @@ Face's RMSNorm computes in float32, so the two paths then differ at float32 roun
 norms in float64 they agree to 1e-15, which is what the tests check.)
 
 Why two forwards and a cache, not one packed sequence with a block mask: the packed form attends over
-``P + k C`` positions for each of its ``P + k C`` queries, so its attention work and (on CPU, where
-SDPA materializes scores) memory grow with the square of the group, while the cache form keeps the
+``P + k C`` positions for each of its ``P + k C`` queries, so its attention work and its block mask
+(``(P + k C)^2`` per group, materialized: SDPA's fused kernels take a dense mask) grow with the square
+of the group, while the cache form keeps the
 unshared attention shape ``C x (P + C)`` per completion and drops the prompt's queries, MLP and
 activations from every row but one. It needs a model whose attention layers read K/V through the
 ``Cache`` interface (the Llama / Qwen families, as the slot-pool engine does), which
