@@ -1,7 +1,10 @@
 """Helpers shared by the tests: tiny random models, a saved base folder, 4-bit + LoRA policies, a quiet Trainer."""
 
+import zlib
+
 import lightning as L
 import torch
+from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from infgrpo.models import load_policy
@@ -27,6 +30,16 @@ def random_model(arch: str, dtype: torch.dtype = torch.float32, vocab: int = 103
     else:
         model = LlamaForCausalLM(LlamaConfig(**common))
     return model.to(dtype).eval()
+
+
+def with_lora(model: torch.nn.Module, targets: list[str]) -> torch.nn.Module:
+    """``model`` with rank-4 LoRA on ``targets``, B nonzero (seeded by its name, in every process alike)."""
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets, task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(zlib.crc32(name.encode())))
+    return model.train()
 
 
 def save_base(arch, tokenizer, folder):

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from infgrpo import GRPOModule, SamplerConfig
@@ -10,19 +9,10 @@ from infgrpo.data import PromptDataModule
 from infgrpo.update import collate, completion_logprobs
 from infgrpo.update.chunked_head import chunked_logprobs_and_entropy
 from infgrpo.update.logprobs import causal_lm_parts
-from tests.helpers import dequantized_reference, random_model, trained_4bit_lora, trainer
+from tests.helpers import dequantized_reference, random_model, trained_4bit_lora, trainer, with_lora
 
 PROMPTS = [[1, 5, 7, 9], [3, 4], [8, 9, 10, 11, 12], [6]]
 COMPLETIONS = [[20, 21, 22], [30, 31, 32, 33, 34, 35, 36], [40], [50, 51, 52, 53]]  # 15 real positions
-
-
-def with_lora(model, targets):
-    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets, task_type="CAUSAL_LM"))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(hash(name) % 2**31))
-    return model.train()
 
 
 def logprobs_and_grads(model, mb, temperature, chunk):

@@ -6,7 +6,6 @@ computing in float64 (``tests.helpers.float64_norms``: transformers' own norm ru
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
 
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.algo import Objective
@@ -21,21 +20,12 @@ from infgrpo.update.shared_batching import (
     split_shared,
 )
 from infgrpo.update.shared_prompt import resolve_share_prompt, share_prompt_reason
-from tests.helpers import dequantized_reference, float64_norms, random_model, trained_4bit_lora, trainer
+from tests.helpers import dequantized_reference, float64_norms, random_model, trained_4bit_lora, trainer, with_lora
 
 # 3 prompts (ragged) x G=3 completions: ragged, one empty, one of a single token
 PROMPTS = [[1, 5, 7, 9], [3, 4], [8, 9, 10, 11, 12, 13, 14]]
 COMPLETIONS = [[20, 21, 22], [30, 31, 32, 33, 34, 35], [40], [], [50, 51], [52, 53, 54, 55], [60], [61, 62], [63]]
 ROW_PROMPT = [0, 0, 0, 1, 1, 1, 2, 2, 2]
-
-
-def with_lora(model, targets):
-    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=targets, task_type="CAUSAL_LM"))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(hash(name) % 2**31))
-    return model.train()
 
 
 def logprobs_and_grads(model, mbs, chunk):
