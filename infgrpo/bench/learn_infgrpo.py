@@ -35,8 +35,9 @@ from infgrpo.data import PromptDataModule
 class StepLog(L.Callback):
     """One record per training step: reward, seconds (rollout, update), prompt hashes, completions."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory: TrainingMemory) -> None:
         self.steps: list[dict[str, Any]] = []
+        self.memory = memory
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: ANN001
         """Starts the step's clock and records its prompts (the batch Lightning hands the module)."""
@@ -56,6 +57,9 @@ class StepLog(L.Callback):
             completions=len(pl_module.last_step.rollouts.completion_ids),
         )
         self.steps.append(self.current)
+        phases = pl_module.phase_memory  # CUDA: each phase's peaks (it resets the allocator's between them)
+        for phase, allocated in phases.peak_allocated.items():
+            self.memory.observe(allocated, phases.peak_reserved.get(phase, 0))
 
 
 def module_kwargs(job: dict) -> dict[str, Any]:
@@ -106,7 +110,8 @@ def train_infgrpo(job: dict) -> dict[str, Any]:
     initial = adapter_sha(module.policy)
     data = PromptDataModule(**data_kwargs(job))
     data.setup("fit")  # before the memory is watched, as on the TRL side (fit's own setup then returns at once)
-    log = StepLog()
+    memory = TrainingMemory()
+    log = StepLog(memory)
     with tempfile.TemporaryDirectory(prefix="infgrpo-learn-") as root:
         trainer = L.Trainer(
             max_steps=job["steps"],
@@ -120,7 +125,7 @@ def train_infgrpo(job: dict) -> dict[str, Any]:
             callbacks=[log],
             default_root_dir=root,
         )
-        with TrainingMemory() as memory:
+        with memory:
             trainer.fit(module, data)
     hp, policy = dict(module.hparams), module.policy
     sampler = hp["sampler"]

@@ -148,7 +148,17 @@ class TrainingMemory:
     with TrainingMemory() as memory:
         trainer.fit(...)
     memory.result()    # {"rss_peak_bytes", "rss_rise_bytes", "rss_base_bytes"[, "cuda_max_allocated_bytes", ...]}
+
+    CUDA's peaks are the allocator's since entry, and at least every peak handed to :meth:`observe`
+    (infgrpo resets the allocator's peaks at each phase of a step and reports each phase's own).
     """
+
+    def __init__(self) -> None:
+        self.cuda_allocated = self.cuda_reserved = 0
+
+    def observe(self, allocated: int, reserved: int) -> None:
+        """A peak measured inside the window, before something reset the allocator's counters."""
+        self.cuda_allocated, self.cuda_reserved = max(self.cuda_allocated, allocated), max(self.cuda_reserved, reserved)
 
     def __enter__(self) -> TrainingMemory:
         if torch.cuda.is_available():
@@ -164,8 +174,8 @@ class TrainingMemory:
         out = {"rss_peak_bytes": self.rss.peak, "rss_rise_bytes": self.rss.peak - self.rss.base}
         out["rss_base_bytes"] = self.rss.base
         if torch.cuda.is_available():
-            out["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated()
-            out["cuda_max_reserved_bytes"] = torch.cuda.max_memory_reserved()
+            out["cuda_max_allocated_bytes"] = max(torch.cuda.max_memory_allocated(), self.cuda_allocated)
+            out["cuda_max_reserved_bytes"] = max(torch.cuda.max_memory_reserved(), self.cuda_reserved)
         return out
 
 

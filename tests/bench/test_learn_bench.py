@@ -14,7 +14,7 @@ import torch
 
 from infgrpo.bench.learn import BENCH, job_of, main, runs_of, same_job, tables
 from infgrpo.bench.learn_infgrpo import module_kwargs
-from infgrpo.bench.learn_job import CHAIN_SUM, digest
+from infgrpo.bench.learn_job import CHAIN_SUM, TrainingMemory, digest
 from infgrpo.bench.table import render
 from infgrpo.data import PromptDataModule
 from infgrpo.data.resumable import ResumableBatchSampler
@@ -176,3 +176,15 @@ def test_skipped_runs_show_as_rows_with_their_reason():
     assert lines[3] == "| trl | skipped: x |" + "  |" * 9
     assert lines[5].startswith("held-out accuracy before training: skipped (over 9 s)")
     assert "| lr | 0.1 | yes |" in lines and "| 3 | 0.500 | 4.0 |" in lines
+
+
+def test_training_memory_keeps_the_largest_phase_peak_it_was_shown():
+    with TrainingMemory() as memory:
+        blob = torch.ones(2**22)  # 16 MiB while the window is open
+        memory.observe(5 * 2**20, 7 * 2**20)  # infgrpo's phase peaks (CUDA), taken before it reset the counters
+        memory.observe(3 * 2**20, 9 * 2**20)
+    del blob
+    assert (memory.cuda_allocated, memory.cuda_reserved) == (5 * 2**20, 9 * 2**20)
+    result = memory.result()
+    assert result["rss_peak_bytes"] >= result["rss_base_bytes"] > 0 and result["rss_rise_bytes"] >= 0
+    assert ("cuda_max_allocated_bytes" in result) == torch.cuda.is_available()
