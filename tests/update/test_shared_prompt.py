@@ -4,6 +4,8 @@ Every equality is against the unshared ``prompt + completion`` rows in float64, 
 computing in float64 (``tests.helpers.float64_norms``: transformers' own norm runs in float32).
 """
 
+import zlib
+
 import pytest
 import torch
 
@@ -208,16 +210,16 @@ def test_4bit_lora_with_checkpointing_shares_prompts_and_keeps_their_gradients(t
     with torch.no_grad():
         for name, p in policy.named_parameters():
             if "lora_B" in name:
-                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(hash(name) % 2**31))
+                p.normal_(0, 0.1, generator=torch.Generator().manual_seed(zlib.crc32(name.encode())))
     assert share_prompt_reason(policy) is None
     policy.train()
     shared = prepare_shared_microbatches(PROMPTS, ROW_PROMPT, COMPLETIONS, 30, pad_id=0)
     want_lp, want = logprobs_and_grads(policy, unshared(), chunk=4)
     got_lp, got = logprobs_and_grads(policy, shared, chunk=4)
     assert torch.allclose(got_lp, want_lp, atol=1e-5) and len(got) == len(want) == 28
-    for name, g in want.items():
+    for name, g in want.items():  # float32 rounding, relative to the largest entry (a lost prompt gradient is not)
         assert g.norm() > 0, name
-        assert torch.allclose(got[name], g, rtol=1e-4, atol=1e-6 * g.abs().max().item()), name
+        assert (got[name] - g).abs().max() <= 1e-4 * g.abs().max(), name
 
 
 def test_checkpointing_without_use_reentrant_counts_as_reentrant():
