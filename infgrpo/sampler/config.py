@@ -14,7 +14,7 @@ from typing import Literal
 from infgrpo.registry import check_choice, choices
 from infgrpo.runtime.memory import parse_memory
 from infgrpo.sampler.baselines import Decoder
-from infgrpo.sampler.decode_step import CudaGraphs, DecodeAttention
+from infgrpo.sampler.decode_step import CudaGraphs, DecodeAttention, DecodeWidth
 from infgrpo.sampler.length_predictor import LengthPrediction
 from infgrpo.sampler.planner import Planner
 from infgrpo.sampler.refill import Refill
@@ -85,6 +85,12 @@ class SamplerConfig:
     """SDPA kernel of the engine's decode step on CUDA: 'efficient' (memory-efficient attention: takes the
     slot pool's additive mask, no per-shape planning), 'cudnn', 'math', or 'auto' (PyTorch's choice).
     Ignored on CPU."""
+    decode_width: DecodeWidth = "auto"
+    """Rows the engine's decode step computes: 'pool' (every slot, finished or not: one shape, what a
+    CUDA graph replays), 'busy' (only the slots that hold a running sequence, kept at the front of the
+    pool: when one ends, the last busy one moves into its slot, one K/V copy; at least 8 rows) or
+    'auto' ('pool' on CUDA, 'busy' elsewhere: a CPU's step costs what its rows cost, and the tail of a
+    rollout runs few). The completions are the same either way."""
     keep_pool: bool = True
     """Keep the KV slot pool (and its CUDA graph) allocated between rollouts, re-allocating only when a
     rollout needs more positions or another slot count. False frees it after each rollout, which gives
@@ -112,3 +118,9 @@ class SamplerConfig:
         check_choice("length_predictor", self.length_predictor, choices(LengthPrediction))
         check_choice("cuda_graphs", self.cuda_graphs, choices(CudaGraphs))
         check_choice("decode_attention", self.decode_attention, choices(DecodeAttention))
+        check_choice("decode_width", self.decode_width, choices(DecodeWidth))
+        if self.cuda_graphs == "on" and self.decode_width == "busy":
+            raise ValueError(
+                "cuda_graphs='on' needs decode_width 'pool' or 'auto' (a graph replays one shape); "
+                "got decode_width='busy'"
+            )

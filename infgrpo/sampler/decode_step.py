@@ -25,6 +25,12 @@ move to other storage, or when peft adapters are toggled, merged or switched (a 
 memory and the Python branches taken at capture); a capture that fails falls back to eager
 execution with one warning saying why ('on' raises instead).
 
+Off CUDA the step computes only the busy slots (``decode_width``: 'auto' or 'busy'): the runner keeps
+the running sequences packed at the front of the pool (:meth:`DecodeStep.move`, one K/V copy when a
+sequence moves down into a slot that freed) and :meth:`DecodeStep.set_busy` narrows the step to
+those rows (at least :data:`MIN_BUSY_WIDTH`): a CPU's step costs what its rows cost, and a rollout's
+tail runs few. Each row is computed alone, so the tokens and log-probs are those of the whole-pool step.
+
 The attention kernel is pinned for the step (``attention``): on CUDA the default 'efficient' is
 PyTorch's memory-efficient SDPA, which takes the additive mask and needs no per-shape plan;
 'cudnn', 'math' or 'auto' (PyTorch's choice) can be measured against it (flash attention takes no
@@ -52,6 +58,11 @@ CudaGraphs = Literal["auto", "on", "off"]
 """``SamplerConfig.cuda_graphs``: capture the step on CUDA devices ('auto'), insist on it ('on'), or never."""
 DecodeAttention = Literal["efficient", "cudnn", "math", "auto"]
 """``SamplerConfig.decode_attention``: the SDPA kernel pinned for the step (the keys of ``ATTENTION_BACKENDS``)."""
+DecodeWidth = Literal["auto", "pool", "busy"]
+"""``SamplerConfig.decode_width``: rows a step computes: every slot ('pool'), the busy ones ('busy'), or by device."""
+MIN_BUSY_WIDTH = 8
+"""Fewest rows a 'busy' step computes (idle slots fill up to it): CPU GEMMs of under ~5 rows take another kernel
+and round differently, so a narrower step would change the tokens' log-probs in their last bits."""
 
 # The pinned kernel first; the math kernel behind it only for inputs the pinned one refuses (it takes any mask).
 ATTENTION_BACKENDS: dict[str, list[SDPBackend] | None] = {
@@ -73,6 +84,7 @@ class StepSettings:
     pad_id: int
     cuda_graphs: CudaGraphs = "auto"
     attention: DecodeAttention = "efficient"
+    width: DecodeWidth = "auto"
 
 
 def model_fingerprint(model: PreTrainedModel) -> tuple:
@@ -103,7 +115,10 @@ class DecodeStep:
         self.cuda = device.type == "cuda"
         if settings.cuda_graphs == "on" and not self.cuda:
             raise ValueError(f"cuda_graphs='on' needs a CUDA device; the model is on {device}. Use 'auto' or 'off'.")
-        self.use_graph = self.cuda and settings.cuda_graphs != "off"
+        self.busy_width = settings.width == "busy" or (settings.width == "auto" and not self.cuda)
+        if self.busy_width and settings.cuda_graphs == "on":
+            raise ValueError("cuda_graphs='on' needs decode_width 'pool' (a graph replays one shape); got 'busy'")
+        self.use_graph = self.cuda and settings.cuda_graphs != "off" and not self.busy_width
         self.strict = settings.cuda_graphs == "on"
         self.backends = ATTENTION_BACKENDS[settings.attention] if self.cuda else None
         S = pool.num_slots
@@ -118,6 +133,7 @@ class DecodeStep:
             self.host_state, self.host_out = self.state, self.out
         self.rows = self.state.unbind(0)  # five (S, 1) views, made once
         self._host = self.host_state.numpy()[:, :, 0]  # the host's (5, S) view, written by the operations below
+        self.width = S  # rows the next step computes: every slot, or (busy_width) the busy front of the pool
         self.reset()
         self.graph: torch.cuda.CUDAGraph | None = None
         self.fingerprint: tuple | None = None
@@ -141,12 +157,29 @@ class DecodeStep:
         """Every slot idle."""
         self._host[:] = 0
         self._host[_TOKEN] = self.settings.pad_id
+        self.width = self.pool.num_slots
+
+    def move(self, src: int, dst: int) -> None:
+        """The sequence in slot ``src`` goes on in the idle slot ``dst``: its K/V (positions before its
+        next one) are copied there, ``dst`` takes its state, ``src`` idles. Its tokens do not change:
+        its random stream is its own, and each row of the step is computed alone."""
+        self.pool.move(src, dst, int(self._host[_POSITION, src]))
+        self._host[:, dst] = self._host[:, src]
+        self.idle(src)
+
+    def set_busy(self, busy: int) -> None:
+        """Slots ``0 .. busy - 1`` are the busy ones: a busy-width step computes them (at least
+        :data:`MIN_BUSY_WIDTH` rows, idle ones filling up); a pool-width step always computes every slot."""
+        S = self.pool.num_slots
+        self.width = min(S, max(busy, MIN_BUSY_WIDTH)) if self.busy_width else S
 
     # -- the device work ----------------------------------------------------------------------
     def forward(self) -> None:
         """The step itself: forward over every slot, then sampling; reads ``state``, writes ``out``."""
-        tokens, positions, k0, k1, offsets = self.rows  # (S, 1) each
-        mask = self.pool.prepare_step(positions)  # (S, 1, 1, T); the forward below writes K/V at `positions`
+        n = self.width  # S, or fewer on a busy-width step (rows 0 .. n - 1)
+        rows = self.rows if n == self.pool.num_slots else tuple(r[:n] for r in self.rows)
+        tokens, positions, k0, k1, offsets = rows  # (n, 1) each
+        mask = self.pool.prepare_step(positions)  # (n, 1, 1, T); the forward below writes K/V at `positions`
         logits = self.model(
             input_ids=tokens,
             position_ids=positions,
@@ -154,12 +187,13 @@ class DecodeStep:
             cache=self.pool,
             use_cache=True,
             logits_to_keep=1,
-        ).logits[:, -1]  # (S, V)
+        ).logits[:, -1]  # (n, V)
         dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
-        u = counter_uniform(k0, k1, positions - offsets, dtype)  # (S, 1): token index t of each slot's stream
+        u = counter_uniform(k0, k1, positions - offsets, dtype)  # (n, 1): token index t of each slot's stream
         s = self.settings
-        new, logps = sample_tokens(logits, u, s.temperature, s.top_k, s.top_p)  # (S, 1) each
-        torch.cat((new, logps), dim=1, out=self.out)  # (S, 2) float64: one tensor to copy out
+        new, logps = sample_tokens(logits, u, s.temperature, s.top_k, s.top_p)  # (n, 1) each
+        out = self.out if n == self.pool.num_slots else self.out[:n]
+        torch.cat((new, logps), dim=1, out=out)  # (n, 2) float64: one tensor to copy out
 
     def kernels(self) -> contextlib.AbstractContextManager:
         """The pinned SDPA backend (CUDA), or no constraint."""
@@ -209,7 +243,7 @@ class DecodeStep:
     def __call__(self) -> np.ndarray:
         """Runs one step on the host's state; returns the (S, 2) host array of tokens and log-probs.
 
-        The array is overwritten by the next call.
+        The array is overwritten by the next call; on a busy-width step its rows past ``width`` are stale.
         """
         if not self.cuda:
             self.forward()

@@ -112,8 +112,9 @@ class Engine:
         self.stop_ids = list(stop_ids)
         self.pools = pools if pools is not None else PoolKeeper()
         self.settings = StepSettings(
-            config.temperature, config.top_k, config.top_p, pad_id, config.cuda_graphs, config.decode_attention
-        )
+            config.temperature, config.top_k, config.top_p, pad_id, config.cuda_graphs, config.decode_attention,
+            config.decode_width,
+        )  # fmt: skip
 
     @torch.no_grad()
     def run(

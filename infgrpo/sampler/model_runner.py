@@ -8,7 +8,11 @@
     runner.update(running, ended)           # the next step's inputs: running slots advance, ended ones idle
 
 It decides nothing: :class:`~infgrpo.sampler.scheduler.Scheduler` says which prompts to prefill,
-which slot a sequence takes and which prompt K/V are still needed (:meth:`ModelRunner.keep`). A
+which slot a sequence takes and which prompt K/V are still needed (:meth:`ModelRunner.keep`). The
+scheduler's slots are where the pool keeps a sequence unless the step computes only the busy slots
+(``decode_width``: 'busy', the default on CPU): then the runner keeps the busy sequences packed at
+the front of the pool, in places of its own (a sequence moves down when one before it ends: one K/V
+copy), so a step computes as many rows as sequences run, and hands the scheduler each slot's row. A
 prefill draws every sample's first token at once from the prompt's last logits, each with its own
 uniform (its stream at token 0, :mod:`infgrpo.sampler.counter_rng`), so no sample needs a decode
 step or a prefill of its own; those tokens are the prefill's one read-back.
@@ -63,6 +67,9 @@ class ModelRunner:
         self.prompts, self.groups = prompts, groups
         self.prompt_kv: dict[int, PromptState] = {}
         self.prefill_tokens = self.prefill_calls = self.prompt_kv_bytes_peak = 0
+        self.place = np.arange(pool.num_slots)  # the pool slot of each scheduler slot (the same unless packed)
+        self.held: list[int | None] = [None] * pool.num_slots  # the scheduler slot each pool slot holds
+        self.moves = 0
 
     def prefill(self, prompt_indices: list[int]) -> None:
         """Prefills these prompts in one forward; keeps their K/V and all their samples' first tokens."""
@@ -95,17 +102,38 @@ class ModelRunner:
         self.prompt_kv = {i: st for i, st in self.prompt_kv.items() if i in prompts}
 
     def load(self, slot: int, seq: Sequence) -> None:
-        """Copies ``seq``'s prompt K/V into ``slot``; the step feeds its first token after the prompt."""
-        self.pool.load_prompt(slot, self.prompt_kv[seq.prompt_idx].kv)
-        self.step.start(slot, seq.last_token, len(self.prompts[seq.prompt_idx]), seq.key, len(seq))
+        """Copies ``seq``'s prompt K/V into ``slot`` (packed: the first free pool slot); the step feeds
+        its first token after the prompt."""
+        place = self.held.index(None) if self.step.busy_width else slot
+        self.place[slot], self.held[place] = place, slot
+        self.pool.load_prompt(place, self.prompt_kv[seq.prompt_idx].kv)
+        self.step.start(place, seq.last_token, len(self.prompts[seq.prompt_idx]), seq.key, len(seq))
 
     def decode(self) -> np.ndarray:
-        """One decode step over the whole pool: the (S, 2) host array of tokens and log-probs (overwritten next)."""
-        return self.step()
+        """One decode step: the (S, 2) host array of every scheduler slot's token and log-prob (rows of
+        idle slots are stale)."""
+        self.step.set_busy(len(self.held) - self.held.count(None))
+        out = self.step()
+        return out[self.place] if self.step.busy_width else out
 
     def update(self, running: dict[int, Sequence], ended: list[int]) -> None:
-        """After a step: each running slot feeds its last token one position further; the ``ended`` slots idle."""
+        """After a step: each running slot feeds its last token one position further; the ``ended`` slots
+        idle (packed: the busy slots past the first free ones move down into them)."""
         for slot in ended:
-            self.step.idle(slot)
+            self.step.idle(self.place[slot])
+            self.held[self.place[slot]] = None
         for slot, seq in running.items():
-            self.step.advance(slot, seq.last_token)
+            self.step.advance(self.place[slot], seq.last_token)
+        if self.step.busy_width:
+            self.pack()
+
+    def pack(self) -> None:
+        """Moves the busy pool slots past the first free ones into them, last first: slots ``0 .. n - 1`` are busy."""
+        busy = len(self.held) - self.held.count(None)
+        holes = [p for p in range(busy) if self.held[p] is None]
+        tail = [p for p in range(len(self.held) - 1, busy - 1, -1) if self.held[p] is not None]
+        for dst, src in zip(holes, tail, strict=True):
+            self.step.move(src, dst)
+            slot = self.held[src]
+            self.held[dst], self.held[src], self.place[slot] = slot, None, dst
+            self.moves += 1

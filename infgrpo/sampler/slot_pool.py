@@ -10,7 +10,9 @@ slot writes its new K/V at ``positions[slot]`` (one ``scatter_`` per layer and K
 indices, no per-slot loop) and attends through an additive mask (S, 1, 1, T) built on the device
 from ``positions`` (:meth:`SlotPool.prepare_step`: 0 on ``0 .. positions[s]``, the dtype's finite
 minimum elsewhere, never -inf). An idle slot runs at position 0 and sees only that position: its
-output is finite and unused.
+output is finite and unused. A busy-width step (off CUDA, see :mod:`infgrpo.sampler.decode_step`)
+runs over the first ``n`` slots only: ``positions`` then has ``n`` rows and the layers return the
+K/V of those slots (views of the same storage).
 
 The model sees an ordinary ``Cache``: with an explicit 4D mask and explicit ``position_ids`` it only
 calls :meth:`SlotLayer.update`, so any Hugging Face causal LM of the Llama / Qwen3 families (plain,
@@ -56,11 +58,15 @@ class SlotLayer(CacheLayerMixin):
         return None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):  # noqa: ANN002, ANN003
-        """Writes the step's K/V (S, kv_heads, 1, head_dim) at each slot's position; returns the whole pool."""
-        index = self.pool.write_index  # (S, kv_heads, 1, head_dim), set by SlotPool.prepare_step for this step
-        self.keys.scatter_(2, index, key_states.to(self.keys.dtype))
-        self.values.scatter_(2, index, value_states.to(self.values.dtype))
-        return self.keys, self.values
+        """Writes the step's K/V (n, kv_heads, 1, head_dim) at each slot's position; returns the K/V of
+        the step's n slots (every slot, or the busy front of the pool: ``SlotPool.width``)."""
+        index = self.pool.write_index  # (n, kv_heads, 1, head_dim), set by SlotPool.prepare_step for this step
+        keys, values = self.keys, self.values
+        if self.pool.width != keys.shape[0]:
+            keys, values = keys[: self.pool.width], values[: self.pool.width]
+        keys.scatter_(2, index, key_states.to(keys.dtype))
+        values.scatter_(2, index, value_states.to(values.dtype))
+        return keys, values
 
     def get_mask_sizes(self, query_length: int, *args, **kwargs) -> tuple[int, int]:  # noqa: ANN002, ANN003
         """(kv_length, kv_offset) of the mask: the pool's whole width, and 0."""
@@ -92,6 +98,7 @@ class SlotPool(Cache):
         super().__init__(layers=[SlotLayer(self, self.kv[0, i], self.kv[1, i]) for i in range(n_layers)])
         self.arange = torch.arange(max_len, device=device).view(1, 1, 1, max_len)  # (1, 1, 1, T)
         self.write_index = torch.zeros(num_slots, kv_heads, 1, head_dim, dtype=torch.long, device=device)
+        self.width = num_slots  # slots the next step computes (0 .. width - 1), set by prepare_step
         self.mask_open = torch.zeros((), dtype=dtype, device=device)
         self.mask_closed = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)  # finite, never -inf
 
@@ -102,17 +109,22 @@ class SlotPool(Cache):
         """
         self.kv[:, :, slot, :, : prompt_kv.shape[3]] = prompt_kv
 
-    def prepare_step(self, positions: torch.Tensor) -> torch.Tensor:
-        """Points the next forward's K/V writes at ``positions`` (S, 1) and returns its mask (S, 1, 1, T).
+    def move(self, src: int, dst: int, length: int) -> None:
+        """Copies the K/V of ``src``'s first ``length`` positions into ``dst``: one copy, all layers."""
+        self.kv[:, :, dst, :, :length] = self.kv[:, :, src, :, :length]
 
-        Both effects belong to one step: :meth:`SlotLayer.update` writes each slot's new K/V at
-        ``write_index`` during the forward that takes this mask (0 on ``0 .. positions[s]``, the
-        finite minimum elsewhere). Four device ops, no read-back: the shapes are the pool's,
-        whatever the slots' lengths.
+    def prepare_step(self, positions: torch.Tensor) -> torch.Tensor:
+        """Points the next forward's K/V writes at ``positions`` (n, 1) and returns its mask (n, 1, 1, T).
+
+        ``n`` is every slot, or the first ``n`` (a busy-width step). Both effects belong to one step:
+        :meth:`SlotLayer.update` writes each slot's new K/V at ``write_index`` during the forward that
+        takes this mask (0 on ``0 .. positions[s]``, the finite minimum elsewhere). Four device ops,
+        no read-back: the shapes are the pool's, whatever the slots' lengths.
         """
-        pos = positions.view(-1, 1, 1, 1)  # (S, 1, 1, 1)
-        self.write_index = pos.expand(self.write_index.shape)  # (S, kv_heads, 1, head_dim), a view
-        return torch.where(self.arange <= pos, self.mask_open, self.mask_closed)  # (S, 1, 1, T)
+        pos = positions.view(-1, 1, 1, 1)  # (n, 1, 1, 1)
+        self.width = pos.shape[0]
+        self.write_index = pos.expand(self.width, *self.write_index.shape[1:])  # (n, kv_heads, 1, head_dim), a view
+        return torch.where(self.arange <= pos, self.mask_open, self.mask_closed)  # (n, 1, 1, T)
 
     def nbytes(self) -> int:
         """Bytes of K/V held by the pool."""

@@ -11,9 +11,10 @@ group that share a micro-batch, instead of once per completion. A :class:`Shared
     completion_mask  (n, C)     the loss mask (generated tokens; 0 on a row left out of the loss)
 
 Its size for the token budget is ``n_p * P + n * C`` padded tokens: a group's prompt counts once.
-:func:`pack_groups_by_token_budget` keeps a group's completions together while they fit, and splits
-a group whose completions exceed the budget over several micro-batches, each running the prompt again
-(its gradient then arrives in parts that add up to the whole: nothing is counted twice).
+:func:`pack_groups_by_token_budget` keeps a group's completions together while that is cheapest and
+they fit, and splits a group over several micro-batches where its completions exceed the budget or
+where a split saves padding (a long completion among short ones), each running the prompt again (its
+gradient then arrives in parts that add up to the whole: nothing is counted twice).
 """
 
 from __future__ import annotations
@@ -52,14 +53,48 @@ class SharedMicroBatch:
         return SharedMicroBatch(self.rows, *(t.to(device) for t in tensors))
 
 
+MICRO_BATCH_TOKENS = 16
+"""What the packer charges a micro-batch beyond its padded tokens: the fixed cost of its two forwards and
+their backward, in tokens' worth (it keeps a split from saving less than that)."""
+
+
+def split_group(prompt_length: int, lengths: list[int], token_budget: int) -> list[list[int]]:
+    """The split of one group's completions (``lengths``, longest first) into consecutive runs, each a
+    micro-batch with the prompt once, of the fewest padded tokens plus :data:`MICRO_BATCH_TOKENS` each.
+
+    A run of rows ``i .. j - 1`` costs ``prompt_length + (j - i) * lengths[i]`` (its longest row sets
+    the padding); runs over ``token_budget`` are not allowed but for a single row. Consecutive runs
+    of the sorted rows are optimal among all splits (a run's cost only needs its size and its longest
+    row). Returns the runs as positions into ``lengths``; a dynamic program over the rows, O(n^2).
+    """
+    n = len(lengths)
+    best = [0.0] + [float("inf")] * n  # best[j]: the cheapest split of rows 0 .. j - 1
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j - 1, -1, -1):
+            cost = prompt_length + (j - i) * lengths[i] + MICRO_BATCH_TOKENS
+            if cost - MICRO_BATCH_TOKENS > token_budget and j - i > 1:
+                break  # longer runs (smaller i) only cost more
+            if best[i] + cost < best[j]:
+                best[j], cut[j] = best[i] + cost, i
+    runs, j = [], n
+    while j > 0:
+        runs.append(list(range(cut[j], j)))
+        j = cut[j]
+    return runs[::-1]
+
+
 def pack_groups_by_token_budget(
     row_prompt: list[int], prompt_lengths: list[int], completion_lengths: list[int], token_budget: int
 ) -> list[list[int]]:
     """Row indices per micro-batch, each within ``token_budget`` (``n_p * P + n * C`` padded tokens).
 
-    ``row_prompt[i]`` is row i's prompt; ``prompt_lengths`` are per prompt. Groups are taken longest
-    first (their prompt plus longest completion), their rows longest first, so padding stays low; a row
-    whose prompt and completion alone exceed the budget forms a micro-batch alone.
+    ``row_prompt[i]`` is row i's prompt; ``prompt_lengths`` are per prompt. Each group's rows, longest
+    first, are split where that saves padding (:func:`split_group`: a truncated completion among short
+    ones gets a micro-batch of its own rather than padding the others to its length, the prompt then
+    running once more); the runs, longest first, then share micro-batches while the budget allows and
+    sharing saves more than the padding it adds. A row whose prompt and completion alone exceed the
+    budget forms a micro-batch alone.
     """
     if token_budget < 1:
         raise ValueError(f"token_budget={token_budget} must be >= 1")
@@ -68,24 +103,27 @@ def pack_groups_by_token_budget(
     groups: dict[int, list[int]] = {}
     for i, p in enumerate(row_prompt):
         groups.setdefault(p, []).append(i)
-    longest = {p: max(completion_lengths[i] for i in rows) for p, rows in groups.items()}
-    order = sorted(groups, key=lambda p: -(prompt_lengths[p] + longest[p]))
+    runs: list[list[int]] = []
+    for p, rows in groups.items():
+        rows = sorted(rows, key=lambda i: -completion_lengths[i])
+        lengths = [completion_lengths[i] for i in rows]
+        runs += [[rows[k] for k in run] for run in split_group(prompt_lengths[p], lengths, token_budget)]
+
+    def cost(rows: list[int]) -> int:  # padded tokens of one micro-batch
+        prompts = {row_prompt[i] for i in rows}
+        return len(prompts) * max(prompt_lengths[q] for q in prompts) + len(rows) * max(
+            completion_lengths[i] for i in rows
+        )
+
+    runs.sort(key=lambda run: -(prompt_lengths[row_prompt[run[0]]] + completion_lengths[run[0]]))
     batches: list[list[int]] = []
-    current: list[int] = []
-    prompts: set[int] = set()
-    p_max = c_max = 0
-    for p in order:
-        for i in sorted(groups[p], key=lambda i: -completion_lengths[i]):
-            new_prompts = len(prompts | {p})
-            p_new, c_new = max(p_max, prompt_lengths[p]), max(c_max, completion_lengths[i])
-            if current and new_prompts * p_new + (len(current) + 1) * c_new > token_budget:
-                batches.append(current)
-                current, prompts, p_new, c_new = [], set(), prompt_lengths[p], completion_lengths[i]
-            current.append(i)
-            prompts.add(p)
-            p_max, c_max = p_new, c_new
-    if current:
-        batches.append(current)
+    for run in runs:
+        if batches:
+            merged = batches[-1] + run
+            if cost(merged) <= token_budget and cost(merged) <= cost(batches[-1]) + cost(run) + MICRO_BATCH_TOKENS:
+                batches[-1] = merged
+                continue
+        batches.append(run)
     return batches
 
 

@@ -9,7 +9,14 @@ import torch
 from infgrpo.registry import choices
 from infgrpo.sampler import SamplerConfig
 from infgrpo.sampler.baselines import BASELINES, Decoder
-from infgrpo.sampler.decode_step import ATTENTION_BACKENDS, CudaGraphs, DecodeAttention, DecodeStep, StepSettings
+from infgrpo.sampler.decode_step import (
+    ATTENTION_BACKENDS,
+    CudaGraphs,
+    DecodeAttention,
+    DecodeStep,
+    DecodeWidth,
+    StepSettings,
+)
 from infgrpo.sampler.length_predictor import LengthPrediction, LengthPredictor, Mode
 from infgrpo.sampler.planner import ALIASES, Planner, plan
 from infgrpo.sampler.refill import REFILL_POLICIES, Refill
@@ -33,6 +40,11 @@ def test_each_literal_names_exactly_what_its_implementation_provides():
                 DecodeStep(random_model("llama"), pool, StepSettings(1.0, 0, 1.0, 0, graphs))
         else:
             assert not DecodeStep(random_model("llama"), pool, StepSettings(1.0, 0, 1.0, 0, graphs)).use_graph
+    busy = {
+        w: DecodeStep(random_model("llama"), pool, StepSettings(1.0, 0, 1.0, 0, width=w)).busy_width
+        for w in choices(DecodeWidth)
+    }
+    assert busy == {"pool": False, "busy": True, "auto": True}  # 'auto' is 'busy' off CUDA
 
 
 def test_sampler_config_fields_are_typed_with_the_literals():
@@ -40,3 +52,4 @@ def test_sampler_config_fields_are_typed_with_the_literals():
     assert hints["decoder"] == Decoder and hints["refill"] == Refill and hints["planner"] == Planner
     assert hints["length_predictor"] == LengthPrediction
     assert hints["cuda_graphs"] == CudaGraphs and hints["decode_attention"] == DecodeAttention
+    assert hints["decode_width"] == DecodeWidth

@@ -16,9 +16,11 @@ from infgrpo.sampler import Rollouts
 from infgrpo.update import LossConfig, accumulate_policy_gradients, completion_logprobs, prepare_microbatches
 from infgrpo.update.runner import PolicyUpdate
 from infgrpo.update.shared_batching import (
+    MICRO_BATCH_TOKENS,
     collate_shared,
     pack_groups_by_token_budget,
     prepare_shared_microbatches,
+    split_group,
     split_shared,
 )
 from infgrpo.update.shared_prompt import resolve_share_prompt, share_prompt_reason
@@ -50,7 +52,7 @@ def unshared(budget=10_000):
 @pytest.mark.parametrize("arch,tied", [("qwen3", True), ("llama", False)])
 @pytest.mark.parametrize("lora", [None, ["q_proj", "v_proj"], ["q_proj", "v_proj", "lm_head"]])
 @pytest.mark.parametrize("chunk", [0, 5])  # full logits, and the chunked head
-@pytest.mark.parametrize("budget", [10_000, 30, 12])  # one micro-batch; several prompts each; groups split
+@pytest.mark.parametrize("budget", [10_000, 30, 12])  # groups together; groups whole; groups split
 def test_shared_logprobs_and_gradients_equal_the_unshared_rows_float64(arch, tied, lora, chunk, budget):
     model = float64_norms(random_model(arch, torch.float64, tie_word_embeddings=tied).train())
     if lora:
@@ -58,7 +60,7 @@ def test_shared_logprobs_and_gradients_equal_the_unshared_rows_float64(arch, tie
     shared = prepare_shared_microbatches(PROMPTS, ROW_PROMPT, COMPLETIONS, budget, pad_id=0)
     if budget == 12:  # some group spans micro-batches: its prompt runs in each of them
         assert any(len({ROW_PROMPT[r] for r in mb.rows}) == 1 and len(mb.rows) < 3 for mb in shared)
-    if budget == 30:
+    if budget == 10_000:  # groups of similar lengths share a micro-batch: several prompts in one
         assert any(mb.prompt_ids.shape[0] > 1 for mb in shared)
     want, want_grads = logprobs_and_grads(model, unshared(), chunk)
     got, got_grads = logprobs_and_grads(model, shared, chunk)
@@ -100,7 +102,7 @@ def test_4bit_lora_shared_gradients_match_a_dequantized_float64_reference(tokeni
         assert torch.allclose(got[name].double(), g, rtol=1e-4, atol=1e-6 * g.abs().max().item()), name
 
 
-def test_packing_counts_each_prompt_once_and_splits_only_groups_that_do_not_fit():
+def test_packing_counts_each_prompt_once_and_keeps_every_micro_batch_within_the_budget():
     prompt_lengths = [40, 5, 12]
     row_prompt = [0] * 6 + [1] * 3 + [2] * 4
     completion_lengths = [3, 8, 2, 5, 1, 4, 9, 9, 9, 2, 2, 2, 2]
@@ -226,3 +228,45 @@ def test_checkpointing_without_use_reentrant_counts_as_reentrant():
     model = random_model("qwen3")
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={})  # torch's default: reentrant
     assert "reentrant" in share_prompt_reason(model)
+
+
+def partitions(items):
+    """Every partition of ``items`` into non-empty sets (brute force, for a handful of items)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in partitions(rest):
+        for k in range(len(part)):
+            yield part[:k] + [[first, *part[k]]] + part[k + 1 :]
+        yield [[first], *part]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_group_is_split_at_the_cheapest_point_a_brute_force_finds(seed):
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 8, (1,), generator=g))
+    lengths = sorted(torch.randint(1, 48, (n,), generator=g).tolist(), reverse=True)
+    prompt, budget = int(torch.randint(5, 80, (1,), generator=g)), int(torch.randint(60, 300, (1,), generator=g))
+
+    def cost(run):  # padded tokens of a micro-batch plus its fixed cost; None when over the budget
+        tokens = prompt + len(run) * max(lengths[k] for k in run)
+        return None if tokens > budget and len(run) > 1 else tokens + MICRO_BATCH_TOKENS
+
+    def total(split):
+        costs = [cost(run) for run in split]
+        return None if None in costs else sum(costs)
+
+    best = min(t for p in partitions(list(range(n))) if (t := total(p)) is not None)
+    runs = split_group(prompt, lengths, budget)
+    assert sorted(k for run in runs for k in run) == list(range(n))
+    assert total(runs) == best
+
+
+def test_a_long_completion_among_short_ones_gets_a_micro_batch_of_its_own():
+    # one truncated completion of 48 tokens and seven of 5-12 behind a 70-token prompt (the SmolLM2 job's shape)
+    lengths = [48, 12, 10, 9, 8, 7, 6, 5]
+    groups = pack_groups_by_token_budget([0] * 8, [70], lengths, 512)
+    assert sorted(map(sorted, groups)) == [[0], [1, 2, 3, 4, 5, 6, 7]]
+    padded = sum(70 + len(g) * max(lengths[i] for i in g) for g in groups)
+    assert padded == (70 + 48) + (70 + 7 * 12) < 70 + 8 * 48  # 272 padded tokens instead of 454
