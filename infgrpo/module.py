@@ -275,7 +275,7 @@ class GRPOModule(L.LightningModule):
         self.scoring = dict(rewards=rewards, on_error=reward_on_error, max_completion_length=sampler.max_new_tokens)
         self.val_reward, self.val_accuracy = MeanMetric(), MeanMetric()
         self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
-        self.phase_memory = PhaseMemory()  # peaks (CUDA) and windows of the rollout and the update
+        self.phase_memory = PhaseMemory()  # peaks (CUDA) and windows of the rollout and the update; CPU: trims the heap
         self.last_step: StepRecord | None = None  # read by the CompletionTable callback and benchmarks
 
     @property

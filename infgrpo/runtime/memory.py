@@ -27,6 +27,8 @@ from collections.abc import Iterator
 
 import torch
 
+from infgrpo.runtime.host_memory import release_host_memory
+
 GB = 1e9
 UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
@@ -87,7 +89,8 @@ def budget_bytes(memory: int | float | str, device: torch.device, field: str = "
 class PhaseMemory:
     """Per-phase peaks (CUDA) and ``time.perf_counter`` windows (every device) of the latest step."""
 
-    def __init__(self) -> None:
+    def __init__(self, release_host: bool = True) -> None:
+        self.release_host = release_host
         self.windows: dict[str, tuple[float, float]] = {}
         self.start_allocated: dict[str, int] = {}
         self.peak_allocated: dict[str, int] = {}
@@ -103,11 +106,15 @@ class PhaseMemory:
         self._started[phase] = time.perf_counter()
 
     def end(self, phase: str, device: torch.device) -> None:
-        """Marks the end of ``phase``; on CUDA records its allocated and reserved peaks."""
+        """Marks the end of ``phase``; on CUDA records its allocated and reserved peaks, on CPU hands the
+        phase's freed heap back to the system (:func:`~infgrpo.runtime.host_memory.release_host_memory`,
+        unless ``release_host`` is off), within the phase's time."""
         if device.type == "cuda":
             torch.cuda.synchronize(device)
             self.peak_allocated[phase] = torch.cuda.max_memory_allocated(device)
             self.peak_reserved[phase] = torch.cuda.max_memory_reserved(device)
+        elif device.type == "cpu" and self.release_host:
+            release_host_memory()
         self.windows[phase] = (self._started.pop(phase, time.perf_counter()), time.perf_counter())
 
     @contextlib.contextmanager
