@@ -4,6 +4,7 @@
     python -m infgrpo.bench rollout --model qwen3-42m --max-new-tokens 128 --json benchmarks/rollout_qwen3.json
     python -m infgrpo.bench rollout --model qwen3-42m --rollout-memory 0.5GB 1GB 4GB --prompts 8 --group-sizes 128
     python -m infgrpo.bench rollout --model qwen3-42m --decoders engine hf_full hf_cb --prompts 1 --group-sizes 8 32
+    python -m infgrpo.bench rollout --model tiny --decoders engine hf_micro --decode-widths pool busy --threads 1
 
 Decoders on the same model, prompts and seeds: ``hf_full`` (HF generate over the whole group),
 ``hf_micro`` (naive micro-groups: HF generate round by round, ``num_slots`` at a time), ``engine``
@@ -35,6 +36,7 @@ from infgrpo.bench.models import NAMES_HELP, bench_setup
 from infgrpo.bench.table import Column, cell, markdown_table, ratio
 from infgrpo.registry import choices
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
+from infgrpo.sampler.decode_step import DecodeWidth
 from infgrpo.sampler.baselines import Decoder
 from infgrpo.sampler.hf_continuous import refusal
 
@@ -56,6 +58,7 @@ def run_one(cfg: dict) -> dict:
         temperature=1.0,
         cuda_graphs=cfg.get("cuda_graphs", "auto"),
         decode_attention=cfg.get("decode_attention", "efficient"),
+        decode_width=cfg.get("decode_width", "auto"),
     )
     sampler = MicroGroupSampler(model, stop_ids[0], sc, pad_id=pad_id)
     sampler.sample(prompts[:1], 2, seed=99)  # warm-up: lazy initializations out of the measurement
@@ -127,9 +130,11 @@ def configs(args: argparse.Namespace) -> list[dict]:
     for prompts in args.prompts:
         for g in args.group_sizes:
             for decoder in args.decoders:
-                out.append(config(args, prompts, g, decoder))
-                if prompts * g > args.max_sequences:
-                    out[-1]["skipped"] = f"{prompts * g} sequences > --max-sequences"
+                widths = args.decode_widths if decoder == "engine" and args.decode_widths != ["auto"] else [None]
+                for width in widths:
+                    out.append(config(args, prompts, g, decoder, **({"decode_width": width} if width else {})))
+                    if prompts * g > args.max_sequences:
+                        out[-1]["skipped"] = f"{prompts * g} sequences > --max-sequences"
     return out
 
 
@@ -149,14 +154,18 @@ def memory_header(rows: list[dict]) -> str:
     return "CUDA peak MiB" if any("cuda_peak_bytes" in r for r in rows) else "RSS rise MiB"
 
 
-def versus(rows: list[dict], r: dict, decoder: str, value: Callable[[dict], float]) -> str:
-    """``value(r)`` over ``value`` of the row of ``decoder`` with the same prompts and G ('' without one)."""
+def versus(
+    rows: list[dict], r: dict, decoder: str, value: Callable[[dict], float], width: str | None = None
+) -> str:
+    """``value(r)`` over ``value`` of the row of ``decoder`` (with ``decode_width`` ``width``, when given)
+    with the same prompts and G ('' without one)."""
     peer = next(
         (
             x
             for x in rows
             if "skipped" not in x
             and x["decoder"] == decoder
+            and (width is None or x.get("decode_width") == width)
             and (x["prompts"], x["group_size"]) == (r["prompts"], r["group_size"])
         ),
         None,
@@ -191,7 +200,13 @@ def decoder_table(rows: list[dict]) -> str:
             ("tok/s vs hf_cb", lambda r: versus(rows, r, "hf_cb", lambda x: x["tokens_per_s"])),
             ("memory vs hf_cb", lambda r: versus(rows, r, "hf_cb", memory_bytes)),
         ]
-    return markdown_table(columns, rows, keys=3)
+    keys = 3
+    if any("decode_width" in r for r in rows):  # engine rows of each decode width, and their speed-up
+        columns.insert(3, ("width", lambda r: r.get("decode_width", "")))
+        tokens = lambda x: x["tokens_per_s"]  # noqa: E731
+        columns.append(("tok/s vs pool width", lambda r: versus(rows, r, "engine", tokens, "pool")))
+        keys = 4
+    return markdown_table(columns, rows, keys=keys)
 
 
 def budget_table(rows: list[dict]) -> str:
@@ -232,6 +247,14 @@ def add_args(ap: argparse.ArgumentParser) -> None:
         choices=choices(Decoder),
         help="decoders to compare (hf_cb: transformers' continuous batching; its log-probs are taken after "
         "top-k / top-p and its completions depend on the schedule)",
+    )
+    ap.add_argument(
+        "--decode-widths",
+        nargs="+",
+        default=["auto"],
+        choices=choices(DecodeWidth),
+        help="the engine's decode_width, one engine row per value (pool: every slot each step; busy: the "
+        "running sequences only; auto: busy off CUDA)",
     )
     ap.add_argument(
         "--rollout-memory",

@@ -54,3 +54,20 @@ def test_the_decoder_table_shows_a_skipped_hf_cb_row_with_its_reason():
     assert lines[0].endswith("| memory vs hf_cb |")
     assert lines[2] == "| 1 | 8 | engine | 4 | 1.0 | 2.0 | 10 | 8 | 100 | 1.00 |" + "  |" * 5  # nothing to compare with
     assert lines[3] == f"| 1 | 8 | hf_cb | skipped: {reason} |" + "  |" * 11  # 15 columns
+
+
+def test_rollout_benchmark_runs_the_engine_at_each_decode_width_on_the_same_completions(capsys):
+    args = ["--model", "tiny", "--group-sizes", "12", "--prompts", "2", "--num-slots", "8", "--max-new-tokens", "16"]
+    rows = main([*args, "--decoders", "engine", "hf_micro", "--decode-widths", "pool", "busy", "--threads", "1"])
+    assert [(r["decoder"], r.get("decode_width")) for r in rows] == [
+        ("engine", "pool"),
+        ("engine", "busy"),
+        ("hf_micro", None),
+    ]
+    pool, busy, _ = rows
+    assert all("skipped" not in r for r in rows), rows
+    # the same completions (the step's rows are computed alone), in the same decode steps
+    assert (busy["generated_tokens"], busy["decode_steps"]) == (pool["generated_tokens"], pool["decode_steps"])
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("| prompts | G | decoder | width |") and table[0].endswith("| tok/s vs pool width |")
+    assert any(line.startswith("| 2 | 12 | engine | pool |") and line.endswith("| 1.00 |") for line in table)
