@@ -19,8 +19,9 @@ runs on,
 - **scalar reads per step**: ``aten._local_scalar_dense`` (what ``.item()``, ``int(t)``, ``bool(t)``
   dispatch) over the rollout, per decode step.
 
-The rollout runs with refill 'fifo' and no length predictor (whose statistics after the rollout
-are not part of decoding), on one thread unless ``--threads`` says otherwise (as the recorded figures
+The rollout runs the step a GPU runs (``decode_width: pool``, every slot every step; a CPU's default
+computes only the busy slots), with refill 'fifo' and no length predictor (whose statistics after the
+rollout are not part of decoding), on one thread unless ``--threads`` says otherwise (as the recorded figures
 were). Prints a table, writes ``--json``.
 """
 
@@ -86,6 +87,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         stop_token_ids=stop_ids[1:],
         refill="fifo",
         length_predictor="none",
+        decode_width="pool",  # the step a GPU runs (CUDA's default), whatever device counts it
     )
     sampler = MicroGroupSampler(model, stop_ids[0], cfg, pad_id=pad_id)
     sampler.sample(prompts[:1], 2, seed=99)  # warm-up: lazy initializations out of the count

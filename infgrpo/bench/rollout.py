@@ -154,9 +154,7 @@ def memory_header(rows: list[dict]) -> str:
     return "CUDA peak MiB" if any("cuda_peak_bytes" in r for r in rows) else "RSS rise MiB"
 
 
-def versus(
-    rows: list[dict], r: dict, decoder: str, value: Callable[[dict], float], width: str | None = None
-) -> str:
+def versus(rows: list[dict], r: dict, decoder: str, value: Callable[[dict], float], width: str | None = None) -> str:
     """``value(r)`` over ``value`` of the row of ``decoder`` (with ``decode_width`` ``width``, when given)
     with the same prompts and G ('' without one)."""
     peer = next(

@@ -29,8 +29,8 @@ def test_paper_suite_small_runs_every_part_and_writes_each_json(tmp_path, capsys
 
 
 def test_decode_step_counters_see_one_shape_and_no_random_or_scalar_calls(tmp_path):
-    r = decode_step.main(["--model", "tiny", "--group-size", "12", "--num-slots", "4", "--max-new-tokens", "24"])
-    assert r["decode_steps"] > 0 and r["num_slots"] == 4
+    r = decode_step.main(["--model", "tiny", "--group-size", "24", "--num-slots", "12", "--max-new-tokens", "24"])
+    assert r["decode_steps"] > 0 and r["num_slots"] == 12
     assert r["input_shapes"] == 1  # every decode step of the rollout has the pool's shape
     assert r["random_calls_per_step"] == 0  # uniforms come from the counter-based hash
     assert r["scalar_reads_per_step"] == 0  # nothing read back but the step's (S, 2) result
