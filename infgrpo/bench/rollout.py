@@ -36,8 +36,8 @@ from infgrpo.bench.models import NAMES_HELP, bench_setup
 from infgrpo.bench.table import Column, cell, markdown_table, ratio
 from infgrpo.registry import choices
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
-from infgrpo.sampler.decode_step import DecodeWidth
 from infgrpo.sampler.baselines import Decoder
+from infgrpo.sampler.decode_step import DecodeWidth
 from infgrpo.sampler.hf_continuous import refusal
 
 
