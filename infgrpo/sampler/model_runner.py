@@ -11,8 +11,9 @@ It decides nothing: :class:`~infgrpo.sampler.scheduler.Scheduler` says which pro
 which slot a sequence takes and which prompt K/V are still needed (:meth:`ModelRunner.keep`). The
 scheduler's slots are where the pool keeps a sequence unless the step computes only the busy slots
 (``decode_width``: 'busy', the default on CPU): then the runner keeps the busy sequences packed at
-the front of the pool, in places of its own (a sequence moves down when one before it ends: one K/V
-copy), so a step computes as many rows as sequences run, and hands the scheduler each slot's row. A
+the front of the pool, in places of its own (a new sequence takes the first free place; a sequence
+moves down only into a place nobody took: one K/V copy), so a step computes as many rows as sequences
+run, and hands the scheduler each slot's row. A
 prefill draws every sample's first token at once from the prompt's last logits, each with its own
 uniform (its stream at token 0, :mod:`infgrpo.sampler.counter_rng`), so no sample needs a decode
 step or a prefill of its own; those tokens are the prefill's one read-back.
@@ -112,20 +113,20 @@ class ModelRunner:
     def decode(self) -> np.ndarray:
         """One decode step: the (S, 2) host array of every scheduler slot's token and log-prob (rows of
         idle slots are stale)."""
+        if self.step.busy_width:
+            self.pack()  # after the admissions: a slot refilled at once needs no move
         self.step.set_busy(len(self.held) - self.held.count(None))
         out = self.step()
         return out[self.place] if self.step.busy_width else out
 
     def update(self, running: dict[int, Sequence], ended: list[int]) -> None:
         """After a step: each running slot feeds its last token one position further; the ``ended`` slots
-        idle (packed: the busy slots past the first free ones move down into them)."""
+        idle (packed: new sequences take them first, the next step moves busy slots down into the rest)."""
         for slot in ended:
             self.step.idle(self.place[slot])
             self.held[self.place[slot]] = None
         for slot, seq in running.items():
             self.step.advance(self.place[slot], seq.last_token)
-        if self.step.busy_width:
-            self.pack()
 
     def pack(self) -> None:
         """Moves the busy pool slots past the first free ones into them, last first: slots ``0 .. n - 1`` are busy."""
