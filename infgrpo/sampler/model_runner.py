@@ -70,7 +70,6 @@ class ModelRunner:
         self.prefill_tokens = self.prefill_calls = self.prompt_kv_bytes_peak = 0
         self.place = np.arange(pool.num_slots)  # the pool slot of each scheduler slot (the same unless packed)
         self.held: list[int | None] = [None] * pool.num_slots  # the scheduler slot each pool slot holds
-        self.moves = 0
 
     def prefill(self, prompt_indices: list[int]) -> None:
         """Prefills these prompts in one forward; keeps their K/V and all their samples' first tokens."""
@@ -114,8 +113,7 @@ class ModelRunner:
         """One decode step: the (S, 2) host array of every scheduler slot's token and log-prob (rows of
         idle slots are stale)."""
         if self.step.busy_width:
-            self.pack()  # after the admissions: a slot refilled at once needs no move
-        self.step.set_busy(len(self.held) - self.held.count(None))
+            self.step.set_busy(self.pack())  # after the admissions: a slot refilled at once needs no move
         out = self.step()
         return out[self.place] if self.step.busy_width else out
 
@@ -128,8 +126,9 @@ class ModelRunner:
         for slot, seq in running.items():
             self.step.advance(self.place[slot], seq.last_token)
 
-    def pack(self) -> None:
-        """Moves the busy pool slots past the first free ones into them, last first: slots ``0 .. n - 1`` are busy."""
+    def pack(self) -> int:
+        """Moves the busy pool slots past the first free ones into them, last first; returns n, the busy
+        slots (``0 .. n - 1`` after it)."""
         busy = len(self.held) - self.held.count(None)
         holes = [p for p in range(busy) if self.held[p] is None]
         tail = [p for p in range(len(self.held) - 1, busy - 1, -1) if self.held[p] is not None]
@@ -137,4 +136,4 @@ class ModelRunner:
             self.step.move(src, dst)
             slot = self.held[src]
             self.held[dst], self.held[src], self.place[slot] = slot, None, dst
-            self.moves += 1
+        return busy
