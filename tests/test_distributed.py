@@ -69,7 +69,7 @@ def args(data: Path, out: Path, steps: int, batch_size: int, loss_type: str, sca
         "--model.group_size=4",
         "--model.sampler.num_slots=3",
         "--model.sampler.max_new_tokens=12",
-        "--model.token_budget=96",  # several micro-batches per rank, different numbers on each
+        "--model.token_budget=48",  # several micro-batches per rank, different numbers, groups split (prompts carried)
         "--model.learning_rate=1e-3",
         f"--model.loss_type={loss_type}",
         f"--model.scale_rewards={scale_rewards}",

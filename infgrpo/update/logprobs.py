@@ -24,6 +24,7 @@ from infgrpo.update.chunked_head import (
     chunked_logprobs_and_entropy,
     head_terms,
 )
+from infgrpo.update.prompt_carry import PromptCarry
 from infgrpo.update.shared_batching import SharedMicroBatch
 from infgrpo.update.shared_prompt import shared_hidden, shared_logits
 
@@ -100,6 +101,7 @@ def completion_logprobs(
     chunk_tokens: int = DEFAULT_LOGIT_CHUNK_TOKENS,
     entropy: bool = False,
     entropy_grad: bool = False,
+    carry: PromptCarry | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (n, C) of ``mb.completion_ids`` under ``model`` at ``temperature`` (and, with ``entropy``,
     the entropy (n, C) of each position's tempered distribution; differentiable on the chunked path, where an
@@ -107,15 +109,16 @@ def completion_logprobs(
 
     ``chunk_tokens``: positions through the LM head at a time (the chunked path), or 0 for the
     full-logits path (see the module docstring). A :class:`~infgrpo.update.shared_batching.SharedMicroBatch`
-    runs each prompt once (:mod:`infgrpo.update.shared_prompt`). Positions after a row's completion
+    runs each prompt once (:mod:`infgrpo.update.shared_prompt`), and with ``carry`` once in a pass however many
+    micro-batches its group spans (:mod:`infgrpo.update.prompt_carry`). Positions after a row's completion
     (padding) hold 0 on the chunked path and the pad token's log-prob on the full path; both are masked
     in the loss.
     """
     if chunk_tokens == 0:
-        return full_logits_logprobs(model, mb, temperature, entropy=entropy, entropy_grad=entropy_grad)
+        return full_logits_logprobs(model, mb, temperature, entropy=entropy, entropy_grad=entropy_grad, carry=carry)
     decoder, head = causal_lm_parts(model)
     real = mb.generated  # (n, C): generated tokens, not padding
-    h = hidden_before_completions(decoder, mb)[real]  # (N, H): the state that predicts each token
+    h = hidden_before_completions(decoder, mb, carry)[real]  # (N, H): the state that predicts each token
     targets = mb.completion_ids[real]
     if not entropy:
         logp = chunked_logprobs(head, h, targets, temperature, chunk_tokens)  # (N,)
@@ -124,10 +127,12 @@ def completion_logprobs(
     return logp.new_zeros(real.shape).index_put((real,), logp), ent.new_zeros(real.shape).index_put((real,), ent)
 
 
-def hidden_before_completions(decoder: torch.nn.Module, mb: MicroBatch | SharedMicroBatch) -> torch.Tensor:
+def hidden_before_completions(
+    decoder: torch.nn.Module, mb: MicroBatch | SharedMicroBatch, carry: PromptCarry | None = None
+) -> torch.Tensor:
     """Final hidden states (n, C, H): position t is the state that predicts completion token t."""
     if isinstance(mb, SharedMicroBatch):
-        return shared_hidden(decoder, mb)
+        return shared_hidden(decoder, mb, carry)
     c_len = mb.completion_ids.shape[1]
     hidden = decoder(
         input_ids=mb.input_ids,
@@ -138,10 +143,12 @@ def hidden_before_completions(decoder: torch.nn.Module, mb: MicroBatch | SharedM
     return hidden[:, -c_len - 1 : -1]
 
 
-def completion_logits(model: PreTrainedModel, mb: MicroBatch | SharedMicroBatch) -> torch.Tensor:
+def completion_logits(
+    model: PreTrainedModel, mb: MicroBatch | SharedMicroBatch, carry: PromptCarry | None = None
+) -> torch.Tensor:
     """The model's own logits (n, C, V) before each completion token (only the last C + 1 positions computed)."""
     if isinstance(mb, SharedMicroBatch):
-        return shared_logits(model, mb)
+        return shared_logits(model, mb, carry)
     c_len = mb.completion_ids.shape[1]
     out = model(
         input_ids=mb.input_ids,
@@ -165,6 +172,7 @@ def full_logits_logprobs(
     chunk_rows: int = 8,
     entropy: bool = False,
     entropy_grad: bool = False,
+    carry: PromptCarry | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Log-probs (n, C) from the model's own logits (the full-logits path; ``logit_chunk_tokens: 0``), and
     with ``entropy`` each position's entropy (n, C): without gradient unless ``entropy_grad`` (an entropy
@@ -173,7 +181,7 @@ def full_logits_logprobs(
     The log-softmax runs in chunks of ``chunk_rows`` rows so float32 logits of the whole micro-batch
     never coexist.
     """
-    logits = completion_logits(model, mb)  # (n, C, V)
+    logits = completion_logits(model, mb, carry)  # (n, C, V)
     scale = temperature if temperature > 0 else 1.0
     pieces, entropies = [], []
     for s in range(0, logits.shape[0], chunk_rows):

@@ -2,7 +2,7 @@
 
     capture = PromptCapture(num_layers)
     decoder(input_ids=prompts, ..., cache=capture)                   # (n_p, P): K/V of every layer kept
-    prefix = PromptPrefix(capture, row_prompt)                       # row r reads prompt row_prompt[r]
+    prefix = PromptPrefix(capture.kv, row_prompt)                    # row r reads prompt row_prompt[r]
     decoder(input_ids=completions, ..., cache=prefix)                # (n, C) attends to [prompt | itself]
 
 Both are transformers ``Cache`` objects the model's attention layers call as usual
@@ -80,18 +80,19 @@ class PromptPrefix(Cache):
     """Each completion row attends to its prompt's captured K/V before its own; stores nothing.
 
     Args:
-        capture: the prompt forward's K/V.
+        kv: the prompt forward's (K, V) of each layer (a :class:`PromptCapture`'s ``kv``), (n_p, kv_heads, P,
+            head_dim) each.
         row_prompt: (n,) the prompt row of each completion row; None when there is one prompt (expanded).
         rows: n, the completion rows (needed when ``row_prompt`` is None).
     """
 
-    def __init__(self, capture: PromptCapture, row_prompt: torch.Tensor | None, rows: int) -> None:
-        self.capture, self.row_prompt, self.rows = capture, row_prompt, rows
-        super().__init__(layers=[_Layer(self, i) for i in range(len(capture.kv))])
+    def __init__(self, kv: list[tuple[torch.Tensor, torch.Tensor]], row_prompt: torch.Tensor | None, rows: int) -> None:
+        self.kv, self.row_prompt, self.rows = list(kv), row_prompt, rows  # a copy: a recomputation rebinds capture.kv
+        super().__init__(layers=[_Layer(self, i) for i in range(len(self.kv))])
 
     def prompt_kv(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The prompt K/V of every completion row at ``layer_idx``: (n, kv_heads, P, head_dim) each."""
-        keys, values = self.capture.kv[layer_idx]
+        keys, values = self.kv[layer_idx]
         if self.row_prompt is None:
             return keys.expand(self.rows, -1, -1, -1), values.expand(self.rows, -1, -1, -1)
         return keys.index_select(0, self.row_prompt), values.index_select(0, self.row_prompt)
@@ -103,8 +104,7 @@ class PromptPrefix(Cache):
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Prompt positions every row sees before its completion."""
-        kv = self.capture.kv[layer_idx]
-        return 0 if kv is None else kv[0].shape[2]
+        return self.kv[layer_idx][0].shape[2]
 
 
 @contextlib.contextmanager

@@ -9,12 +9,14 @@ group that share a micro-batch, instead of once per completion. A :class:`Shared
     completion_ids   (n, C)     right-padded completions
     completion_real  (n, C)     1 on generated tokens
     completion_mask  (n, C)     the loss mask (generated tokens; 0 on a row left out of the loss)
+    prompts          [n_p]      the rollout's index of each prompt row (which prompt it is)
 
 Its size for the token budget is ``n_p * P + n * C`` padded tokens: a group's prompt counts once.
 :func:`pack_groups_by_token_budget` keeps a group's completions together while that is cheapest and
 they fit, and splits a group over several micro-batches where its completions exceed the budget or
-where a split saves padding (a long completion among short ones), each running the prompt again (its
-gradient then arrives in parts that add up to the whole: nothing is counted twice).
+where a split saves padding (a long completion among short ones). Such a group's micro-batches follow
+each other with its prompt alone, so a pass over them runs the prompt once and gathers its gradient
+from all of them (:mod:`infgrpo.update.prompt_carry`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class SharedMicroBatch:
     completion_ids: torch.Tensor
     completion_real: torch.Tensor
     completion_mask: torch.Tensor
+    prompts: list[int]
 
     @property
     def generated(self) -> torch.Tensor:
@@ -50,32 +53,35 @@ class SharedMicroBatch:
         """A copy with every tensor on ``device``."""
         tensors = (self.prompt_ids, self.prompt_mask, self.row_prompt, self.completion_ids, self.completion_real)
         tensors += (self.completion_mask,)
-        return SharedMicroBatch(self.rows, *(t.to(device) for t in tensors))
+        return SharedMicroBatch(self.rows, *(t.to(device) for t in tensors), self.prompts)
 
 
-MICRO_BATCH_TOKENS = 16
-"""What the packer charges a micro-batch beyond its padded tokens: the fixed cost of its two forwards and
-their backward, in tokens' worth (it keeps a split from saving less than that)."""
+MICRO_BATCH_TOKENS = 48
+"""What the packer charges a micro-batch beyond its padded tokens: the fixed cost of its forwards and their
+backward, in tokens' worth (it keeps a split from saving less than that). Measured on the SmolLM2 job
+(``bench learn``, one CPU thread): ~0.4 s a micro-batch beyond ~8 ms a padded token, about 48 tokens."""
 
 
 def split_group(prompt_length: int, lengths: list[int], token_budget: int) -> list[list[int]]:
     """The split of one group's completions (``lengths``, longest first) into consecutive runs, each a
-    micro-batch with the prompt once, of the fewest padded tokens plus :data:`MICRO_BATCH_TOKENS` each.
+    micro-batch, of the fewest padded completion tokens plus :data:`MICRO_BATCH_TOKENS` each.
 
-    A run of rows ``i .. j - 1`` costs ``prompt_length + (j - i) * lengths[i]`` (its longest row sets
-    the padding); runs over ``token_budget`` are not allowed but for a single row. Consecutive runs
-    of the sorted rows are optimal among all splits (a run's cost only needs its size and its longest
-    row). Returns the runs as positions into ``lengths``; a dynamic program over the rows, O(n^2).
+    A run of rows ``i .. j - 1`` costs ``(j - i) * lengths[i]`` (its longest row sets the padding); the
+    prompt runs once for the whole group however it is split (:mod:`infgrpo.update.prompt_carry`), but
+    each micro-batch holds it, so a run must keep ``prompt_length + (j - i) * lengths[i]`` within
+    ``token_budget`` unless it is a single row. Consecutive runs of the sorted rows are optimal among all
+    splits (a run's cost only needs its size and its longest row). Returns the runs as positions into
+    ``lengths``; a dynamic program over the rows, O(n^2).
     """
     n = len(lengths)
     best = [0.0] + [float("inf")] * n  # best[j]: the cheapest split of rows 0 .. j - 1
     cut = [0] * (n + 1)
     for j in range(1, n + 1):
         for i in range(j - 1, -1, -1):
-            cost = prompt_length + (j - i) * lengths[i] + MICRO_BATCH_TOKENS
-            if cost - MICRO_BATCH_TOKENS > token_budget and j - i > 1:
+            cost = (j - i) * lengths[i] + MICRO_BATCH_TOKENS
+            if prompt_length + cost - MICRO_BATCH_TOKENS > token_budget and j - i > 1:
                 break  # longer runs (smaller i) only cost more
-            if best[i] + cost < best[j]:
+            if best[i] + cost <= best[j]:  # a tie goes to the longer last run: fewer micro-batches
                 best[j], cut[j] = best[i] + cost, i
     runs, j = [], n
     while j > 0:
@@ -91,10 +97,11 @@ def pack_groups_by_token_budget(
 
     ``row_prompt[i]`` is row i's prompt; ``prompt_lengths`` are per prompt. Each group's rows, longest
     first, are split where that saves padding (:func:`split_group`: a truncated completion among short
-    ones gets a micro-batch of its own rather than padding the others to its length, the prompt then
-    running once more); the runs, longest first, then share micro-batches while the budget allows and
-    sharing saves more than the padding it adds. A row whose prompt and completion alone exceed the
-    budget forms a micro-batch alone.
+    ones gets a micro-batch of its own rather than padding the others to its length). A group split so
+    has consecutive micro-batches of its own, its prompt their only one, which lets a pass run that
+    prompt once (:class:`~infgrpo.update.prompt_carry.PromptCarry`). Whole groups, longest first, share
+    micro-batches while the budget allows and sharing saves more than the padding it adds. A row whose
+    prompt and completion alone exceed the budget forms a micro-batch alone.
     """
     if token_budget < 1:
         raise ValueError(f"token_budget={token_budget} must be >= 1")
@@ -103,11 +110,13 @@ def pack_groups_by_token_budget(
     groups: dict[int, list[int]] = {}
     for i, p in enumerate(row_prompt):
         groups.setdefault(p, []).append(i)
-    runs: list[list[int]] = []
+    whole: list[list[int]] = []
+    split: list[list[int]] = []
     for p, rows in groups.items():
         rows = sorted(rows, key=lambda i: -completion_lengths[i])
         lengths = [completion_lengths[i] for i in rows]
-        runs += [[rows[k] for k in run] for run in split_group(prompt_lengths[p], lengths, token_budget)]
+        runs = [[rows[k] for k in run] for run in split_group(prompt_lengths[p], lengths, token_budget)]
+        (whole if len(runs) == 1 else split).extend(runs)
 
     def cost(rows: list[int]) -> int:  # padded tokens of one micro-batch
         prompts = {row_prompt[i] for i in rows}
@@ -115,16 +124,16 @@ def pack_groups_by_token_budget(
             completion_lengths[i] for i in rows
         )
 
-    runs.sort(key=lambda run: -(prompt_lengths[row_prompt[run[0]]] + completion_lengths[run[0]]))
+    whole.sort(key=lambda run: -(prompt_lengths[row_prompt[run[0]]] + completion_lengths[run[0]]))
     batches: list[list[int]] = []
-    for run in runs:
+    for run in whole:
         if batches:
             merged = batches[-1] + run
             if cost(merged) <= token_budget and cost(merged) <= cost(batches[-1]) + cost(run) + MICRO_BATCH_TOKENS:
                 batches[-1] = merged
                 continue
         batches.append(run)
-    return batches
+    return batches + split
 
 
 def collate_shared(
@@ -146,7 +155,8 @@ def collate_shared(
         comp_ids[r, : len(c)] = torch.tensor(c, dtype=torch.long)
         comp_mask[r, : len(c)] = 1.0
     row_prompt_t = torch.tensor([local[row_prompt[i]] for i in rows], dtype=torch.long)
-    return SharedMicroBatch(rows, prompt_ids, prompt_mask, row_prompt_t, comp_ids, comp_mask.long(), comp_mask.clone())
+    real = comp_mask.long()
+    return SharedMicroBatch(rows, prompt_ids, prompt_mask, row_prompt_t, comp_ids, real, comp_mask.clone(), order)
 
 
 def prepare_shared_microbatches(
@@ -186,6 +196,7 @@ def split_shared(
             mb.completion_ids[lo:hi, :c_len],
             mb.completion_real[lo:hi, :c_len],
             mb.completion_mask[lo:hi, :c_len],
+            [mb.prompts[k] for k in used.tolist()],
         )
         halves.append((half, [t[lo:hi, :c_len] if t is not None else None for t in per_row]))
     return halves

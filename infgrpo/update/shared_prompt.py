@@ -2,7 +2,9 @@
 
 For a :class:`~infgrpo.update.shared_batching.SharedMicroBatch` of n completions over n_p prompts::
 
-    1) prompts    (n_p, P)  one forward; every layer's K/V captured with their autograd history
+    1) prompts    (n_p, P)  one forward; every layer's K/V captured with their autograd history (none
+                            where a group spans micro-batches and an earlier one ran its prompt:
+                            :mod:`infgrpo.update.prompt_carry`)
     2) completions (n, C)   one forward at positions len(prompt) + t, attending to [its prompt | itself]
     3) the hidden state before completion token t: the prompt's last one for t = 0, the completion's
        t - 1 after it (n, C, H); the LM head turns them into log-probs as on the unshared path
@@ -26,6 +28,7 @@ activations from every row but one. It needs a model whose attention layers read
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -34,6 +37,7 @@ from torch import nn
 from infgrpo.registry import check_choice, choices
 from infgrpo.sampler.model_support import ENGINE_ATTENTION, kv_dtype, sliding_window, text_config
 from infgrpo.update.prefix_cache import PromptCapture, PromptPrefix, caches_under_checkpointing
+from infgrpo.update.prompt_carry import PromptCarry, PromptOutputs
 from infgrpo.update.shared_batching import SharedMicroBatch
 
 SharePrompt = Literal["auto", "on", "off"]
@@ -85,38 +89,47 @@ def _mask_kind(model: nn.Module) -> torch.dtype | None:
     return None if getattr(model.config, "_attn_implementation", None) == "sdpa" else kv_dtype(model)
 
 
-def _two_forwards(model: nn.Module, mb: SharedMicroBatch, **kwargs: object) -> tuple:
-    """Runs ``model`` (a decoder or a causal LM) over the prompts, then the completions; returns both outputs."""
-    prompt_mask, completion_mask = attention_masks(mb, _mask_kind(model))
-    capture = PromptCapture(text_config(model.config).num_hidden_layers)
-    prompt_positions = (mb.prompt_mask.cumsum(dim=1) - 1).clamp(min=0)  # (n_p, P): as the unshared rows
+def _two_forwards(
+    model: nn.Module, mb: SharedMicroBatch, carry: PromptCarry | None, last_of: Callable, **kwargs: object
+) -> tuple[torch.Tensor, object]:
+    """Runs ``model`` (a decoder or a causal LM) over the prompts (unless ``carry`` holds them from an earlier
+    micro-batch), then the completions; returns ``last_of(prompt output)`` (n_p, 1, ...) and the completions' output."""
     lengths = mb.prompt_mask.sum(dim=1).index_select(0, mb.row_prompt)  # (n,) real prompt lengths
     positions = lengths[:, None] + torch.arange(mb.completion_ids.shape[1], device=lengths.device)  # (n, C)
-    single = mb.prompt_ids.shape[0] == 1
-    prefix = PromptPrefix(capture, None if single else mb.row_prompt, len(mb.rows))
+    prompt_mask, completion_mask = attention_masks(mb, _mask_kind(model))
+
+    def prompt_forward() -> PromptOutputs:
+        capture = PromptCapture(text_config(model.config).num_hidden_layers)
+        prompt_positions = (mb.prompt_mask.cumsum(dim=1) - 1).clamp(min=0)  # (n_p, P): as the unshared rows
+        with caches_under_checkpointing(model):
+            out = model(
+                input_ids=mb.prompt_ids, attention_mask=prompt_mask, position_ids=prompt_positions,
+                cache=capture, use_cache=False, **kwargs.get("prompt", {}),
+            )  # fmt: skip
+        return list(capture.kv), last_of(out)
+
+    kv, last = carry.outputs(mb, prompt_forward) if carry is not None else prompt_forward()
+    prefix = PromptPrefix(kv, None if mb.prompt_ids.shape[0] == 1 else mb.row_prompt, len(mb.rows))
     with caches_under_checkpointing(model):
-        first = model(
-            input_ids=mb.prompt_ids, attention_mask=prompt_mask, position_ids=prompt_positions,
-            cache=capture, use_cache=False, **kwargs.get("prompt", {}),
-        )  # fmt: skip
         second = model(
             input_ids=mb.completion_ids, attention_mask=completion_mask, position_ids=positions,
             cache=prefix, use_cache=False, **kwargs.get("completion", {}),
         )  # fmt: skip
-    return first, second
+    return last, second
 
 
-def shared_hidden(decoder: nn.Module, mb: SharedMicroBatch) -> torch.Tensor:
+def shared_hidden(decoder: nn.Module, mb: SharedMicroBatch, carry: PromptCarry | None = None) -> torch.Tensor:
     """Final hidden states (n, C, H) before each completion token (see the module docstring)."""
-    prompts, completions = _two_forwards(decoder, mb)
-    last = prompts.last_hidden_state[:, -1:].index_select(0, mb.row_prompt)  # (n, 1, H): left padding
-    return torch.cat([last, completions.last_hidden_state[:, :-1]], dim=1)  # (n, C, H)
+    last, completions = _two_forwards(decoder, mb, carry, lambda out: out.last_hidden_state[:, -1:])
+    first = last.index_select(0, mb.row_prompt)  # (n, 1, H): the prompt's last position (left padding)
+    return torch.cat([first, completions.last_hidden_state[:, :-1]], dim=1)  # (n, C, H)
 
 
-def shared_logits(model: nn.Module, mb: SharedMicroBatch) -> torch.Tensor:
+def shared_logits(model: nn.Module, mb: SharedMicroBatch, carry: PromptCarry | None = None) -> torch.Tensor:
     """The causal LM's own logits (n, C, V) before each completion token (the full-logits path)."""
-    prompts, completions = _two_forwards(model, mb, prompt={"logits_to_keep": 1}, completion={"logits_to_keep": 0})
-    first = prompts.logits.index_select(0, mb.row_prompt)  # (n, 1, V): the prompt's last position
+    kwargs = {"prompt": {"logits_to_keep": 1}, "completion": {"logits_to_keep": 0}}
+    last, completions = _two_forwards(model, mb, carry, lambda out: out.logits, **kwargs)
+    first = last.index_select(0, mb.row_prompt)  # (n, 1, V): the prompt's last position
     return torch.cat([first, completions.logits[:, :-1]], dim=1)  # (n, C, V)
 
 

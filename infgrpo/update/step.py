@@ -27,6 +27,7 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget, split_rows
 from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 from infgrpo.update.logprobs import completion_logprobs
+from infgrpo.update.prompt_carry import PromptCarry
 from infgrpo.update.shared_batching import SharedMicroBatch, split_shared
 
 Batch = MicroBatch | SharedMicroBatch
@@ -112,8 +113,9 @@ def frozen_logprobs(
     Computed as the policy's are (``chunk_tokens``, see :func:`~infgrpo.update.completion_logprobs`).
     """
     target = (ref_model if ref_model is not None else model) if reference else model
+    carry = PromptCarry(mbs)  # each prompt once, however many micro-batches its group spans
     with reference_context(model, ref_model) if reference else contextlib.nullcontext():
-        outs = [completion_logprobs(target, mb, temperature, chunk_tokens, entropy=entropy) for mb in mbs]
+        outs = [completion_logprobs(target, mb, temperature, chunk_tokens, entropy=entropy, carry=carry) for mb in mbs]
     return ([o[0] for o in outs], [o[1] for o in outs]) if entropy else outs
 
 
@@ -151,12 +153,13 @@ def accumulate_policy_gradients(
     num_sequences, num_tokens, bonus_tokens = (int(x) for x in ranks.sum(local).tolist())
     norm = LossNorm(num_sequences, num_tokens, cfg.max_completion_length, bonus_tokens if entropy_masks else None)
     device = next(model.parameters()).device
-    # 2) forward + backward per micro-batch; DDP synchronizes after the last
-    outputs = []
+    # 2) forward + backward per micro-batch; DDP synchronizes after the last; a group's prompt runs once
+    outputs, carry = [], PromptCarry(mbs)
     for k, mb in enumerate(mbs):
         logp, ent = completion_logprobs(  # (n, C) each; the entropy's gradient only for the entropy bonus
-            model, mb, cfg.temperature, cfg.logit_chunk_tokens, entropy=True, entropy_grad=obj.entropy_bonus
-        )
+            model, mb, cfg.temperature, cfg.logit_chunk_tokens, entropy=True, entropy_grad=obj.entropy_bonus,
+            carry=carry,
+        )  # fmt: skip
         out = objective_loss(
             obj, logp, advantages[mb.rows].to(device=device, dtype=logp.dtype), mb.completion_mask.to(device), norm,
             old_logp=old_logps[k] if old_logps is not None else None,

@@ -14,6 +14,7 @@ from infgrpo.algo import Objective
 from infgrpo.data import PromptDataModule
 from infgrpo.sampler import Rollouts
 from infgrpo.update import LossConfig, accumulate_policy_gradients, completion_logprobs, prepare_microbatches
+from infgrpo.update.prompt_carry import PromptCarry, carried_prompts
 from infgrpo.update.runner import PolicyUpdate
 from infgrpo.update.shared_batching import (
     MICRO_BATCH_TOKENS,
@@ -24,6 +25,7 @@ from infgrpo.update.shared_batching import (
     split_shared,
 )
 from infgrpo.update.shared_prompt import resolve_share_prompt, share_prompt_reason
+from infgrpo.update.step import frozen_logprobs
 from tests.helpers import dequantized_reference, float64_norms, random_model, trained_4bit_lora, trainer, with_lora
 
 # 3 prompts (ragged) x G=3 completions: ragged, one empty, one of a single token
@@ -32,14 +34,16 @@ COMPLETIONS = [[20, 21, 22], [30, 31, 32, 33, 34, 35], [40], [], [50, 51], [52, 
 ROW_PROMPT = [0, 0, 0, 1, 1, 1, 2, 2, 2]
 
 
-def logprobs_and_grads(model, mbs, chunk):
-    """Per-row log-probs (N, C_max) of the micro-batches and the gradients of a fixed weighted sum of them."""
+def logprobs_and_grads(model, mbs, chunk, carry=True):
+    """Per-row log-probs (N, C_max) of the micro-batches and the gradients of a fixed weighted sum of them,
+    forward + backward per micro-batch as the update runs them (``carry``: a split group's prompt once)."""
     model.zero_grad(set_to_none=True)
     n, width = len(COMPLETIONS), max(map(len, COMPLETIONS))
     out = torch.zeros(n, width, dtype=torch.float64)
     weights = torch.randn(n, width, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    prompts = PromptCarry(mbs) if carry else None
     for mb in mbs:
-        lp = completion_logprobs(model, mb, 0.7, chunk) * mb.completion_mask  # (n_mb, C_mb)
+        lp = completion_logprobs(model, mb, 0.7, chunk, carry=prompts) * mb.completion_mask  # (n_mb, C_mb)
         (lp * weights[mb.rows, : lp.shape[1]]).sum().backward()
         out[mb.rows, : lp.shape[1]] = lp.detach().double()
     return out, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
@@ -58,17 +62,18 @@ def test_shared_logprobs_and_gradients_equal_the_unshared_rows_float64(arch, tie
     if lora:
         model = with_lora(model, lora)
     shared = prepare_shared_microbatches(PROMPTS, ROW_PROMPT, COMPLETIONS, budget, pad_id=0)
-    if budget == 12:  # some group spans micro-batches: its prompt runs in each of them
-        assert any(len({ROW_PROMPT[r] for r in mb.rows}) == 1 and len(mb.rows) < 3 for mb in shared)
+    if budget == 12:  # some group spans micro-batches: its prompt runs once (carried), or in each of them
+        assert carried_prompts(shared) and any(len(mb.rows) < 3 for mb in shared)
     if budget == 10_000:  # groups of similar lengths share a micro-batch: several prompts in one
         assert any(mb.prompt_ids.shape[0] > 1 for mb in shared)
     want, want_grads = logprobs_and_grads(model, unshared(), chunk)
-    got, got_grads = logprobs_and_grads(model, shared, chunk)
-    assert (got - want).abs().max() <= 1e-10
-    assert want_grads.keys() == got_grads.keys() and len(want_grads) >= 4
-    for k, g in want_grads.items():
-        assert g.abs().max() > 0, k
-        assert (got_grads[k] - g).abs().max() <= 1e-10, k
+    for carry in (True, False) if budget == 12 else (True,):
+        got, got_grads = logprobs_and_grads(model, shared, chunk, carry)
+        assert (got - want).abs().max() <= 1e-10
+        assert want_grads.keys() == got_grads.keys() and len(want_grads) >= 4
+        for k, g in want_grads.items():
+            assert g.abs().max() > 0, k
+            assert (got_grads[k] - g).abs().max() <= 1e-10, k
 
 
 def test_the_loss_and_the_gradients_of_an_update_equal_the_unshared_ones_with_checkpointing():
@@ -78,14 +83,54 @@ def test_the_loss_and_the_gradients_of_an_update_equal_the_unshared_ones_with_ch
     adv = torch.randn(len(COMPLETIONS), generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     cfg = LossConfig(Objective(loss_type="dapo"), max_completion_length=8, logit_chunk_tokens=4)
     results = []
-    for mbs in (unshared(), prepare_shared_microbatches(PROMPTS, ROW_PROMPT, COMPLETIONS, 20, pad_id=0)):
+    carried = prepare_shared_microbatches(PROMPTS, ROW_PROMPT, COMPLETIONS, 12, pad_id=0)
+    assert carried_prompts(carried)  # a group over several micro-batches: its prompt's graph kept across them
+    for mbs in (unshared(), prepare_shared_microbatches(PROMPTS, ROW_PROMPT, COMPLETIONS, 20, pad_id=0), carried):
         model.zero_grad(set_to_none=True)
         stats = accumulate_policy_gradients(model, mbs, adv, cfg, lambda loss: loss.backward())
         results.append((stats["loss"], {k: p.grad.clone() for k, p in model.named_parameters()}))
-    (loss_a, grads_a), (loss_b, grads_b) = results
-    assert abs(loss_a - loss_b) <= 1e-12 and abs(loss_a) > 1e-6
-    for k, g in grads_a.items():
-        assert (grads_b[k] - g).abs().max() <= 1e-10, k
+    (loss_a, grads_a), *others = results
+    assert abs(loss_a) > 1e-6
+    for loss_b, grads_b in others:
+        assert abs(loss_a - loss_b) <= 1e-12
+        for k, g in grads_a.items():
+            assert (grads_b[k] - g).abs().max() <= 1e-10, k
+
+
+# hand-made splits of the three groups: prompt 1's group over two or three micro-batches, the empty completion
+# (row 3) alone in the last one (nothing reads the prompt's last hidden state there) or in the first
+SPLITS = {
+    "empty-last": [[0, 1, 2], [4, 5], [3], [6, 7, 8]],
+    "empty-first": [[3], [5], [4], [0, 1], [2], [6, 7, 8]],
+}
+
+
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("chunk", [0, 5])
+def test_a_split_groups_prompt_runs_once_and_gathers_the_gradient_of_every_micro_batch(split, chunk):
+    model = float64_norms(random_model("qwen3", torch.float64, tie_word_embeddings=False).train())
+    mbs = [collate_shared(rows, ROW_PROMPT, PROMPTS, COMPLETIONS, pad_id=0) for rows in SPLITS[split]]
+    uses = carried_prompts(mbs)
+    assert uses == ({1: 2} if split == "empty-last" else {1: 3, 0: 2})
+    forwards = []
+    hook = model.model.embed_tokens.register_forward_hook(lambda m, args, out: forwards.append(args[0].shape))
+    want, want_grads = logprobs_and_grads(model, unshared(), chunk)
+    forwards.clear()
+    got, got_grads = logprobs_and_grads(model, mbs, chunk)
+    # one completion forward per micro-batch, one prompt forward per group
+    assert len(forwards) == len(mbs) + 3
+    with torch.no_grad():
+        frozen = frozen_logprobs(model, mbs, 0.7, chunk_tokens=chunk)  # without gradients, carried too
+    hook.remove()
+    assert len(forwards) == 2 * (len(mbs) + 3)
+    assert (got - want).abs().max() <= 1e-10
+    for mb, lp in zip(mbs, frozen, strict=True):
+        assert (lp * mb.completion_mask - want[mb.rows, : lp.shape[1]]).abs().max() <= 1e-10
+    assert want_grads.keys() == got_grads.keys()
+    for k, g in want_grads.items():  # the embedding's rows of prompt-only tokens: the prompt's backward
+        assert (got_grads[k] - g).abs().max() <= 1e-10, k
+    prompt_only = sorted({t for p in PROMPTS for t in p} - {t for c in COMPLETIONS for t in c})
+    assert got_grads["model.embed_tokens.weight"][prompt_only].abs().sum(dim=1).min() > 0
 
 
 def test_4bit_lora_shared_gradients_match_a_dequantized_float64_reference(tokenizer, tmp_path):
@@ -249,13 +294,13 @@ def test_a_group_is_split_at_the_cheapest_point_a_brute_force_finds(seed):
     lengths = sorted(torch.randint(1, 48, (n,), generator=g).tolist(), reverse=True)
     prompt, budget = int(torch.randint(5, 80, (1,), generator=g)), int(torch.randint(60, 300, (1,), generator=g))
 
-    def cost(run):  # padded tokens of a micro-batch plus its fixed cost; None when over the budget
-        tokens = prompt + len(run) * max(lengths[k] for k in run)
-        return None if tokens > budget and len(run) > 1 else tokens + MICRO_BATCH_TOKENS
+    def cost(run):  # padded completion tokens of a micro-batch plus its fixed cost; None when over the budget
+        tokens = len(run) * max(lengths[k] for k in run)
+        return None if prompt + tokens > budget and len(run) > 1 else tokens + MICRO_BATCH_TOKENS
 
-    def total(split):
+    def total(split):  # the prompt runs once whatever the split (carried)
         costs = [cost(run) for run in split]
-        return None if None in costs else sum(costs)
+        return None if None in costs else prompt + sum(costs)
 
     best = min(t for p in partitions(list(range(n))) if (t := total(p)) is not None)
     runs = split_group(prompt, lengths, budget)
