@@ -10,7 +10,10 @@ For N positions with final hidden states ``h`` (N, H), head weight ``W`` (V, H),
 log-sum-exp (N,) for the backward, which recomputes each chunk's logits and turns them into the
 gradient in place: ``dlogp/dz = (onehot(t) - softmax(z / T)) / T``. So the extra memory is a few
 (chunk x V) buffers, never (N x V) — the fused linear cross-entropy idea of Liger and Unsloth, with
-the GRPO target (a log-prob per token, not a mean loss), in plain torch so it runs anywhere.
+the GRPO target (a log-prob per token, not a mean loss), in plain torch so it runs anywhere. The last
+chunk is not recomputed: its log p, the buffer the forward ends with, waits for the backward (no higher
+peak: nothing large is allocated between the two), so positions within one chunk cost the head's
+matmul twice (forward, input gradient) instead of three times.
 
 :func:`chunked_logprobs_and_entropy` also returns each position's entropy ``H = -sum_v p_v log p_v``
 from the same chunks (``lse - sum p z``), for TRL's ``entropy`` metric, ``top_entropy_quantile`` and
@@ -62,7 +65,8 @@ class ChunkedLogprobs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, targets, scale, chunk, entropy, bias, *terms):  # noqa: ANN001, ANN205 - autograd.Function
-        """Log-probs (N,) [and entropies (N,)], one chunk of logits alive at a time; saves (N,) statistics only."""
+        """Log-probs (N,) [and entropies (N,)], one chunk of logits alive at a time; saves (N,) statistics, and
+        when a backward will follow the last chunk's log p (c, V), the buffer alive at the end anyway."""
         ctx.set_materialize_grads(False)  # an output nobody differentiates gets None, not a tensor of zeros
         xs, ws = list(terms[0::2]), list(terms[1::2])
         n = targets.shape[0]
@@ -70,14 +74,23 @@ class ChunkedLogprobs(torch.autograd.Function):
         logp = torch.empty(n, dtype=out_dtype, device=targets.device)
         lse = torch.empty(n, dtype=out_dtype, device=targets.device)
         ent = torch.empty(n, dtype=out_dtype, device=targets.device) if entropy else lse[:0]
+        keep = any(ctx.needs_input_grad)  # a backward may follow
+        ctx.kept, ctx.logit_dtype = None, None
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
-            z = _scaled(_logits(xs, ws, bias, s, e), out_dtype, scale)  # (c, V) float32
+            raw = _logits(xs, ws, bias, s, e)  # (c, V) the head's dtype
+            ctx.logit_dtype = raw.dtype
+            z = _scaled(raw, out_dtype, scale)  # (c, V) float32
+            del raw
             lse[s:e] = torch.logsumexp(z, dim=-1)  # one more (c, V) buffer inside
             logp[s:e] = z.gather(-1, targets[s:e, None]).squeeze(-1) - lse[s:e]
-            if entropy:
+            last = keep and e == n
+            if entropy or last:
                 z.sub_(lse[s:e, None])  # (c, V) log p, in place
+            if entropy:
                 ent[s:e] = -z.exp().mul_(z).sum(-1)  # -sum p log p, one more (c, V) buffer
+            if last:  # the backward starts from it instead of recomputing this chunk (one head matmul fewer)
+                ctx.kept = (s, z)
             del z
         ctx.scale, ctx.chunk, ctx.num_terms, ctx.entropy = scale, chunk, len(xs), entropy
         ctx.save_for_backward(targets, lse, ent, bias, *terms)
@@ -99,14 +112,18 @@ class ChunkedLogprobs(torch.autograd.Function):
         grad_bias = torch.zeros_like(bias) if bias is not None and needs[4] else None
         grad_x = [torch.empty_like(x) if needs[5 + 2 * i] else None for i, x in enumerate(xs)]
         grad_w = [torch.zeros_like(w) if needs[6 + 2 * i] else None for i, w in enumerate(ws)]
-        n = targets.shape[0]
+        n, logit_dtype = targets.shape[0], ctx.logit_dtype
+        kept, ctx.kept = ctx.kept, None  # the last chunk's log p, consumed (a second backward recomputes it)
         for s in range(0, n, ctx.chunk):
             e = min(n, s + ctx.chunk)
-            z = _logits(list(xs), list(ws), bias, s, e)  # (c, V) recomputed, the head's dtype
-            logit_dtype = z.dtype
-            gz = _scaled(z, lse.dtype, ctx.scale)  # (c, V) float32 (z itself when the head is float32)
-            del z
-            gz.sub_(lse[s:e, None])  # log p, in place
+            if kept is not None and kept[0] == s:
+                gz = kept[1]  # (c, V) log p from the forward
+                kept = None
+            else:
+                z = _logits(list(xs), list(ws), bias, s, e)  # (c, V) recomputed, the head's dtype
+                gz = _scaled(z, lse.dtype, ctx.scale)  # (c, V) float32 (z itself when the head is float32)
+                del z
+                gz.sub_(lse[s:e, None])  # log p, in place
             if grad_ent is None:
                 g = grad_logp[s:e, None].to(gz.dtype)  # (c, 1)
                 gz.exp_().mul_(-g).scatter_add_(-1, targets[s:e, None], g)  # g * (onehot - p)

@@ -6,8 +6,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
-from infgrpo.update import collate, completion_logprobs
-from infgrpo.update.chunked_head import chunked_logprobs_and_entropy
+from infgrpo.update import chunked_head, collate, completion_logprobs
+from infgrpo.update.chunked_head import chunked_logprobs, chunked_logprobs_and_entropy
 from infgrpo.update.logprobs import causal_lm_parts
 from tests.helpers import dequantized_reference, random_model, trained_4bit_lora, trainer, with_lora
 
@@ -126,7 +126,8 @@ def test_memory_is_bounded_by_the_chunk_not_by_the_tokens_times_the_vocabulary()
     tokens = int(mb.completion_mask.sum())
     logits_f32 = tokens * vocab * 4  # float32 logits of the micro-batch's completion positions: 8.9 MiB
     model = with_lora(random_model("qwen3", torch.float32, vocab=vocab), ["q_proj", "v_proj"])
-    # 1) what the forward keeps for the backward, beyond the decoder's own activations (both paths run it)
+    # 1) what the forward saves for the backward, beyond the decoder's own activations (both paths run it); the
+    # chunked head also keeps its last chunk's log p, at most chunk x V (the test at the end of this file)
     decoder = causal_lm_parts(model)[0]
     layers = saved_bytes(model, lambda: decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask))
     full = saved_bytes(model, lambda: completion_logprobs(model, mb, 1.0, 0)) - layers
@@ -263,3 +264,25 @@ def test_the_full_logits_entropy_carries_a_gradient_only_when_asked():
     lp_g, ent_g = completion_logprobs(model, mb, 0.7, 0, entropy=True, entropy_grad=True)
     assert lp.requires_grad and not ent.requires_grad  # the metric costs no (rows x C x V) autograd state
     assert ent_g.requires_grad and torch.equal(ent, ent_g.detach()) and torch.equal(lp, lp_g)
+
+
+def test_the_backward_recomputes_every_chunk_but_the_last_and_a_second_backward_recomputes_all(monkeypatch):
+    g = torch.Generator().manual_seed(5)
+    lin = torch.nn.Linear(6, 11).double()
+    h = torch.randn(7, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    targets = torch.randint(0, 11, (7,), generator=g)
+    weights = torch.randn(7, generator=g, dtype=torch.float64)
+    calls = []
+    real_logits = chunked_head._logits
+    monkeypatch.setattr(chunked_head, "_logits", lambda *a: calls.append(a[-2]) or real_logits(*a))
+    lp = chunked_logprobs(lin, h, targets, 0.8, 3)  # chunks at 0, 3, 6
+    assert calls == [0, 3, 6]
+    kept_start, kept = lp.grad_fn.kept
+    assert kept_start == 6 and kept.shape == (1, 11)  # the last chunk's log p, all the forward leaves
+    (lp * weights).sum().backward(retain_graph=True)
+    assert calls == [0, 3, 6, 0, 3]  # the last chunk came from the forward
+    want = torch.autograd.grad((torch.log_softmax(lin(h) / 0.8, -1)[torch.arange(7), targets] * weights).sum(), h)[0]
+    assert (h.grad - want).abs().max() <= 1e-13
+    (lp * weights).sum().backward()  # the kept buffer was used up: every chunk again
+    assert calls == [0, 3, 6, 0, 3, 0, 3, 6]
+    assert (h.grad - 2 * want).abs().max() <= 1e-13
