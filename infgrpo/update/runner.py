@@ -8,8 +8,9 @@ Steps of :meth:`PolicyUpdate.run`:
 
 1. the token budget of this update (an integer, or under ``token_budget: auto`` the plan for
    ``update_memory``; capped at what fit after an earlier out-of-memory retry) and the micro-batches
-   within it (with ``share_prompt``, each group's prompt once per micro-batch:
-   :mod:`infgrpo.update.shared_prompt`), completions cut at ``max_new_tokens`` masked out when asked;
+   within it (with ``share_prompt``, each group's prompt once, however many micro-batches its
+   completions span: :mod:`infgrpo.update.shared_prompt`, :mod:`infgrpo.update.prompt_carry`),
+   completions cut at ``max_new_tokens`` masked out when asked;
 2. frozen passes where needed: the reference's log-probs (``beta > 0``), the rollout policy's
    (``num_iterations > 1``) and the entropies that set the entropy mask's threshold
    (``top_entropy_quantile < 1``, over the whole batch);

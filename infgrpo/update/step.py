@@ -3,7 +3,9 @@
 :func:`prepare_microbatches` packs the B*G rollouts; :func:`accumulate_policy_gradients` runs
 forward + backward per micro-batch with the loss normalized by whole-batch counts
 (:class:`~infgrpo.algo.LossNorm`), so the accumulated gradient equals that of one big batch while
-peak memory is set by ``token_budget`` alone. No Lightning here: the caller passes ``backward``.
+peak memory is set by ``token_budget`` alone. Each pass over the micro-batches (the gradient, or a
+frozen pass) runs a split group's shared prompt once (:class:`~infgrpo.update.prompt_carry.PromptCarry`).
+No Lightning here: the caller passes ``backward``.
 
 Data parallel (DDP): each rank holds a share of the batch. The normalizers are summed over ranks
 (:class:`~infgrpo.runtime.ranks.Ranks`), so each rank's loss is its share of the *global* loss; DDP averages
