@@ -106,7 +106,7 @@ def _two_forwards(
                 input_ids=mb.prompt_ids, attention_mask=prompt_mask, position_ids=prompt_positions,
                 cache=capture, use_cache=False, **kwargs.get("prompt", {}),
             )  # fmt: skip
-        return list(capture.kv), last_of(out)
+        return capture.kv, last_of(out)  # PromptPrefix and the carry take their own copies of the list
 
     kv, last = carry.outputs(mb, prompt_forward) if carry is not None else prompt_forward()
     prefix = PromptPrefix(kv, None if mb.prompt_ids.shape[0] == 1 else mb.row_prompt, len(mb.rows))
