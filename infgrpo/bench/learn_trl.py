@@ -134,7 +134,7 @@ def trl_config(job: dict, output_dir: str) -> GRPOConfig:
         top_p=1.0,
         top_k=0,
         learning_rate=job["lr"],
-        lr_scheduler_type="constant",
+        lr_scheduler_type=job["lr_schedule"],  # transformers' schedule over max_steps, as infgrpo's
         warmup_steps=0,
         weight_decay=0.0,
         max_grad_norm=1.0,

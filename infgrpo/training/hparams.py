@@ -16,6 +16,7 @@ from infgrpo.models import check_dtype, check_loading
 from infgrpo.rewards import check_rewards
 from infgrpo.rewards.core import check_on_error
 from infgrpo.runtime.threads import Threads, check_threads
+from infgrpo.training.optim import check_lr_schedule
 from infgrpo.update.budget import check_token_budget, parse_update_memory
 
 
@@ -28,6 +29,7 @@ def check_hparams(hp: Mapping[str, Any]) -> tuple[Threads, Objective]:
         raise ValueError(f"group_size={group_size!r} must be an integer >= 2 (GRPO compares samples of a group)")
     if hp["num_iterations"] < 1:
         raise ValueError(f"num_iterations={hp['num_iterations']} must be >= 1")
+    check_lr_schedule(hp["lr_scheduler_type"])
     check_token_budget(hp["token_budget"])
     if hp["token_budget"] == "auto":
         parse_update_memory(hp["update_memory"])

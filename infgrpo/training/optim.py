@@ -1,21 +1,68 @@
-"""The optimizer of a GRPO run: AdamW with a linear learning-rate warmup, stepped once per optimizer step.
+"""The optimizer of a GRPO run: AdamW and a learning-rate schedule, stepped once per optimizer step.
 
-opt, sched = adamw_with_warmup(params, lr=1e-4, weight_decay=0.0, warmup_steps=10)
+opt, sched = adamw_with_schedule(params, lr=1e-4, weight_decay=0.0, warmup_steps=10)                 # constant
+opt, sched = adamw_with_schedule(params, 1e-4, 0.0, 0, schedule="cosine", total_steps=60)             # to 0
+
+The schedules are transformers' (``lr_scheduler_type`` of TRL's ``GRPOConfig``) after the warmup: ``linear``
+decays the rate to 0 at ``total_steps``, ``cosine`` along half a cosine to 0; with ``warmup_steps: 0`` the
+factors equal ``get_linear_schedule_with_warmup`` / ``get_cosine_schedule_with_warmup`` at every step. The
+warmup is this project's own (optimizer step k from 0 uses (k + 1) / (warmup_steps + 1) of the rate, so no
+step has rate 0; transformers' uses k / warmup_steps).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
 
 import torch
 
+LR_SCHEDULES = ("constant", "linear", "cosine")
+"""``lr_scheduler_type`` values: constant after the warmup, or decayed to 0 at the run's last optimizer step."""
 
-def adamw_with_warmup(
-    params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float, warmup_steps: int
-) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW over ``params``; optimizer step k (from 0) uses (k + 1) / (warmup_steps + 1) of ``lr`` until the full
-    rate at step ``warmup_steps`` (no warmup for ``warmup_steps <= 0``)."""
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+def check_lr_schedule(schedule: str, field: str = "lr_scheduler_type") -> None:
+    """A ValueError naming ``field`` unless ``schedule`` is one of :data:`LR_SCHEDULES`."""
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"{field}={schedule!r} must be one of {', '.join(LR_SCHEDULES)}")
+
+
+def lr_factor(schedule: str, warmup_steps: int, total_steps: int | None) -> Callable[[int], float]:
+    """The factor of the base rate at optimizer step k (from 0): ``factor(k)`` in (0, 1].
+
+    ``total_steps``: optimizer steps of the run (needed by ``linear`` and ``cosine``); after it the
+    factor stays 0 for ``linear``/``cosine``.
+    """
+    check_lr_schedule(schedule)
     warm = max(warmup_steps, 0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0)
-    return opt, sched
+    if schedule != "constant" and (total_steps is None or total_steps <= warm):
+        raise ValueError(
+            f"lr_scheduler_type={schedule!r} decays the rate over the run's optimizer steps, which must exceed "
+            f"warmup_steps={warm}; got {total_steps} (set trainer.max_steps, or trainer.max_epochs with a "
+            "finite data set)"
+        )
+
+    def factor(k: int) -> float:
+        if k < warm:
+            return (k + 1) / (warm + 1)
+        if schedule == "constant":
+            return 1.0
+        progress = (k - warm) / (total_steps - warm)  # type: ignore[operator]
+        if schedule == "linear":
+            return max(0.0, 1.0 - progress)
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))))
+
+    return factor
+
+
+def adamw_with_schedule(
+    params: Iterable[torch.nn.Parameter],
+    lr: float,
+    weight_decay: float,
+    warmup_steps: int,
+    schedule: str = "constant",
+    total_steps: int | None = None,
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over ``params`` and a ``LambdaLR`` of :func:`lr_factor` (step it after each optimizer step)."""
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(schedule, warmup_steps, total_steps))

@@ -30,7 +30,8 @@ def job(*argv: str) -> dict:
 
 def test_both_trainers_train_on_the_same_prompts_and_are_evaluated_by_the_same_code(tmp_path, capsys):
     out, png = tmp_path / "learn.json", tmp_path / "learn.png"
-    result = main([*TINY, "--steps", "2", "--eval-size", "8", "--threads", "1", "--json", str(out), "--png", str(png)])
+    argv = [*TINY, "--steps", "2", "--eval-size", "8", "--threads", "1", "--lr-schedule", "linear"]
+    result = main([*argv, "--json", str(out), "--png", str(png)])
     rows = result["rows"]
     assert [(r["trainer"], "skipped" in r) for r in rows] == [("infgrpo", False), ("trl", False)]
     infgrpo, trl = rows
@@ -50,7 +51,7 @@ def test_both_trainers_train_on_the_same_prompts_and_are_evaluated_by_the_same_c
     # 2) the same start, the same settings read back from both trainers; both adapters trained
     assert infgrpo["initial_adapter_sha"] == trl["initial_adapter_sha"]
     assert infgrpo["matched"] == trl["matched"]
-    assert infgrpo["matched"]["lr_schedule"] == "constant" and infgrpo["matched"]["loss_type"] == "grpo"
+    assert infgrpo["matched"]["lr_schedule"] == "linear" and infgrpo["matched"]["loss_type"] == "grpo"
     for r in rows:
         assert r["final_adapter_sha"] != r["initial_adapter_sha"]
         assert r["eval"]["adapter_sha"] == r["final_adapter_sha"]  # the evaluation loaded the trained adapter
@@ -121,6 +122,7 @@ def test_trl_sees_prompts_times_g_completions_per_optimizer_step(tmp_path):
         assert args.gradient_checkpointing and args.gradient_checkpointing_kwargs == {"use_reentrant": False}
         assert not trl_config(dict(cfg, gradient_checkpointing=False), str(tmp_path)).gradient_checkpointing
         assert (args.lr_scheduler_type.value, args.warmup_steps, args.shuffle_dataset) == ("constant", 0, False)
+        assert trl_config(dict(cfg, lr_schedule="cosine"), str(tmp_path)).lr_scheduler_type.value == "cosine"
         assert (args.top_k, args.top_p, args.bf16, args.use_cpu) == (0, 1.0, False, not torch.cuda.is_available())
 
 
@@ -129,6 +131,14 @@ def test_extra_infgrpo_settings_reach_the_module_and_matched_ones_are_refused():
     assert cfg["infgrpo_config"] == {"token_budget": "auto", "sampler.num_slots": 16, "sampler.refill": "fifo"}
     kwargs = module_kwargs(dict(cfg, gradient_checkpointing=False, share_prompt="auto", adapter_dir=None))
     assert kwargs["token_budget"] == "auto" and kwargs["learning_rate"] == 1e-4
+    assert kwargs["lr_scheduler_type"] == "constant"
+    decayed = job("--lr-schedule", "cosine")
+    assert (
+        module_kwargs(dict(decayed, gradient_checkpointing=False, share_prompt="auto", adapter_dir=None))[
+            "lr_scheduler_type"
+        ]
+        == "cosine"
+    )
     assert (kwargs["sampler"].num_slots, kwargs["sampler"].refill, kwargs["sampler"].max_new_tokens) == (16, "fifo", 48)
     with pytest.raises(ValueError, match="learning_rate=1 is a setting matched with TRL; set it with --lr"):
         job("--infgrpo-config", "learning_rate=1")
