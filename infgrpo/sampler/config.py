@@ -91,10 +91,12 @@ class SamplerConfig:
     pool: when one ends, the last busy one moves into its slot, one K/V copy; at least 8 rows) or
     'auto' ('pool' on CUDA, 'busy' elsewhere: a CPU's step costs what its rows cost, and the tail of a
     rollout runs few). The completions are the same either way."""
-    keep_pool: bool = True
+    keep_pool: bool | Literal["auto"] = "auto"
     """Keep the KV slot pool (and its CUDA graph) allocated between rollouts, re-allocating only when a
     rollout needs more positions or another slot count. False frees it after each rollout, which gives
-    its memory to the policy update at the cost of allocating (and capturing) again every rollout."""
+    its memory to the policy update at the cost of allocating (and capturing) again every rollout.
+    'auto': kept on CUDA (a captured graph replays on the same pool), freed elsewhere (a CPU captures
+    nothing, and allocating the pool costs little next to the rollout)."""
 
     def __post_init__(self) -> None:
         if self.num_slots != "auto" and (
@@ -119,6 +121,8 @@ class SamplerConfig:
         check_choice("cuda_graphs", self.cuda_graphs, choices(CudaGraphs))
         check_choice("decode_attention", self.decode_attention, choices(DecodeAttention))
         check_choice("decode_width", self.decode_width, choices(DecodeWidth))
+        if not isinstance(self.keep_pool, bool) and self.keep_pool != "auto":
+            raise ValueError(f"keep_pool={self.keep_pool!r} must be true, false or 'auto' (kept on CUDA only)")
         if self.cuda_graphs == "on" and self.decode_width == "busy":
             raise ValueError(
                 "cuda_graphs='on' needs decode_width 'pool' or 'auto' (a graph replays one shape); "

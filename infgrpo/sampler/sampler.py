@@ -137,8 +137,13 @@ class MicroGroupSampler:
                 yield
         finally:
             self.model.train(was_training)
-            if not self.config.keep_pool:
+            if not self.keeps_pool():
                 self.release()
+
+    def keeps_pool(self) -> bool:
+        """Whether the slot pool stays allocated after a rollout (``keep_pool``; 'auto': on CUDA only)."""
+        keep = self.config.keep_pool
+        return keep if isinstance(keep, bool) else next(self.model.parameters()).device.type == "cuda"
 
     def _rollout(
         self, prompt_ids: list[list[int]], group_size: int, seed: int, prompt_offset: int, ranks: Ranks | None

@@ -139,7 +139,7 @@ def test_bfloat16_behaviour_logprobs_match_a_bfloat16_training_forward():
 
 def test_the_pool_is_kept_between_rollouts_and_grows_only_when_slots_must_be_longer():
     model = random_model("qwen3", torch.float32, seed=8)
-    sampler = MicroGroupSampler(model, 2, SamplerConfig(num_slots=4, max_new_tokens=40))
+    sampler = MicroGroupSampler(model, 2, SamplerConfig(num_slots=4, max_new_tokens=40, keep_pool=True))
     first = sampler.sample(PROMPTS, 3, seed=0)
     pool = sampler.pools.pool
     second = sampler.sample(PROMPTS[:2], 3, seed=1)
@@ -149,9 +149,12 @@ def test_the_pool_is_kept_between_rollouts_and_grows_only_when_slots_must_be_lon
     assert sampler.pools.allocations == 2 and sampler.pools.pool.max_len == 256
     again = sampler.sample(PROMPTS, 3, seed=0)  # the longer pool serves shorter rollouts unchanged
     assert sampler.pools.allocations == 2 and again.completion_ids == first.completion_ids
-    lean = MicroGroupSampler(model, 2, SamplerConfig(num_slots=4, max_new_tokens=40, keep_pool=False))
-    assert lean.sample(PROMPTS, 3, seed=0).completion_ids == first.completion_ids
-    assert lean.pools.pool is None  # freed after the rollout
+    for keep in (False, "auto"):  # 'auto' keeps it on CUDA only
+        lean = MicroGroupSampler(model, 2, SamplerConfig(num_slots=4, max_new_tokens=40, keep_pool=keep))
+        assert lean.sample(PROMPTS, 3, seed=0).completion_ids == first.completion_ids
+        assert lean.pools.pool is None and not lean.keeps_pool()  # freed after the rollout
+    with pytest.raises(ValueError, match="keep_pool='yes' must be true, false or 'auto'"):
+        SamplerConfig(keep_pool="yes")
 
 
 def test_cuda_graphs_on_without_cuda_is_a_clear_error_and_bad_names_are_refused():
