@@ -29,7 +29,8 @@ Per run the JSON has ``per_step`` (for each step: ``reward``, ``seconds``, ``rol
 ended with, read back from each trainer, under one vocabulary) and ``settings`` (each trainer's own:
 ``GRPOModule``'s hyperparameters, ``GRPOConfig.to_dict()``); ``initial_adapter_sha`` /
 ``final_adapter_sha``; ``eval`` (accuracy, reward, mean length, the held-out prompts' hash and the
-evaluated adapter's hash). ``same_job`` says whether every run trained on the same prompts each step.
+evaluated adapter's hash) and ``eval_curve`` (the same at step 0, untrained, after every ``--eval-every``
+steps, and after the last). ``same_job`` says whether every run trained on the same prompts each step.
 """
 
 from __future__ import annotations
@@ -46,7 +47,15 @@ from pathlib import Path
 from typing import Any
 
 from infgrpo.bench.harness import Benchmark, spawn_all
-from infgrpo.bench.learn_job import TINY_TASK, default_task_config, default_template, evaluate_one, reward_name
+from infgrpo.bench.learn_job import (
+    TINY_TASK,
+    default_task_config,
+    default_template,
+    evaluate_one,
+    reward_name,
+    snapshot_dir,
+    snapshot_steps,
+)
 from infgrpo.bench.memory import mib
 from infgrpo.bench.table import Column, markdown_table
 from infgrpo.training.optim import LR_SCHEDULES
@@ -114,6 +123,7 @@ def job_of(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError(f"--task-config={args.task_config!r}: a JSON object, for a reasoning-gym --task only")
     lows = {"--steps": 1, "--prompts": 1, "--eval-size": 1, "--group-size": 2, "--max-new-tokens": 1, "--lora-r": 1}
     lows["--trl-micro-batch"] = 1
+    lows["--eval-every"] = 0
     for flag, low in lows.items():
         value = getattr(args, flag.removeprefix("--").replace("-", "_"))
         if value < low:
@@ -131,7 +141,8 @@ def job_of(args: argparse.Namespace) -> dict[str, Any]:
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, lr=args.lr, lr_schedule=args.lr_schedule,
         lora_r=args.lora_r,
         lora_alpha=args.lora_alpha if args.lora_alpha is not None else 2 * args.lora_r, loss_type=args.loss_type,
-        beta=args.beta, scale_rewards="group", eval_size=args.eval_size, seed=args.seed, threads=args.threads,
+        beta=args.beta, scale_rewards="group", eval_size=args.eval_size, eval_every=args.eval_every, seed=args.seed,
+        threads=args.threads,
         trl_micro_batch=args.trl_micro_batch, infgrpo_config=infgrpo_config(args.infgrpo_config),
     )  # fmt: skip
 
@@ -203,17 +214,24 @@ def run(args: argparse.Namespace) -> dict:
         for i, r in enumerate(runs):
             r["adapter_dir"] = str(Path(tmp) / f"adapter-{i}")
         trained = spawn_all("learn", runs, timeout=args.timeout)
-        evals = [{**job, "kind": "eval", "run": "untrained", "adapter_dir": None}]
-        for r in trained:
-            evals.append({**job, "kind": "eval", "run": r["run"], "adapter_dir": r["adapter_dir"]})
-            if "skipped" in r:
-                evals[-1]["skipped"] = "no adapter: training did not finish"
+        evals = [{**job, "kind": "eval", "run": "untrained", "adapter_dir": None, "step": 0}]
+        for r in trained:  # each run's adapters after the snapshot steps, then its final one
+            for step in [*snapshot_steps(job), job["steps"]]:
+                last = step == job["steps"]
+                where = r["adapter_dir"] if last else snapshot_dir(r["adapter_dir"], step)
+                evals.append({**job, "kind": "eval", "run": r["run"], "adapter_dir": where, "step": step})
+                if "skipped" in r:
+                    evals[-1]["skipped"] = "no adapter: training did not finish"
         evaluated = spawn_all("learn", evals, timeout=args.timeout)
 
     def own(row: dict) -> dict:  # a row without the job's fields (kept once, in "job")
         return {k: v for k, v in row.items() if k in RUN_KEYS or (k not in job and k not in ("kind", "adapter_dir"))}
 
-    rows = [own(r) | {"eval": own(e)} for r, e in zip(trained, evaluated[1:], strict=True)]
+    per_run = len(snapshot_steps(job)) + 1
+    rows = []
+    for i, r in enumerate(trained):
+        mine = [own(e) for e in evaluated[1 + i * per_run : 1 + (i + 1) * per_run]]
+        rows.append(own(r) | {"eval": mine[-1], "eval_curve": [own(evaluated[0]), *mine]})
     result = {"job": job, "eval_before": own(evaluated[0]), "rows": rows, "same_job": same_job(rows)}
     if args.png:
         from infgrpo.bench.learn_plot import write_png
@@ -310,9 +328,23 @@ def steps_table(rows: list[dict]) -> str:
     return markdown_table([(h, lambda row, f=f: f(row["i"])) for h, f in columns], [{"i": i} for i in range(n)])
 
 
+def curve_table(rows: list[dict]) -> str:
+    """Held-out greedy accuracy of each run after each evaluated step (``--eval-every``; step 0: untrained)."""
+    ran = [r for r in rows if len(r.get("eval_curve") or []) > 2]
+    if not ran:
+        return ""
+    steps = sorted({e["step"] for r in ran for e in r["eval_curve"]})
+    columns: list[Column] = [("step", lambda row: row["step"])]
+    for r in ran:
+        at = {e["step"]: e.get("accuracy") for e in r["eval_curve"]}
+        columns.append((f"{r['run']}: held-out accuracy", lambda row, at=at: fmt(at.get(row["step"]), ".3f")))
+    return markdown_table(columns, [{"step": k} for k in steps])
+
+
 def tables(result: dict) -> str:
-    """The summary, the matched settings and the per-step table, from the result alone."""
-    parts = [summary_table(result), settings_table(result["rows"]), steps_table(result["rows"])]
+    """The summary, the held-out curve, the matched settings and the per-step table, from the result alone."""
+    rows = result["rows"]
+    parts = [summary_table(result), curve_table(rows), settings_table(rows), steps_table(rows)]
     return "\n\n".join(p for p in parts if p)
 
 
@@ -341,6 +373,12 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--loss-type", default="grpo", help="a loss both define (grpo, bnpo, dr_grpo, dapo, ...)")
     ap.add_argument("--beta", type=float, default=0.0, help="KL coefficient (the reference: adapters disabled)")
     ap.add_argument("--eval-size", type=int, default=200, help="held-out prompts, never trained on")
+    ap.add_argument(
+        "--eval-every",
+        type=int,
+        default=0,
+        help="also evaluate each trainer's adapter after every N steps (the held-out curve); 0: before and after only",
+    )
     ap.add_argument("--seed", type=int, default=0, help="data order, LoRA initialization, sampling")
     ap.add_argument("--trainers", nargs="+", choices=TRAINERS, default=list(TRAINERS))
     ap.add_argument(

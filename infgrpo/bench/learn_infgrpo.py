@@ -27,17 +27,25 @@ from infgrpo.bench.learn_job import (
     lora_settings,
     optimizer_settings,
     reward_name,
+    snapshot_dir,
+    snapshot_steps,
     step_record,
 )
 from infgrpo.data import PromptDataModule
+from infgrpo.models import save_trained
 
 
 class StepLog(L.Callback):
-    """One record per training step: reward, seconds (rollout, update), prompt hashes, completions."""
+    """One record per training step: reward, seconds (rollout, update), prompt hashes, completions.
 
-    def __init__(self, memory: TrainingMemory) -> None:
+    After each step of ``snapshots`` (counted from 1) it writes the adapter to ``snapshot_dir(adapter_dir, step)``,
+    outside the step's seconds.
+    """
+
+    def __init__(self, memory: TrainingMemory, snapshots: list[int] = (), adapter_dir: str | None = None) -> None:
         self.steps: list[dict[str, Any]] = []
         self.memory = memory
+        self.snapshots, self.adapter_dir = set(snapshots), adapter_dir
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: ANN001
         """Starts the step's clock and records its prompts (the batch Lightning hands the module)."""
@@ -60,6 +68,8 @@ class StepLog(L.Callback):
         phases = pl_module.phase_memory  # CUDA: each phase's peaks (it resets the allocator's between them)
         for phase, allocated in phases.peak_allocated.items():
             self.memory.observe(allocated, phases.peak_reserved.get(phase, 0))
+        if len(self.steps) in self.snapshots:
+            save_trained(pl_module.policy, pl_module.tokenizer, snapshot_dir(self.adapter_dir, len(self.steps)))
 
 
 def module_kwargs(job: dict) -> dict[str, Any]:
@@ -112,7 +122,7 @@ def train_infgrpo(job: dict) -> dict[str, Any]:
     data = PromptDataModule(**data_kwargs(job))
     data.setup("fit")  # before the memory is watched, as on the TRL side (fit's own setup then returns at once)
     memory = TrainingMemory()
-    log = StepLog(memory)
+    log = StepLog(memory, snapshot_steps(job), job["adapter_dir"])
     with tempfile.TemporaryDirectory(prefix="infgrpo-learn-") as root:
         trainer = L.Trainer(
             max_steps=job["steps"],

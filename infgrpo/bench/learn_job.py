@@ -5,6 +5,7 @@
     batches = ordered_batches(data, steps)     # infgrpo's prompts of each step, in its order
     prompts_sha(texts), adapter_sha(model)     # what a step trained on; the LoRA weights
     evaluate_one(job)                          # held-out greedy accuracy of the base model or an adapter
+    snapshot_steps(job), snapshot_dir(d, k)    # the held-out curve's adapters: after which steps, where
 
 Everything a trainer needs to run the same job lives here, so the infgrpo child
 (:mod:`~infgrpo.bench.learn_infgrpo`), the TRL child (:mod:`~infgrpo.bench.learn_trl`) and the
@@ -73,6 +74,17 @@ def data_kwargs(job: dict) -> dict[str, Any]:
         seed=job["seed"],
         max_prompt_length=MAX_PROMPT_TOKENS,
     )
+
+
+def snapshot_steps(job: dict) -> list[int]:
+    """The steps after which a trainer writes its adapter for the held-out curve: every ``eval_every``, not the last."""
+    every = job.get("eval_every", 0)
+    return list(range(every, job["steps"], every)) if every > 0 else []
+
+
+def snapshot_dir(adapter_dir: str, step: int) -> str:
+    """Where a trainer writes its adapter after ``step`` optimizer steps (beside its final ``adapter_dir``)."""
+    return f"{adapter_dir}-step{step}"
 
 
 def job_data(job: dict) -> PromptDataModule:

@@ -3,7 +3,8 @@
     write_png(result, "benchmarks/learn_smollm2.png")     # result: what bench learn returns (or its JSON)
 
 Left: the reward of every step (thin) and its moving average (thick), one colour per run. Right:
-held-out greedy accuracy, the untrained model's bar and each run's after training. matplotlib with
+held-out greedy accuracy against the step, one line per run from the untrained model's (step 0) through
+every evaluated adapter (``--eval-every``) to the last, the last value written beside it. matplotlib with
 the Agg backend (no display needed; ``pip install -e ".[dev]"`` brings it).
 """
 
@@ -23,6 +24,13 @@ def moving_average(values: list[float], window: int = MOVING_AVERAGE) -> list[fl
     ]
 
 
+def accuracy_curve(row: dict, before: dict) -> list[dict]:
+    """The run's evaluations that have an accuracy, by step: ``eval_curve`` when it has one, else before and after."""
+    after = {**(row.get("eval") or {}), "step": len(row["per_step"])}
+    curve = row.get("eval_curve") or [{**before, "step": 0}, after]
+    return sorted((e for e in curve if "accuracy" in e), key=lambda e: e["step"])
+
+
 def write_png(result: dict, path: str | Path) -> Path:
     """Draws the reward curves and the accuracies of ``result`` into the PNG ``path`` (its folder created)."""
     import matplotlib
@@ -31,35 +39,27 @@ def write_png(result: dict, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     rows = [r for r in result["rows"] if "skipped" not in r]
-    fig, (curves, bars) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [2, 1]})
-    names, accuracy = [], []
+    fig, (curves, heldout) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
     before = result.get("eval_before") or {}
-    if "accuracy" in before:
-        names.append("untrained")
-        accuracy.append(before["accuracy"])
     for i, row in enumerate(rows):
         colour = f"C{i}"
         steps = [s["step"] + 1 for s in row["per_step"]]
         rewards = [s["reward"] for s in row["per_step"]]
         curves.plot(steps, rewards, color=colour, alpha=0.35, linewidth=1)
         curves.plot(steps, moving_average(rewards), color=colour, linewidth=2.2, label=row["run"])
-        if "accuracy" in (row.get("eval") or {}):
-            names.append(row["run"])
-            accuracy.append(row["eval"]["accuracy"])
+        points = [(e["step"], e["accuracy"]) for e in accuracy_curve(row, before)]
+        if points:
+            heldout.plot(*zip(*points, strict=True), color=colour, marker="o", linewidth=2, label=row["run"])
+            heldout.annotate(f"{points[-1][1]:.3f}", points[-1], textcoords="offset points", xytext=(4, 4), fontsize=8)
     curves.set(xlabel="step", ylabel="mean reward of the step's completions", title="training reward")
     curves.legend(fontsize=8)
     curves.grid(alpha=0.3)
-    colours = ["0.6"] * ("accuracy" in before) + [
-        f"C{i}" for i, r in enumerate(rows) if "accuracy" in (r.get("eval") or {})
-    ]
-    bars.bar(range(len(names)), accuracy, color=colours)
-    for x, a in enumerate(accuracy):
-        bars.text(x, a, f"{a:.3f}", ha="center", va="bottom", fontsize=8)
-    bars.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=8)
+    if "accuracy" in before:
+        where = (0, before["accuracy"])
+        heldout.annotate(f"untrained {where[1]:.3f}", where, xytext=(4, -12), textcoords="offset points", fontsize=8)
     prompts = before.get("eval_prompts", "")
-    bars.set(
-        ylabel="accuracy", title=f"held-out greedy accuracy ({prompts} prompts)", ylim=(0, max(accuracy + [0.05]) * 1.2)
-    )
+    heldout.set(xlabel="step", ylabel="accuracy", title=f"held-out greedy accuracy ({prompts} prompts)", ylim=(0, 1))
+    heldout.grid(alpha=0.3)
     job = result.get("job", {})
     fig.suptitle(
         f"{job.get('model')} on {job.get('task')}: {job.get('prompts')} prompts x G={job.get('group_size')}, "

@@ -42,6 +42,8 @@ from infgrpo.bench.learn_job import (
     optimizer_settings,
     ordered_batches,
     reward_name,
+    snapshot_dir,
+    snapshot_steps,
     step_record,
 )
 from infgrpo.models import load_policy, load_tokenizer
@@ -87,6 +89,21 @@ class StepClock(TrainerCallback):
         """The reward TRL logged for the step (``logging_steps=1``: every step)."""
         if logs and "reward" in logs:
             self.rewards[state.global_step - 1] = float(logs["reward"])
+
+
+class Snapshots(TrainerCallback):
+    """Writes the adapter after each optimizer step of ``steps`` (counted from 1) to ``snapshot_dir(adapter_dir, k)``.
+
+    After :class:`StepClock` in the callback list, so the writing is outside the step's seconds.
+    """
+
+    def __init__(self, steps: list[int], adapter_dir: str) -> None:
+        self.steps, self.adapter_dir = set(steps), adapter_dir
+
+    def on_step_end(self, args, state, control, model=None, **kwargs) -> None:  # noqa: ANN001
+        """The adapter as it is after this step, when the step is one of ``steps``."""
+        if state.global_step in self.steps:
+            model.save_pretrained(snapshot_dir(self.adapter_dir, state.global_step))
 
 
 def trl_reward(name: str, items: list[dict], group_size: int, max_len: int, records: list[dict]) -> Any:
@@ -194,7 +211,7 @@ def train_trl(job: dict) -> dict[str, Any]:
             train_dataset=dataset,
             processing_class=tok,
             peft_config=lora,
-            callbacks=[clock],
+            callbacks=[clock, Snapshots(snapshot_steps(job), job["adapter_dir"])],
         )
         initial = adapter_sha(trainer.model)
         with TrainingMemory() as memory:

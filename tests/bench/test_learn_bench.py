@@ -30,7 +30,7 @@ def job(*argv: str) -> dict:
 
 def test_both_trainers_train_on_the_same_prompts_and_are_evaluated_by_the_same_code(tmp_path, capsys):
     out, png = tmp_path / "learn.json", tmp_path / "learn.png"
-    argv = [*TINY, "--steps", "2", "--eval-size", "8", "--threads", "1", "--lr-schedule", "linear"]
+    argv = [*TINY, "--steps", "2", "--eval-size", "8", "--threads", "1", "--lr-schedule", "linear", "--eval-every", "1"]
     result = main([*argv, "--json", str(out), "--png", str(png)])
     rows = result["rows"]
     assert [(r["trainer"], "skipped" in r) for r in rows] == [("infgrpo", False), ("trl", False)]
@@ -55,6 +55,9 @@ def test_both_trainers_train_on_the_same_prompts_and_are_evaluated_by_the_same_c
     for r in rows:
         assert r["final_adapter_sha"] != r["initial_adapter_sha"]
         assert r["eval"]["adapter_sha"] == r["final_adapter_sha"]  # the evaluation loaded the trained adapter
+        # the held-out curve: untrained, the adapter written after step 1 (neither the first nor the last), the last
+        assert [e["step"] for e in r["eval_curve"]] == [0, 1, 2] and r["eval_curve"][-1] == r["eval"]
+        assert r["eval_curve"][1]["adapter_sha"] not in (r["initial_adapter_sha"], r["final_adapter_sha"], None)
 
     # 3) TRL's logged reward is our reward function's; infgrpo's step splits into rollout and update
     for s in trl["per_step"]:
@@ -77,6 +80,7 @@ def test_both_trainers_train_on_the_same_prompts_and_are_evaluated_by_the_same_c
     # 5) the JSON re-prints the tables as printed; the figure is a PNG
     printed = capsys.readouterr().out
     assert render(out) in printed and "same prompts (user turns and token ids) and completions" in printed
+    assert "| step | infgrpo (checkpointing off, share_prompt auto): held-out accuracy |" in printed
     assert json.loads(out.read_text())["rows"] == rows
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
