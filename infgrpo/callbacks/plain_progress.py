@@ -6,6 +6,7 @@ this callback, which prints (rank 0 only)::
 
     [infgrpo] step 10/100 reward 0.412 accuracy 0.375 rollout 1.21 s update 0.43 s 812 tok/s
     [infgrpo] step 10/100 reward 0.412 ... 812 tok/s memory 9.8 GB      # on CUDA: peak allocated
+    [infgrpo] held-out after step 20: accuracy 0.525 reward 0.530     # after each validation (not the sanity check)
 
 It can be added to any ``Trainer``: ``Trainer(callbacks=[PlainProgress()])`` (with ``always=True``
 it prints on a terminal too).
@@ -54,6 +55,15 @@ class PlainProgress(Callback):
             return
         print(progress_line(trainer, pl_module.device), file=out, flush=True)
 
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Writes the held-out accuracy and reward of the validation that just ended (global rank 0)."""
+        out = self._out()
+        if trainer.sanity_checking or not trainer.is_global_zero or (not self.always and is_terminal(out)):
+            return
+        line = heldout_line(trainer)
+        if line:
+            print(line, file=out, flush=True)
+
 
 def is_terminal(stream: TextIO) -> bool:
     """Whether ``stream`` is an interactive terminal."""
@@ -61,6 +71,15 @@ def is_terminal(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def heldout_line(trainer: L.Trainer) -> str | None:
+    """``[infgrpo] held-out after step N:`` and the validation's accuracy and reward (None when neither was logged)."""
+    metrics = trainer.callback_metrics
+    parts = [
+        f"{name} {float(metrics[f'val/{name}']):.3f}" for name in ("accuracy", "reward") if f"val/{name}" in metrics
+    ]
+    return f"[infgrpo] held-out after step {trainer.global_step}: {' '.join(parts)}" if parts else None
 
 
 def progress_line(trainer: L.Trainer, device: torch.device) -> str:
