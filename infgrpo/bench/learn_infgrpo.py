@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import lightning as L
@@ -42,7 +43,7 @@ class StepLog(L.Callback):
     outside the step's seconds.
     """
 
-    def __init__(self, memory: TrainingMemory, snapshots: list[int] = (), adapter_dir: str | None = None) -> None:
+    def __init__(self, memory: TrainingMemory, snapshots: Iterable[int] = (), adapter_dir: str | None = None) -> None:
         self.steps: list[dict[str, Any]] = []
         self.memory = memory
         self.snapshots, self.adapter_dir = set(snapshots), adapter_dir
