@@ -11,11 +11,29 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from infgrpo.rewards import RewardScores, correct_answers, score_rewards
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
+from infgrpo.settings import ConfigError, check_types
+
+
+@dataclass
+class EvaluationConfig:
+    """Held-out evaluation during fit (``model.evaluation``): one completion per held-out prompt."""
+
+    temperature: float = 0.0
+    """Sampling temperature of the held-out completions (0 = greedy); the other decoding settings are the
+    sampler's."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ConfigError(f"temperature={self.temperature!r} must be a finite number >= 0 (0 = greedy)")
 
 
 def score_heldout(

@@ -18,10 +18,14 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import sys
 import warnings
+from pathlib import Path
+from typing import Any
 
 import torch
-from jsonargparse import DefaultHelpFormatter, set_parsing_settings
+import yaml
+from jsonargparse import DefaultHelpFormatter, Namespace, set_parsing_settings
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
@@ -31,8 +35,10 @@ from infgrpo.callbacks.checkpoint_io import AtomicCheckpointIO
 from infgrpo.callbacks.plain_progress import PlainProgress
 from infgrpo.callbacks.progress_bar import StepProgressBar
 from infgrpo.data import PromptDataModule
+from infgrpo.data.datamodule import check_data_settings
 from infgrpo.module import GRPOModule
 from infgrpo.runtime.hardware import check_accelerator
+from infgrpo.training.hparams import GROUPS, MOVED, REWARD_FIELDS, check_settings
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.
@@ -54,18 +60,107 @@ def default_loggers(root: str) -> list[Logger]:
     return loggers
 
 
+def namespace_dict(section: Any) -> dict[str, Any]:
+    """A parsed section (a jsonargparse Namespace) as nested plain dicts."""
+    return section.as_dict() if hasattr(section, "as_dict") else dict(section)
+
+
+def resolve_seeds(config: Any) -> None:
+    """Sets ``model.seed`` and ``data.seed`` left null to ``seed_everything`` when that is an integer."""
+    seed = config.get("seed_everything")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        return
+    for section in ("model", "data"):
+        if config.get(section) is not None and config[section].get("seed") is None:
+            config[section]["seed"] = seed
+
+
+def old_keys(argv: list[str]) -> str | None:
+    """The message for the first flat key of infgrpo 0.1 under ``model`` in ``argv``'s YAML files or flags, if any.
+
+    Such a key is now in a group (:data:`~infgrpo.training.hparams.MOVED`); it is named with its new key,
+    never read as the new one.
+    """
+    found: list[tuple[str, str]] = []
+    for i, arg in enumerate(argv):
+        name, _, value = arg.partition("=")
+        if name in ("-c", "--config"):
+            path = value or (argv[i + 1] if i + 1 < len(argv) else "")
+            found += [(k, f"in {path}") for k in yaml_model_keys(path)]
+        elif name.startswith("--model."):
+            found.append((name.removeprefix("--model.").split(".")[0], f"({name})"))
+    for key, where in found:
+        if key == "rewards:weights":
+            return (
+                f"model.rewards {where} maps reward names to weights: they go in model.rewards.functions now "
+                "(model.rewards is a group: functions, accuracy, on_error)"
+            )
+        if key in MOVED and key not in GROUPS:
+            return (
+                f"model.{key} {where} is model.{MOVED[key]} now: GRPOModule's settings are in groups (the README's "
+                "table lists every key; TRL's names are kept inside the groups)"
+            )
+    return None
+
+
+def yaml_model_keys(path: str) -> list[str]:
+    """The keys of the ``model`` section of the YAML file ``path`` ([] if it cannot be read: the parser says why).
+
+    A ``rewards`` mapping of reward names (0.1's form) counts as the key ``rewards.functions`` moved to.
+    """
+    try:
+        section = (yaml.safe_load(Path(path).read_text()) or {}).get("model") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        return []
+    if not isinstance(section, dict):
+        return []
+    section = section.get("init_args", section)
+    keys = list(section)
+    rewards = section.get("rewards")
+    if isinstance(rewards, dict) and not set(rewards) <= REWARD_FIELDS:
+        keys[keys.index("rewards")] = "rewards:weights"
+    return keys
+
+
 class GRPOCLI(LightningCLI):
     """LightningCLI for GRPO: model and data linked, ``--ckpt_path`` to resume, atomic checkpoints."""
 
     def add_arguments_to_parser(self, parser) -> None:  # noqa: ANN001 - jsonargparse parser
-        """Links ``model.model`` / ``model.gguf_file`` to the data module's tokenizer and adds ``--ckpt_path``."""
-        parser.link_arguments("model.model", "data.tokenizer")
-        parser.link_arguments("model.gguf_file", "data.gguf_file")
+        """Links the policy's model / GGUF file to the data module's tokenizer and adds ``--ckpt_path``."""
+        parser.link_arguments("model.policy.model_name_or_path", "data.tokenizer")
+        parser.link_arguments("model.policy.gguf_file", "data.gguf_file")
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="checkpoint to resume from")
 
+    def parse_arguments(self, parser, args) -> None:  # noqa: ANN001 - jsonargparse parser and arguments
+        """Refuses the flat keys of infgrpo 0.1 (``model.loss_type``) naming where each moved, then parses; with
+        ``--print_config`` the seeds left null are shown as the run's ``seed_everything`` they become."""
+        argv = list(sys.argv[1:] if args is None else args) if not isinstance(args, dict | Namespace) else []
+        moved = old_keys(argv)
+        if moved:
+            parser.error(moved)
+        printing = [a for a in argv if a == "--print_config" or a.startswith("--print_config=")]
+        if not printing:
+            return super().parse_arguments(parser, args)
+        config = parser.parse_args([a for a in argv if a not in printing])
+        resolve_seeds(config)
+        flags = printing[-1].partition("=")[2]
+        with warnings.catch_warnings():  # jsonargparse renames skip_none in 5.0; --print_config=skip_null means it
+            warnings.simplefilter("ignore")
+            print(parser.dump(config, skip_none="skip_null" in flags), end="")
+        sys.exit(0)
+
     def before_instantiate_classes(self) -> None:
-        """Fails before the model loads when ``trainer.accelerator`` asks for a GPU the machine lacks."""
+        """Checks every setting before anything loads, so a bad value ends the way a parser error does (one
+        ``error:`` line naming ``model.<group>.<field>`` or ``data.<field>``); fills the seeds left null with
+        ``seed_everything``; fails when ``trainer.accelerator`` asks for a GPU the machine lacks."""
         config = self.config[self.subcommand] if self.subcommand else self.config
+        resolve_seeds(config)
+        try:
+            check_settings(**namespace_dict(config["model"]))
+            check_data_settings(namespace_dict(config["data"]))
+        except (ValueError, TypeError) as err:  # the checks read settings only: any error is a bad setting
+            message = str(err) if str(err).startswith("data.") else f"model.{err}"
+            self.parser.error(message)
         check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
 
     def instantiate_trainer(self, **kwargs):  # noqa: ANN003, ANN201
@@ -93,7 +188,7 @@ DESCRIPTION = """\
 Fine-tune a causal language model with GRPO (group relative policy optimization) on one device or
 data-parallel ranks. Each optimization step samples model.group_size completions per prompt through
 a KV slot pool of model.sampler.num_slots sequences, so rollout memory does not grow with the group
-size; completions are scored by model.rewards and the policy is updated with the clipped objective.
+size; completions are scored by model.rewards.functions and the policy is updated with model.objective.
 
 Every field below can be set in a YAML config (-c/--config, e.g. configs/tiny.yaml) and overridden
 on the command line; later arguments win. Sections: --trainer.* (Lightning Trainer), --model.*
@@ -134,7 +229,7 @@ def main(args: list[str] | None = None) -> GRPOCLI:
             "epilog": EPILOG,
             "formatter_class": HelpFormatter,
         },
-        # GRPOModule builds its own AdamW + warmup from --model.learning_rate / weight_decay / warmup_steps
+        # GRPOModule builds its own AdamW + warmup from --model.optimizer.*
         auto_configure_optimizers=False,
         seed_everything_default=0,
         # the data module shards prompts over ranks itself (contiguous shares of each global batch)

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, get_args
 
+from infgrpo.settings import ConfigError
+
 
 class Registry:
     """Maps names to callables; ``field`` is the config field the name comes from (for errors)."""
@@ -39,7 +41,7 @@ class Registry:
     def get(self, name: str) -> Callable[..., Any]:
         """The callable registered as ``name``; a ValueError naming the field and valid names otherwise."""
         if name not in self._items:
-            raise ValueError(f"{self.field}={name!r} is not known; valid: {', '.join(self.names())}")
+            raise ConfigError(f"{self.field}={name!r} is not known; valid: {', '.join(self.names())}")
         return self._items[name]
 
     def check(self, name: str) -> str:
@@ -67,5 +69,5 @@ def check_choice(field: str, value: object, valid: Iterable[str]) -> Any:
     """``value`` when it is one of ``valid``; else a ValueError naming ``field``, the value and the valid names."""
     valid = tuple(valid)
     if value not in valid:
-        raise ValueError(f"{field}={value!r} is not known; valid: {', '.join(map(str, valid))}")
+        raise ConfigError(f"{field}={value!r} is not known; valid: {', '.join(map(str, valid))}")
     return value

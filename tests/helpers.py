@@ -111,3 +111,20 @@ def float64_norms(model):
     for m in norms:
         m.forward = types.MethodType(forward, m)
     return model
+
+
+def merged(base: dict, **changes) -> dict:
+    """``GRPOModule`` arguments ``base`` with ``changes``: a mapping given for a group updates that group's fields
+    (``merged(SMALL, optimizer={"warmup_steps": 3})`` keeps SMALL's learning rate); any other value replaces."""
+    import dataclasses
+
+    out = dict(base)
+    for key, value in changes.items():
+        old = out.get(key)
+        if isinstance(value, dict) and dataclasses.is_dataclass(old):
+            out[key] = dataclasses.replace(old, **value)
+        elif isinstance(value, dict) and isinstance(old, dict) and key != "functions":
+            out[key] = {**old, **value}
+        else:
+            out[key] = value
+    return out

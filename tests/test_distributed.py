@@ -64,15 +64,15 @@ def args(data: Path, out: Path, steps: int, batch_size: int, loss_type: str, sca
     callback = {"class_path": f"{__name__}.SaveParameters", "init_args": {"dirpath": str(out)}}
     return [
         "--seed_everything=0",
-        "--model.model=tiny",
-        "--model.dtype=float64",
+        "--model.policy.model_name_or_path=tiny",
+        "--model.policy.dtype=float64",
         "--model.group_size=4",
         "--model.sampler.num_slots=3",
         "--model.sampler.max_new_tokens=12",
-        "--model.token_budget=48",  # several micro-batches per rank, different numbers, groups split (prompts carried)
-        "--model.learning_rate=1e-3",
-        f"--model.loss_type={loss_type}",
-        f"--model.scale_rewards={scale_rewards}",
+        "--model.update.token_budget=48",  # several micro-batches per rank, different numbers, groups split
+        "--model.optimizer.learning_rate=1e-3",
+        f"--model.objective.loss_type={loss_type}",
+        f"--model.objective.scale_rewards={scale_rewards}",
         f"--data.path={data}",
         f"--data.batch_size={batch_size}",
         "--data.eval_split=null",

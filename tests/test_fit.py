@@ -23,22 +23,22 @@ QUICK = [
     "1",
     "--trainer.val_check_interval",
     "2",
-    "--model.log_completions_every_n_steps",
+    "--model.logging.log_completions_every_n_steps",
     "1",
 ]
 
 
 # Real configs name hub models and datasets; offline, tests swap in the shipped tiny ones.
 LOCAL = [
-    "--model.model",
+    "--model.policy.model_name_or_path",
     "tiny",
-    "--model.dtype",
+    "--model.policy.dtype",
     "float32",
-    "--model.bnb_4bit_compute_dtype",
+    "--model.quantization.bnb_4bit_compute_dtype",
     "float32",
-    "--model.rewards",
+    "--model.rewards.functions",
     "{synthetic: 1.0}",
-    "--model.accuracy_reward",
+    "--model.rewards.accuracy",
     "synthetic",
     "--model.output_dir",
     "null",
@@ -68,7 +68,7 @@ def test_every_config_parses_and_runs_two_steps(config, tmp_path):
     cli = main(["--config", str(config), "--trainer.default_root_dir", str(tmp_path), *local, *QUICK])
     assert cli.trainer.global_step == 2
     lora = {"tiny.yaml": 0, "qwen3.yaml": 16, "smollm2.yaml": 32, "smollm2-cpu.yaml": 16}
-    assert cli.model.hparams.lora_r == lora[config.name]
+    assert cli.model.hparams.lora["r"] == lora[config.name] == cli.model.settings.lora.r
 
 
 def test_overrides_logs_checkpoints_and_repeated_runs(tmp_path):
@@ -114,10 +114,12 @@ def option_help(out: str) -> dict[str, str]:
 
 
 def test_help_reads_well_and_documents_every_field():
+    import dataclasses
     import inspect
 
-    from infgrpo import GRPOModule, SamplerConfig
+    from infgrpo import GRPOModule
     from infgrpo.data import PromptDataModule
+    from infgrpo.training.hparams import GROUPS
 
     out = subprocess.run(
         [sys.executable, "-m", "infgrpo.fit", "--help"], capture_output=True, text=True, cwd=ROOT, check=True
@@ -128,12 +130,69 @@ def test_help_reads_well_and_documents_every_field():
     assert "--optimizer" not in out and "--lr_scheduler" not in out  # the module builds its own AdamW
     assert "(type: Union[bool, int], default: 0)" in out  # a fixed seed unless the config says otherwise
     helps = option_help(out)
-    fields = [f"--model.{n}" for n in inspect.signature(GRPOModule).parameters if n != "sampler"]
-    fields += [f"--model.sampler.{n}" for n in SamplerConfig.__dataclass_fields__]
-    linked = ("tokenizer", "gguf_file")  # set from --model.model and --model.gguf_file
+    fields = [f"--model.{n}" for n in inspect.signature(GRPOModule).parameters if n not in GROUPS]
+    fields += [f"--model.{g}.{f.name}" for g, cls in GROUPS.items() for f in dataclasses.fields(cls)]
+    linked = ("tokenizer", "gguf_file")  # set from --model.policy.model_name_or_path and --model.policy.gguf_file
     fields += [f"--data.{n}" for n in inspect.signature(PromptDataModule).parameters if n not in linked]
     assert len(fields) > 50
     for flag in fields:
         assert flag in helps, f"{flag} is not in --help"
         assert len(helps[flag].split()) >= 3, f"{flag} has no help text: {helps[flag]!r}"
     assert "Sequences decoded at once" in helps["--model.sampler.num_slots"]
+
+
+def cli_error(capsys, *args):
+    """The ``error:`` line of a run of ``python -m infgrpo.fit`` that the parser stops (exit status 2)."""
+    with pytest.raises(SystemExit) as stop:
+        main(list(args))
+    assert stop.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_a_flat_config_of_0_1_names_where_each_key_moved(tmp_path, capsys):
+    old = tmp_path / "old.yaml"
+    old.write_text("model:\n  model: tiny\n  group_size: 2\n  loss_type: dapo\n")
+    line = cli_error(capsys, "--config", str(old))
+    assert "model.model" in line and "is model.policy.model_name_or_path now" in line
+    line = cli_error(capsys, "--config", str(ROOT / "configs" / "tiny.yaml"), "--model.learning_rate", "1e-3")
+    assert "model.learning_rate (--model.learning_rate) is model.optimizer.learning_rate now" in line
+    weights = tmp_path / "weights.yaml"
+    weights.write_text("model:\n  rewards: {synthetic: 1.0}\n")
+    assert "they go in model.rewards.functions now" in cli_error(capsys, "--config", str(weights))
+
+
+@pytest.mark.parametrize(
+    "flag,value,message",
+    [
+        ("--model.optimizer.learning_rate", "-1", "model.optimizer.learning_rate=-1.0 must be a finite number > 0"),
+        ("--model.objective.epsilon_low", "2", "model.objective.epsilon_low=2.0 must be in [0, 1)"),
+        ("--model.rewards.functions", "{sythetic: 1.0}", "model.rewards.functions: 'sythetic' is not known"),
+        ("--model.sampler.top_p", "1.5", "model.sampler.top_p=1.5 must be in (0, 1]"),
+        ("--model.group_size", "1", "model.group_size=1 must be an integer >= 2"),
+        ("--data.batch_size", "0", "data.batch_size=0 must be >= 1"),
+        ("--data.path", "reasoning_gym:no_such_task", "data.path='reasoning_gym:no_such_task'"),
+    ],
+)
+def test_a_bad_setting_is_one_error_line_before_anything_loads(capsys, flag, value, message):
+    # the model does not exist: any error about it would mean the settings were checked too late
+    args = ["--config", str(ROOT / "configs" / "tiny.yaml"), "--model.policy.model_name_or_path", "no/such-model"]
+    assert message in cli_error(capsys, *args, flag, value)
+
+
+def test_seed_everything_seeds_the_rollouts_and_the_data_order_unless_they_are_set(tmp_path, capsys):
+    import yaml
+
+    tiny = ["--config", str(ROOT / "configs" / "tiny.yaml")]
+    with pytest.raises(SystemExit):
+        main([*tiny, "--seed_everything", "5", "--data.seed", "2", "--print_config"])
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert (printed["seed_everything"], printed["model"]["seed"], printed["data"]["seed"]) == (5, 5, 2)
+    cli = main([*tiny, "--seed_everything", "5", "--trainer.default_root_dir", str(tmp_path), *QUICK])
+    assert cli.model.settings.seed == 5 and cli.datamodule.hparams.seed == 5
+    ckpt = next(Path(cli.trainer.checkpoint_callback.dirpath).glob("*.ckpt"))
+    import torch
+
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["hyper_parameters"]["seed"] == 5 and saved["datamodule_hyper_parameters"]["seed"] == 5

@@ -28,16 +28,14 @@ def logprobs_of(model, prompts, completions):
 def test_4bit_lora_rollout_step_and_adapter_roundtrip(arch, tokenizer, tmp_path):
     base = save_base(arch, tokenizer, tmp_path / "base")
     module = GRPOModule(
-        model=base,
-        lora_r=4,
-        load_in_4bit=True,
-        bnb_4bit_compute_dtype="float32",
+        policy={"model_name_or_path": base},
+        lora={"r": 4},
+        quantization={"load_in_4bit": True, "bnb_4bit_compute_dtype": "float32"},
         group_size=4,
         sampler=SamplerConfig(num_slots=4, max_new_tokens=12),
-        rewards={f"{__name__}:length_reward": 1.0},
-        accuracy_reward=None,
-        learning_rate=5e-2,
-        beta=0.04,
+        rewards={"functions": {f"{__name__}:length_reward": 1.0}, "accuracy": None},
+        optimizer={"learning_rate": 5e-2},
+        objective={"beta": 0.04},
     )
     assert module.ref_model is None  # the reference is the base model with adapters disabled
     lora_before = {k: v.clone() for k, v in module.policy.named_parameters() if "lora_B" in k}
@@ -111,8 +109,8 @@ def test_merged_export_loads_as_a_plain_model_with_the_same_logprobs(tokenizer, 
 
 def test_loading_options_are_validated_before_loading():
     with pytest.raises(ValueError, match="load_in_4bit=True needs LoRA"):
-        GRPOModule(load_in_4bit=True)
+        GRPOModule(quantization={"load_in_4bit": True})
     with pytest.raises(ValueError, match="bnb_4bit_quant_type='int4' is not known; valid: nf4, fp4"):
-        GRPOModule(lora_r=4, load_in_4bit=True, bnb_4bit_quant_type="int4")
-    with pytest.raises(ValueError, match="lora_r=-1 must be >= 0"):
-        GRPOModule(lora_r=-1)
+        GRPOModule(lora={"r": 4}, quantization={"load_in_4bit": True, "bnb_4bit_quant_type": "int4"})
+    with pytest.raises(ValueError, match="lora.r=-1 must be >= 0"):
+        GRPOModule(lora={"r": -1})

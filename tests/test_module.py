@@ -5,14 +5,16 @@ import lightning as L
 import pytest
 import torch
 
-from infgrpo import GRPOModule, SamplerConfig
+from infgrpo import GRPOModule, OptimizerConfig, SamplerConfig
 from infgrpo.algo import Objective
 from infgrpo.data import PromptDataModule
 from infgrpo.rewards import RewardError
 from infgrpo.update import LossConfig
-from tests.helpers import save_base, trainer
+from tests.helpers import merged, save_base, trainer
 
-SMALL = dict(group_size=4, sampler=SamplerConfig(num_slots=4, max_new_tokens=24), learning_rate=1e-3)
+SMALL = dict(
+    group_size=4, sampler=SamplerConfig(num_slots=4, max_new_tokens=24), optimizer=OptimizerConfig(learning_rate=1e-3)
+)
 
 
 def data(**kw):
@@ -28,16 +30,19 @@ def boom(completions, metadata):
     [
         (dict(group_size=1), "group_size=1 must be an integer >= 2"),
         (
-            dict(loss_type="ppo"),
-            "loss_type='ppo' is not known; valid: grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo",
+            dict(objective={"loss_type": "ppo"}),
+            "objective.loss_type='ppo' is not known; valid: grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo",
         ),
-        (dict(advantage="rloo"), "advantage='rloo' is not known; valid: grpo"),
-        (dict(scale_rewards="std"), "scale_rewards='std' is not known"),
-        (dict(kl_estimator="k9"), "kl_estimator='k9' is not known"),
-        (dict(rewards={"gsm9k": 1.0}, accuracy_reward=None), "rewards: 'gsm9k' is not known"),
-        (dict(accuracy_reward="format"), "accuracy_reward='format' must be one of rewards: synthetic"),
-        (dict(num_iterations=0), "num_iterations=0 must be >= 1"),
-        (dict(dtype="float8"), "dtype='float8' is not known"),
+        (dict(objective={"advantage": "rloo"}), "objective.advantage='rloo' is not known; valid: grpo"),
+        (dict(objective={"scale_rewards": "std"}), "objective.scale_rewards='std' is not known"),
+        (dict(objective={"kl_estimator": "k9"}), "objective.kl_estimator='k9' is not known"),
+        (
+            dict(rewards={"functions": {"gsm9k": 1.0}, "accuracy": None}),
+            "rewards.functions: 'gsm9k' is not known",
+        ),
+        (dict(rewards={"accuracy": "format"}), "rewards.accuracy='format' must be one of functions: synthetic"),
+        (dict(update={"num_iterations": 0}), "update.num_iterations=0 must be >= 1"),
+        (dict(policy={"dtype": "float8"}), "policy.dtype='float8' is not known"),
     ],
 )
 def test_bad_config_is_rejected_before_loading(kwargs, match):
@@ -46,11 +51,11 @@ def test_bad_config_is_rejected_before_loading(kwargs, match):
 
 
 def test_reference_policy_is_loaded_only_when_needed():
-    assert GRPOModule(beta=0.0).ref_model is None
-    full = GRPOModule(beta=0.04)
+    assert GRPOModule(objective={"beta": 0.0}).ref_model is None
+    full = GRPOModule(objective={"beta": 0.04})
     assert full.ref_model is not None and not any(p.requires_grad for p in full.ref_model.parameters())
     assert "ref" not in " ".join(full.state_dict())  # the reference is not checkpointed
-    lora = GRPOModule(beta=0.04, lora_r=4)
+    lora = GRPOModule(objective={"beta": 0.04}, lora={"r": 4})
     assert lora.ref_model is None and hasattr(lora.policy, "disable_adapter")
 
 
@@ -86,7 +91,7 @@ def test_training_steps_update_the_policy_and_log_metrics(tmp_path):
 
 def test_logged_learning_rate_is_the_one_the_step_used(tmp_path):
     # linear warmup over 3 steps: optimizer steps 0, 1 use 1/4 and 2/4 of the rate
-    module = GRPOModule(**{**SMALL, "sampler": SamplerConfig(num_slots=4, max_new_tokens=4)}, warmup_steps=3)
+    module = GRPOModule(**merged(SMALL, sampler={"max_new_tokens": 4}, optimizer={"warmup_steps": 3}))
     t = trainer(tmp_path, 2)
     t.fit(module, data())
     assert t.callback_metrics["train/lr"].item() == pytest.approx(1e-3 * 2 / 4)
@@ -98,11 +103,10 @@ def test_mask_truncated_completions_leaves_cut_completions_out_of_the_loss(tmp_p
     # a random model: diverse completions that never stop within 4 tokens, so every one is cut
     base = save_base("qwen3", tokenizer, tmp_path / "base")
     module = GRPOModule(
-        model=base,
-        **{**SMALL, "sampler": SamplerConfig(num_slots=4, max_new_tokens=4)},
-        rewards={f"{__name__}:parity": 1.0},
-        accuracy_reward=None,
-        mask_truncated_completions=mask,
+        policy={"model_name_or_path": base},
+        **merged(SMALL, sampler={"max_new_tokens": 4}),
+        rewards={"functions": {f"{__name__}:parity": 1.0}, "accuracy": None},
+        objective={"mask_truncated_completions": mask},
     )
     before = {k: v.clone() for k, v in module.policy.state_dict().items()}
     t = trainer(tmp_path, 1)
@@ -120,14 +124,14 @@ def parity(completions, metadata):
 
 
 def test_num_iterations_takes_several_optimizer_steps_per_rollout(tmp_path):
-    module = GRPOModule(**SMALL, num_iterations=2, beta=0.04, epsilon_high=0.28)
+    module = GRPOModule(**SMALL, update={"num_iterations": 2}, objective={"beta": 0.04, "epsilon_high": 0.28})
     t = trainer(tmp_path, 4)
     t.fit(module, data())
     assert t.global_step == 4 and module.sampler.calls == 2
 
 
 def test_reward_that_raises_stops_with_the_function_name(tmp_path):
-    module = GRPOModule(**SMALL, rewards={f"{__name__}:boom": 1.0}, accuracy_reward=None)
+    module = GRPOModule(**SMALL, rewards={"functions": {f"{__name__}:boom": 1.0}, "accuracy": None})
     with pytest.raises(RewardError, match=r"reward 'tests.test_module:boom' raised KeyError"):
         trainer(tmp_path, 1).fit(module, data())
 
@@ -143,7 +147,7 @@ def synthetic_or_none(completions, metadata):
 @pytest.mark.parametrize("mode", ["skip", "zero"])
 def test_failed_rewards_are_counted_and_training_goes_on(tmp_path, mode):
     name = f"{__name__}:synthetic_or_none"
-    module = GRPOModule(**SMALL, rewards={name: 1.0}, accuracy_reward=name, reward_on_error=mode)
+    module = GRPOModule(**SMALL, rewards={"functions": {name: 1.0}, "accuracy": name, "on_error": mode})
     t = trainer(tmp_path, 1)
     t.fit(module, data())
     m = t.callback_metrics
@@ -157,7 +161,7 @@ def test_prompt_longer_than_context_is_a_clear_error(tmp_path):
         trainer(tmp_path, 1).fit(module, data())
 
 
-@pytest.mark.parametrize("extra", [{}, {"lora_r": 4, "lora_dropout": 0.3}], ids=["full", "lora-dropout"])
+@pytest.mark.parametrize("extra", [{}, {"lora": {"r": 4, "dropout": 0.3}}], ids=["full", "lora-dropout"])
 def test_resume_from_checkpoint_is_exact(tmp_path, extra):
     """2 + 2 steps with a checkpoint in between equal 4 uninterrupted steps, bit for bit (dropout too)."""
     L.seed_everything(0)
@@ -205,7 +209,7 @@ def test_resume_from_an_end_of_epoch_checkpoint_continues_with_the_next_epoch(tm
     rows = [{"prompt": f"rev {chr(97 + i)}{chr(98 + i)}"} for i in range(8)]
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    settings = {**SMALL, "sampler": SamplerConfig(num_slots=4, max_new_tokens=4)}
+    settings = merged(SMALL, sampler={"max_new_tokens": 4})
 
     def run(root, steps, ckpt=None):
         seen = SeenPrompts()
@@ -228,10 +232,12 @@ def test_resume_from_an_end_of_epoch_checkpoint_continues_with_the_next_epoch(tm
 
 def test_kl_bias_correction_is_on_by_default_as_in_trl_1_16():
     # one default for the module and the update's LossConfig (they used to disagree: True vs False)
-    assert inspect.signature(GRPOModule).parameters["kl_bias_correction"].default is True
+    assert inspect.signature(GRPOModule).parameters["objective"].default.kl_bias_correction is True
     assert Objective().kl_bias_correction is True and LossConfig().objective.kl_bias_correction is True
-    assert GRPOModule(beta=0.04, lora_r=4).updater.loss.objective.kl_bias_correction is True
-    assert GRPOModule(beta=0.04, lora_r=4, kl_bias_correction=False).updater.loss.objective.kl_bias_correction is False
+    lora = {"r": 4}
+    assert GRPOModule(objective={"beta": 0.04}, lora=lora).updater.loss.objective.kl_bias_correction is True
+    module = GRPOModule(objective={"beta": 0.04, "kl_bias_correction": False}, lora=lora)
+    assert module.updater.loss.objective.kl_bias_correction is False
 
 
 def test_relative_output_dir_goes_under_the_runs_root(tmp_path, monkeypatch, capsys):
@@ -241,7 +247,7 @@ def test_relative_output_dir_goes_under_the_runs_root(tmp_path, monkeypatch, cap
     assert resolve_output_dir("adapter", "runs/a") == Path("runs/a/adapter")
     monkeypatch.chdir(tmp_path)  # the working directory must not receive it
     root = tmp_path / "run"
-    module = GRPOModule(**SMALL, lora_r=4, output_dir="adapter")
+    module = GRPOModule(**SMALL, lora={"r": 4}, output_dir="adapter")
     trainer(root, 1).fit(module, data())
     assert (root / "adapter" / "adapter_config.json").exists()
     assert not (tmp_path / "adapter").exists()

@@ -85,14 +85,13 @@ def test_engine_greedy_equals_hf_generate_on_smollm2(smollm2):
 @needs_smollm2
 def test_two_grpo_steps_on_smollm2_with_a_reasoning_gym_task(tmp_path):
     module = GRPOModule(
-        model="smollm2",
-        lora_r=4,
+        policy={"model_name_or_path": "smollm2"},
+        lora={"r": 4},
         group_size=4,
         sampler=SamplerConfig(num_slots=8, max_new_tokens=12),
-        rewards={"reasoning_gym": 1.0, f"{__name__}:brevity": 0.1},
-        accuracy_reward="reasoning_gym",
-        learning_rate=1e-3,
-        token_budget=2048,
+        rewards={"functions": {"reasoning_gym": 1.0, f"{__name__}:brevity": 0.1}, "accuracy": "reasoning_gym"},
+        optimizer={"learning_rate": 1e-3},
+        update={"token_budget": 2048},
         threads=1,
     )
     data = PromptDataModule(
@@ -118,7 +117,8 @@ def test_two_grpo_steps_on_smollm2_with_a_reasoning_gym_task(tmp_path):
 @needs_smollm2
 def test_grpo_module_loads_a_folder_and_its_gguf_file(smollm2):
     tok, model = smollm2
-    module = GRPOModule(model=str(smollm2_gguf().parent), gguf_file=SMOLLM2_FILE, group_size=2, threads=1)
+    policy = {"model_name_or_path": str(smollm2_gguf().parent), "gguf_file": SMOLLM2_FILE}
+    module = GRPOModule(policy=policy, group_size=2, threads=1)
     assert module.tokenizer("12 + 7")["input_ids"] == tok("12 + 7")["input_ids"]
     assert torch.equal(module.policy.model.norm.weight, model.model.norm.weight)
 

@@ -4,7 +4,7 @@
     python tools/fingerprint.py train OUT.json     # fit configs/tiny.yaml for 5 steps: sha256 of every parameter
 
 Two commits whose fingerprints agree sample the same completions and train to the same parameters
-(issue #17 compared the commits before and after its restructuring this way; threads fixed at 1).
+(issues #17 and #28 compared the commits before and after their restructurings this way; threads fixed at 1).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def train(out: str) -> None:
     with tempfile.TemporaryDirectory() as root:
         cli = main(
             ["--config", "configs/tiny.yaml", "--trainer.max_steps", "5", "--trainer.default_root_dir", root,
-             "--trainer.enable_progress_bar", "false"]
+             "--trainer.enable_progress_bar", "false", "--model.threads", "1"]
         )  # fmt: skip
     h = hashlib.sha256()
     for name, p in sorted(cli.model.policy.state_dict().items()):

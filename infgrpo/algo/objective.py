@@ -22,8 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from infgrpo.algo.advantages import ADVANTAGES, ScaleRewards, check_scale_rewards
 from infgrpo.algo.kl import KL_ESTIMATORS
 from infgrpo.registry import check_choice, choices
+from infgrpo.settings import ConfigError, check_types
 
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
 ImportanceSamplingLevel = Literal["token", "sequence"]
@@ -36,14 +38,14 @@ TOKEN_SUM_LOSSES = ("bnpo", "dr_grpo", "dapo", "cispo")
 def _finite(field: str, value: object, rule: str, ok: Callable[[float], bool] = lambda v: True) -> None:
     """Raises a ValueError naming ``field`` and ``value`` unless ``value`` is a finite number and ``ok(value)``."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not ok(value):
-        raise ValueError(f"{field}={value!r} must be {rule}")
+        raise ConfigError(f"{field}={value!r} must be {rule}")
 
 
 @dataclass(frozen=True)
 class Objective:
     """What the policy update minimizes (see :mod:`infgrpo.algo.objective_loss` for the formula)."""
 
-    loss_type: str = "grpo"
+    loss_type: LossType = "grpo"
     """``grpo`` (mean of sequence means), ``bnpo``, ``dapo``, ``dr_grpo`` (clipped surrogate, as before);
     ``cispo`` (MiniMax-M1: the importance weight is clipped at ``epsilon_high`` and detached, times
     ``A * logp``; sum / tokens); ``sapo`` (a soft gate ``sigmoid(tau (r - 1)) * 4 / tau`` instead of the
@@ -66,7 +68,7 @@ class Objective:
     kl_bias_correction: bool = True
     """Multiply the KL estimate by the importance weight (TRL's ``use_bias_correction_kl``, on by default
     in TRL 1.16): the unbiased reverse-KL gradient of DeepSeek-V3.2."""
-    importance_sampling_level: str = "token"
+    importance_sampling_level: ImportanceSamplingLevel = "token"
     """``token``: one ratio per token; ``sequence`` (GSPO): ``exp`` of the mean log-ratio over the
     sequence's tokens, one ratio per sequence."""
     sapo_temperature_pos: float = 1.0
@@ -105,7 +107,7 @@ class Objective:
     """DeepSeek-V3.2's off-policy sequence mask (delta of its Eq. 9): a sequence of negative advantage whose
     mean ``behaviour logp - policy logp`` over its tokens exceeds this is left out of the policy term.
     None disables it."""
-    rollout_correction: str = "none"
+    rollout_correction: RolloutCorrection = "none"
     """Correction of the mismatch between the rollout's (behaviour) log-probs and the training forward's, as
     TRL's ``vllm_importance_sampling_mode`` (``none`` = its ``vllm_importance_sampling_correction: False``):
     ``token_truncate`` / ``token_mask`` weight each token by ``exp(policy - behaviour)`` clipped to, or zero
@@ -116,6 +118,14 @@ class Objective:
     """Upper bound C_max of the correction (TRL's ``vllm_importance_sampling_clip_max``); None: none."""
     rollout_correction_clip_min: float | None = None
     """Lower bound C_min of the correction (TRL's ``vllm_importance_sampling_clip_min``); None: none."""
+    mask_truncated_completions: bool = False
+    """Leave completions cut at ``sampler.max_new_tokens`` out of the loss (DAPO's overlong filtering; TRL's
+    option of the same name). They still count in their group's advantages."""
+    advantage: str = "grpo"
+    """Advantage estimator, by name (``grpo``: the group-relative advantage, see :mod:`infgrpo.algo.advantages`)."""
+    scale_rewards: ScaleRewards = "group"
+    """Which std divides the centered rewards (TRL's ``scale_rewards``): ``group`` (each group's), ``batch``
+    (the whole generation batch's, over every rank) or ``none`` (Dr. GRPO)."""
 
     def __post_init__(self) -> None:
         # 1) names
@@ -123,6 +133,8 @@ class Objective:
         check_choice("importance_sampling_level", self.importance_sampling_level, choices(ImportanceSamplingLevel))
         check_choice("rollout_correction", self.rollout_correction, choices(RolloutCorrection))
         KL_ESTIMATORS.check(self.kl_estimator)
+        ADVANTAGES.check(self.advantage)
+        check_scale_rewards(self.scale_rewards)
         # 2) ranges
         for name in ("epsilon_low", "epsilon_high", "beta", "vespo_k_pos", "vespo_lambda_pos"):
             _finite(name, getattr(self, name), "a number >= 0", lambda v: v >= 0)
@@ -130,15 +142,20 @@ class Objective:
             _finite(name, getattr(self, name), "a number >= 0", lambda v: v >= 0)
         for name in ("sapo_temperature_pos", "sapo_temperature_neg"):
             _finite(name, getattr(self, name), "a number > 0 (the gate divides by it)", lambda v: v > 0)
+        if self.epsilon_low >= 1:
+            raise ConfigError(
+                f"epsilon_low={self.epsilon_low} must be in [0, 1): the ratio is clipped below at 1 - epsilon_low, "
+                "which at 0 or below never binds (TRL's epsilon; DAPO uses 0.2)"
+            )
         _finite("top_entropy_quantile", self.top_entropy_quantile, "in [0, 1] (the share kept)", lambda v: 0 <= v <= 1)
         for name in ("entropy_coef", "entropy_coef_min", "entropy_coef_max", "entropy_target"):
             _finite(name, getattr(self, name), "a finite number")
         if self.entropy_coef_min > self.entropy_coef_max:
-            raise ValueError(
+            raise ConfigError(
                 f"entropy_coef_min={self.entropy_coef_min} must be <= entropy_coef_max={self.entropy_coef_max}"
             )
         if self.use_adaptive_entropy and not self.entropy_coef_min <= self.entropy_coef <= self.entropy_coef_max:
-            raise ValueError(
+            raise ConfigError(
                 f"entropy_coef={self.entropy_coef} (the adaptive schedule's start) must be in [entropy_coef_min="
                 f"{self.entropy_coef_min}, entropy_coef_max={self.entropy_coef_max}]"
             )
@@ -160,6 +177,7 @@ class Objective:
                 lambda v: v >= 0,
             )
         self._check_rollout_correction()
+        check_types(self)  # what the checks above leave: the booleans and the names' types
         self._warn_like_trl()
 
     def _check_rollout_correction(self) -> None:
@@ -170,14 +188,14 @@ class Objective:
         if hi is not None:
             _finite("rollout_correction_clip_max", hi, "None or a number > 0 (a bound on a ratio)", lambda v: v > 0)
         if lo is not None and hi is not None and lo >= hi:
-            raise ValueError(f"rollout_correction_clip_min={lo} must be less than rollout_correction_clip_max={hi}")
+            raise ConfigError(f"rollout_correction_clip_min={lo} must be less than rollout_correction_clip_max={hi}")
         if mode.endswith("_truncate") and lo is None and hi is None:
-            raise ValueError(
+            raise ConfigError(
                 f"rollout_correction={mode!r} needs rollout_correction_clip_min or rollout_correction_clip_max "
                 "(a truncation needs a bound)"
             )
         if self.loss_type == "vespo" and mode.startswith("sequence_"):
-            raise ValueError(
+            raise ConfigError(
                 f"rollout_correction={mode!r} cannot be used with loss_type='vespo' (VESPO folds per-token "
                 "corrections into its sequence weight); valid with vespo: none, token_truncate, token_mask"
             )

@@ -67,17 +67,17 @@ CHECKPOINTING = {"off": [False], "on": [True], "both": [False, True], "default":
 """``--gradient-checkpointing``: the settings run; ``default`` = each trainer's own (infgrpo off, TRL on)."""
 OWN_DEFAULT_CHECKPOINTING = {"infgrpo": False, "trl": True}
 SHARE_PROMPT = {"auto": ["auto"], "on": ["on"], "off": ["off"], "both": ["on", "off"]}
-MATCHED_FIELDS = {  # GRPOModule fields the job sets for both trainers -> the flag that sets them
-    "model": "--model", "gguf_file": "--gguf-file", "dtype": "--dtype", "lora_r": "--lora-r",
-    "lora_alpha": "--lora-alpha", "lora_dropout": None, "lora_target_modules": None,
-    "gradient_checkpointing": "--gradient-checkpointing", "group_size": "--group-size", "rewards": "--task",
-    "accuracy_reward": "--task", "scale_rewards": None, "loss_type": "--loss-type", "beta": "--beta",
-    "learning_rate": "--lr", "lr_scheduler_type": "--lr-schedule", "warmup_steps": None, "weight_decay": None,
-    "max_grad_norm": None,
-    "share_prompt": "--share-prompt", "output_dir": None, "seed": "--seed", "threads": "--threads",
-    "sampler.max_new_tokens": "--max-new-tokens", "sampler.temperature": "--temperature", "sampler.top_k": None,
-    "sampler.top_p": None, "sampler.stop_token_ids": None, "epsilon_low": None, "epsilon_high": None,
-    "num_iterations": None, "mask_truncated_completions": None,
+MATCHED_FIELDS = {  # GRPOModule keys the job sets for both trainers -> the flag that sets them
+    "policy.model_name_or_path": "--model", "policy.gguf_file": "--gguf-file", "policy.dtype": "--dtype",
+    "lora.r": "--lora-r", "lora.alpha": "--lora-alpha", "lora.dropout": None, "lora.target_modules": None,
+    "policy.gradient_checkpointing": "--gradient-checkpointing", "group_size": "--group-size",
+    "rewards.functions": "--task", "rewards.accuracy": "--task", "objective.scale_rewards": None,
+    "objective.loss_type": "--loss-type", "objective.beta": "--beta", "optimizer.learning_rate": "--lr",
+    "optimizer.lr_scheduler_type": "--lr-schedule", "optimizer.warmup_steps": None, "optimizer.weight_decay": None,
+    "optimizer.max_grad_norm": None, "update.share_prompt": "--share-prompt", "output_dir": None, "seed": "--seed",
+    "threads": "--threads", "sampler.max_new_tokens": "--max-new-tokens", "sampler.temperature": "--temperature",
+    "sampler.top_k": None, "sampler.top_p": None, "sampler.stop_token_ids": None, "objective.epsilon_low": None,
+    "objective.epsilon_high": None, "update.num_iterations": None, "objective.mask_truncated_completions": None,
 }  # fmt: skip
 RUN_KEYS = ("run", "trainer", "gradient_checkpointing", "share_prompt", "skipped")
 
@@ -85,20 +85,22 @@ RUN_KEYS = ("run", "trainer", "gradient_checkpointing", "share_prompt", "skipped
 def infgrpo_config(pairs: list[str]) -> dict[str, Any]:
     """``--infgrpo-config KEY=VALUE ...`` as a dict: values read as YAML (``4096`` -> int, ``auto`` -> str).
 
-    Keys are ``GRPOModule`` fields or ``sampler.<SamplerConfig field>``, except those the job matches
-    with TRL (:data:`MATCHED_FIELDS`): changing one of those on one side only would compare two jobs.
+    Keys are ``GRPOModule``'s: ``<group>.<field>`` (``update.token_budget``, ``sampler.num_slots``) or a top-level
+    one, except those the job matches with TRL (:data:`MATCHED_FIELDS`): changing one of those on one side only
+    would compare two jobs.
     """
     import yaml
 
-    from infgrpo import GRPOModule, SamplerConfig
+    from infgrpo import GRPOModule
+    from infgrpo.training.hparams import GROUPS
 
-    module_fields = [n for n in inspect.signature(GRPOModule.__init__).parameters if n not in ("self", "sampler")]
-    valid = [*module_fields, *(f"sampler.{f.name}" for f in fields(SamplerConfig))]
+    top = [n for n in inspect.signature(GRPOModule.__init__).parameters if n != "self" and n not in GROUPS]
+    valid = [*top, *(f"{g}.{f.name}" for g, cls in GROUPS.items() for f in fields(cls))]
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
-            raise ValueError(f"--infgrpo-config {pair!r} is not KEY=VALUE (e.g. token_budget=auto)")
+            raise ValueError(f"--infgrpo-config {pair!r} is not KEY=VALUE (e.g. update.token_budget=auto)")
         if key in MATCHED_FIELDS:
             flag = MATCHED_FIELDS[key]
             how = f"set it with {flag}" if flag else "it is fixed by the job"
@@ -398,7 +400,7 @@ def add_args(ap: argparse.ArgumentParser) -> None:
         nargs="*",
         default=[],
         metavar="KEY=VALUE",
-        help="more GRPOModule fields for the infgrpo runs, e.g. token_budget=auto sampler.num_slots=32",
+        help="more GRPOModule settings for the infgrpo runs, e.g. update.token_budget=auto sampler.num_slots=32",
     )
     ap.add_argument(
         "--trl-micro-batch",

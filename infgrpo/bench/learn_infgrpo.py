@@ -75,40 +75,33 @@ class StepLog(L.Callback):
 
 def module_kwargs(job: dict) -> dict[str, Any]:
     """``GRPOModule`` arguments of the job: the matched settings, then the run's ``infgrpo_config`` extras."""
-    from infgrpo import SamplerConfig
-
-    extra = dict(job.get("infgrpo_config") or {})
-    sampler = {k.removeprefix("sampler."): extra.pop(k) for k in list(extra) if k.startswith("sampler.")}
     reward = reward_name(job["task"])
-    return dict(
-        model=job["model"],
-        gguf_file=job["gguf_file"],
-        dtype=job["dtype"],
-        lora_r=job["lora_r"],
-        lora_alpha=job["lora_alpha"],
-        lora_dropout=0.0,
-        lora_target_modules="all-linear",
-        gradient_checkpointing=job["gradient_checkpointing"],
-        group_size=job["group_size"],
-        sampler=SamplerConfig(
-            max_new_tokens=job["max_new_tokens"], temperature=job["temperature"], top_k=0, top_p=1.0, **sampler
+    kwargs: dict[str, Any] = dict(
+        policy=dict(
+            model_name_or_path=job["model"], gguf_file=job["gguf_file"], dtype=job["dtype"],
+            gradient_checkpointing=job["gradient_checkpointing"],
         ),
-        rewards={reward: 1.0},
-        accuracy_reward=reward,
-        scale_rewards=job["scale_rewards"],
-        loss_type=job["loss_type"],
-        beta=job["beta"],
-        learning_rate=job["lr"],
-        lr_scheduler_type=job["lr_schedule"],
-        warmup_steps=0,
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        share_prompt=job["share_prompt"],
+        lora=dict(r=job["lora_r"], alpha=job["lora_alpha"], dropout=0.0, target_modules="all-linear"),
+        group_size=job["group_size"],
+        sampler=dict(max_new_tokens=job["max_new_tokens"], temperature=job["temperature"], top_k=0, top_p=1.0),
+        rewards=dict(functions={reward: 1.0}, accuracy=reward),
+        objective=dict(scale_rewards=job["scale_rewards"], loss_type=job["loss_type"], beta=job["beta"]),
+        optimizer=dict(
+            learning_rate=job["lr"], lr_scheduler_type=job["lr_schedule"], warmup_steps=0, weight_decay=0.0,
+            max_grad_norm=1.0,
+        ),
+        update=dict(share_prompt=job["share_prompt"]),
         output_dir=job["adapter_dir"],
         seed=job["seed"],
         threads=threads_setting(job["threads"]),
-        **extra,
-    )
+    )  # fmt: skip
+    for key, value in (job.get("infgrpo_config") or {}).items():  # "group.field" or a top-level key
+        group, _, name = key.rpartition(".")
+        if group:
+            kwargs.setdefault(group, {})[name] = value
+        else:
+            kwargs[name] = value
+    return kwargs
 
 
 def train_infgrpo(job: dict) -> dict[str, Any]:
@@ -140,7 +133,7 @@ def train_infgrpo(job: dict) -> dict[str, Any]:
         with memory:
             trainer.fit(module, data)
     hp, policy = dict(module.hparams), module.policy
-    sampler = hp["sampler"]
+    sampler, opt, obj = hp["sampler"], hp["optimizer"], hp["objective"]
     matched = {
         "model": job["model"],
         "dtype": str(next(policy.parameters()).dtype).removeprefix("torch."),
@@ -154,17 +147,17 @@ def train_infgrpo(job: dict) -> dict[str, Any]:
         "top_k": sampler["top_k"],
         "stop_token_ids": sorted(module.sampler.stop_ids),
         **lora_settings(policy),
-        "learning_rate": hp["learning_rate"],
-        "lr_schedule": hp["lr_scheduler_type"] + (f", warmup {hp['warmup_steps']}" if hp["warmup_steps"] else ""),
+        "learning_rate": opt["learning_rate"],
+        "lr_schedule": opt["lr_scheduler_type"] + (f", warmup {opt['warmup_steps']}" if opt["warmup_steps"] else ""),
         **optimizer_settings(trainer.optimizers[0]),
-        "max_grad_norm": hp["max_grad_norm"],
-        "loss_type": hp["loss_type"],
-        "beta": hp["beta"],
-        "scale_rewards": hp["scale_rewards"],
-        "epsilon_low": hp["epsilon_low"],
-        "epsilon_high": hp["epsilon_high"],
-        "num_iterations": hp["num_iterations"],
-        "mask_truncated_completions": hp["mask_truncated_completions"],
+        "max_grad_norm": opt["max_grad_norm"],
+        "loss_type": obj["loss_type"],
+        "beta": obj["beta"],
+        "scale_rewards": obj["scale_rewards"],
+        "epsilon_low": obj["epsilon_low"],
+        "epsilon_high": obj["epsilon_high"],
+        "num_iterations": hp["update"]["num_iterations"],
+        "mask_truncated_completions": obj["mask_truncated_completions"],
         "gradient_checkpointing": bool(policy.get_base_model().is_gradient_checkpointing),
         "steps": trainer.global_step,
         "seed": hp["seed"],

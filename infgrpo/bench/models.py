@@ -163,7 +163,7 @@ def bench_setup(
 
 
 def save_bench_model(name: str, folder: str | Path) -> str:
-    """A model name for ``GRPOModule(model=...)``: random-weight models saved to ``folder`` with the tiny tokenizer.
+    """A ``policy.model_name_or_path`` for ``GRPOModule``: random-weight models saved to ``folder``, tiny tokenizer.
 
     ``qwen3-42m`` (float32) and ``qwen3-1.7b-shape`` (bfloat16) are written with ``save_pretrained``, so
     they load through ``from_pretrained`` as a hub model would; ``folder`` is returned. ``tiny`` and a

@@ -78,9 +78,11 @@ def run_step(cfg: dict) -> dict:
         random_weights = name in BENCH_MODELS and BENCH_MODELS[name].random_weights
         stop = tokenizer_stop_ids(cfg["stop_fraction"]) if random_weights else []
         sampler = dict(num_slots=cfg["num_slots"], max_new_tokens=cfg["max_new_tokens"], stop_token_ids=stop)
-        overrides = dict(group_size=cfg["group_size"], lora_r=cfg["lora_r"], lora_alpha=2 * cfg["lora_r"])
-        overrides.update(load_in_4bit=cfg["load_in_4bit"], bnb_4bit_compute_dtype=cfg["compute"], dtype=cfg["compute"])
-        overrides.update(threads=threads_setting(cfg.get("threads")))
+        overrides = dict(group_size=cfg["group_size"], lora={"r": cfg["lora_r"], "alpha": 2 * cfg["lora_r"]})
+        overrides.update(
+            quantization={"load_in_4bit": cfg["load_in_4bit"], "bnb_4bit_compute_dtype": cfg["compute"]},
+            policy={"dtype": cfg["compute"]}, threads=threads_setting(cfg.get("threads")),
+        )  # fmt: skip
         module_kwargs, data_kwargs = recipe_kwargs(cfg["config"], model=model, prompts=1, sampler=sampler, **overrides)
         result = measure_step(module_kwargs, data_kwargs)
     return {**cfg, **result}

@@ -37,9 +37,9 @@ from infgrpo.bench.table import Column, cell, markdown_table, ratio
 from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 
 VARIANTS = {
-    "float-full": dict(lora_r=0),
-    "float-lora": dict(lora_r=8),
-    "4bit-lora": dict(lora_r=8, load_in_4bit=True, bnb_4bit_compute_dtype="float32"),
+    "float-full": dict(lora={"r": 0}),
+    "float-lora": dict(lora={"r": 8}),
+    "4bit-lora": dict(lora={"r": 8}, quantization={"load_in_4bit": True, "bnb_4bit_compute_dtype": "float32"}),
 }
 MODEL_DEFAULTS = {  # per model: group size, prompts, slots, max new tokens, token budget
     "tiny": dict(group_size=8, prompts=4, num_slots=8, max_new_tokens=64, token_budget=4096),
@@ -119,19 +119,23 @@ def recipe_kwargs(
 
     The model is replaced by ``model`` (a folder from :func:`save_bench_model`, or ``tiny``), the
     data by ``prompts`` prompts of the tiny synthetic task a step, the rewards by ``synthetic``; the
-    output folder and completion tables are dropped. ``overrides`` replace module fields
-    (``logit_chunk_tokens=0``, ``token_budget="auto"``, ...); a ``sampler`` dict updates the recipe's.
+    output folder and completion tables are dropped. ``overrides``: a mapping for a group updates the
+    recipe's fields of that group (``update={"token_budget": "auto"}``, ``sampler={"num_slots": 4}``); any
+    other value replaces a top-level one (``group_size=4``).
     """
     import yaml
 
-    from infgrpo.sampler import SamplerConfig
-
-    section = dict(yaml.safe_load(Path(config).read_text())["model"])
-    section.update(model=model, rewards={"synthetic": 1.0}, accuracy_reward="synthetic", output_dir=None)
-    section.update(log_completions_every_n_steps=0)
-    sampler = {**section.get("sampler", {}), **overrides.pop("sampler", {})}
-    section.update(overrides, sampler=sampler)
-    section["sampler"] = SamplerConfig(**section["sampler"])
+    section = {
+        k: dict(v) if isinstance(v, dict) else v for k, v in yaml.safe_load(Path(config).read_text())["model"].items()
+    }
+    section.setdefault("policy", {})["model_name_or_path"] = model
+    section.update(rewards={"functions": {"synthetic": 1.0}, "accuracy": "synthetic"}, output_dir=None)
+    section.setdefault("logging", {})["log_completions_every_n_steps"] = 0
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            section[key] = {**section.get(key, {}), **value}
+        else:
+            section[key] = value
     return section, dict(path="tiny", tokenizer=model, batch_size=prompts, eval_split=None)
 
 
@@ -184,18 +188,17 @@ def run_one(cfg: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         model = save_bench_model(cfg["model"], Path(tmp) / cfg["model"])
         module_kwargs = dict(
-            model=model,
+            policy={"model_name_or_path": model},
             group_size=cfg["group_size"],
-            accuracy_reward="synthetic",
-            token_budget=cfg["token_budget"],
-            logit_chunk_tokens=cfg["logit_chunk_tokens"],
-            num_iterations=cfg.get("num_iterations", 1),
+            rewards={"accuracy": "synthetic"},
+            update=dict(
+                token_budget=cfg["token_budget"], logit_chunk_tokens=cfg["logit_chunk_tokens"],
+                num_iterations=cfg.get("num_iterations", 1),
+            ),
             threads=threads_setting(cfg.get("threads")),
+            sampler=dict(num_slots=cfg["num_slots"], max_new_tokens=cfg["max_new_tokens"]),
             **VARIANTS[cfg["variant"]],
-        )
-        from infgrpo import SamplerConfig
-
-        module_kwargs["sampler"] = SamplerConfig(num_slots=cfg["num_slots"], max_new_tokens=cfg["max_new_tokens"])
+        )  # fmt: skip
         data_kwargs = dict(path="tiny", tokenizer=model, batch_size=cfg["prompts"], eval_split=None)
         return {**cfg, **measure_step(module_kwargs, data_kwargs)}
 

@@ -19,8 +19,9 @@ Sources (``path``): ``"tiny"`` (the shipped synthetic task), a local folder hold
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 from torch.utils.data import DataLoader
@@ -30,9 +31,31 @@ from infgrpo.assets import TINY_DATA_DIR
 from infgrpo.data.reasoning_tasks import check_task, is_reasoning_gym, task_rows
 from infgrpo.data.resumable import ResumableBatchSampler
 from infgrpo.models import load_tokenizer  # the policy's own loader: same aliases, GGUF files and pad token
-from infgrpo.runtime.seeds import derive_seed
+from infgrpo.runtime.seeds import derive_seed, run_seed
+from infgrpo.settings import ConfigError, check_arguments
 
 FILE_TYPES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+LongPrompts = Literal["error", "skip"]
+
+
+def check_data_settings(hp: Mapping[str, Any]) -> None:
+    """Raises a :class:`~infgrpo.settings.ConfigError` naming ``data.<field>`` for the first bad argument of
+    :class:`PromptDataModule` in ``hp`` (by name; types, ranges, the task), before anything is read or loaded."""
+    hp = {k: v for k, v in hp.items() if k not in ("self", "__class__")}
+    check_arguments(PromptDataModule.__init__, hp, "data.")
+    for name, least in (("batch_size", 1), ("eval_size", 0), ("eval_batch_size", 1), ("max_prompt_length", 1)):
+        if hp.get(name, least) < least:
+            raise ConfigError(f"data.{name}={hp[name]} must be >= {least}")
+    if hp.get("train_size") is not None and hp["train_size"] < 1:
+        raise ConfigError(f"data.train_size={hp['train_size']} must be >= 1 (None = all rows)")
+    path, task_config = hp.get("path", "tiny"), hp.get("task_config")
+    if is_reasoning_gym(path):
+        check_task(path, task_config)
+        eval_task_seed = hp.get("eval_task_seed")
+        if eval_task_seed is not None and eval_task_seed == hp.get("task_seed", 0):
+            raise ConfigError(f"data.eval_task_seed={eval_task_seed} must differ from data.task_seed")
+    elif task_config is not None:
+        raise ConfigError(f"data.task_config is set, but data.path={path!r} is no reasoning_gym:<task> source")
 
 
 def load_rows(path: str, split: str, config_name: str | None = None) -> list[dict[str, Any]]:
@@ -93,9 +116,9 @@ class PromptDataModule(L.LightningDataModule):
         long_prompts: ``"error"`` (stop with a message) or ``"skip"`` (drop them, with a warning).
         system_prompt: optional system message put before each prompt (needs the chat template).
         chat_template: wrap prompts in the tokenizer's chat template.
-        seed: seed of the shuffled order.
+        seed: seed of the shuffled order; None (the default): the run's ``seed_everything``.
         gguf_file: the GGUF file (in the ``tokenizer`` folder) whose tokenizer is used; usually linked
-            to ``model.gguf_file``.
+            to ``model.policy.gguf_file``.
         task_config: settings of a ``reasoning_gym:<task>`` source, passed to the task's config
             (e.g. ``{min_terms: 2, max_terms: 2, max_digits: 2}`` for ``chain_sum``); a composite
             takes ``{datasets: [{name, weight, config}, ...]}``.
@@ -120,10 +143,10 @@ class PromptDataModule(L.LightningDataModule):
         eval_size: int = 200,
         eval_batch_size: int = 128,
         max_prompt_length: int = 128,
-        long_prompts: str = "error",
+        long_prompts: LongPrompts = "error",
         system_prompt: str | None = None,
         chat_template: bool = True,
-        seed: int = 0,
+        seed: int | None = None,
         gguf_file: str | None = None,
         task_config: dict[str, Any] | None = None,
         train_size: int | None = None,
@@ -131,20 +154,9 @@ class PromptDataModule(L.LightningDataModule):
         eval_task_seed: int | None = None,
     ) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"data.batch_size={batch_size} must be >= 1")
-        if train_size is not None and train_size < 1:
-            raise ValueError(f"data.train_size={train_size} must be >= 1 (None = all rows)")
-        if is_reasoning_gym(path):
-            check_task(path, task_config)
-            if eval_task_seed is not None and eval_task_seed == task_seed:
-                raise ValueError(f"data.eval_task_seed={eval_task_seed} must differ from data.task_seed")
-        elif task_config is not None:
-            raise ValueError(f"data.task_config is set, but data.path={path!r} is no reasoning_gym:<task> source")
-        if long_prompts not in ("error", "skip"):
-            raise ValueError(f"data.long_prompts={long_prompts!r}; valid: 'error', 'skip'")
-        if max_prompt_length < 1:
-            raise ValueError(f"data.max_prompt_length={max_prompt_length} must be >= 1")
+        check_data_settings(locals())  # before anything loads; errors name data.<field>
+        self._seed_given = seed is not None  # a derived seed follows a resumed checkpoint's (load_state_dict)
+        seed = run_seed(seed)  # None: the run's seed_everything (saved resolved, as the module's)
         self.save_hyperparameters()
         self.train_items: list[dict] = []
         self.eval_items: list[dict] = []
@@ -272,6 +284,13 @@ class PromptDataModule(L.LightningDataModule):
         return {"sampler": self.batch_sampler.state_dict()} if self.batch_sampler else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Keeps a saved position in the data; the next :meth:`train_dataloader` resumes from it."""
+        """Keeps a saved position in the data; the next :meth:`train_dataloader` resumes from it.
+
+        The order is the checkpoint's: a seed derived from ``seed_everything`` (``seed: null``) becomes the
+        saved one; an explicit seed is kept.
+        """
         if "sampler" in state_dict:
             self._pending_state = state_dict["sampler"]
+            saved = self._pending_state.get("seed")
+            if not self._seed_given and isinstance(saved, int):
+                self.hparams["seed"] = saved

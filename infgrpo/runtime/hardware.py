@@ -5,7 +5,7 @@
   found!", comes after loading and does not say what to change).
 - :func:`slow_cpu_dtype`: bfloat16 / float16 weights on a CPU without native support for them run
   through slow conversions (a LoRA forward + backward of SmolLM2-135M: ~5 s in float32, ~110 s in
-  bfloat16 on an AVX2-only CPU); the run warns once, naming ``--model.dtype float32``.
+  bfloat16 on an AVX2-only CPU); the run warns once, naming ``--model.policy.dtype float32``.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def check_accelerator(accelerator: str | None, cuda_available: bool, mps_availab
     if not found:
         raise ValueError(
             f"trainer.accelerator={accelerator!r} but this machine has no {'GPU' if name == 'gpu' else name.upper()} "
-            "that torch can use. Run on the CPU with --trainer.accelerator cpu (with --model.dtype float32 unless "
-            "the CPU has native bfloat16), or --trainer.accelerator auto to take whatever is there."
+            "that torch can use. Run on the CPU with --trainer.accelerator cpu (with --model.policy.dtype float32 "
+            "unless the CPU has native bfloat16), or --trainer.accelerator auto to take whatever is there."
         )
 
 
@@ -55,7 +55,7 @@ def slow_cpu_dtype(dtype: str, flags: set[str]) -> str | None:
     if needed is None or flags & set(needed):
         return None
     return (
-        f"model.dtype={dtype} on a CPU without native {dtype} (none of the CPU flags {', '.join(needed)}): "
-        f"every matrix multiply converts, ~20x slower than float32. Use --model.dtype float32 "
+        f"model.policy.dtype={dtype} on a CPU without native {dtype} (none of the CPU flags {', '.join(needed)}): "
+        f"every matrix multiply converts, ~20x slower than float32. Use --model.policy.dtype float32 "
         "(and --model.bnb_4bit_compute_dtype float32 with 4-bit weights)."
     )

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 import torch
 
 from infgrpo.runtime.host_memory import release_host_memory
+from infgrpo.settings import ConfigError
 
 GB = 1e9
 UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
@@ -45,7 +46,7 @@ def parse_memory(value: int | float | str, field: str) -> int | float:
     if isinstance(value, str):
         m = re.fullmatch(r"\s*(\d+(?:\.\d*)?(?:[eE]\d+)?)\s*([a-zA-Z]*)\s*", value)
         if m is None or m.group(2).lower() not in UNITS:
-            raise ValueError(f"{field}={value!r} is not understood; valid: {valid}")
+            raise ConfigError(f"{field}={value!r} is not understood; valid: {valid}")
         number, unit = m.group(1), m.group(2).lower()
         if unit:
             value = int(float(number) * UNITS[unit])
@@ -54,9 +55,9 @@ def parse_memory(value: int | float | str, field: str) -> int | float:
     if isinstance(value, float) and value > 1 and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{field}={value!r} is not understood; valid: {valid}")
+        raise ConfigError(f"{field}={value!r} is not understood; valid: {valid}")
     if (isinstance(value, float) and not 0.0 < value <= 1.0) or (isinstance(value, int) and value < 1):
-        raise ValueError(f"{field}={value!r} is out of range; valid: {valid}")
+        raise ConfigError(f"{field}={value!r} is out of range; valid: {valid}")
     return value
 
 

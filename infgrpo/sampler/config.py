@@ -18,6 +18,7 @@ from infgrpo.sampler.decode_step import CudaGraphs, DecodeAttention, DecodeWidth
 from infgrpo.sampler.length_predictor import LengthPrediction
 from infgrpo.sampler.planner import Planner
 from infgrpo.sampler.refill import Refill
+from infgrpo.settings import ConfigError, check_types
 
 
 @dataclass
@@ -102,18 +103,21 @@ class SamplerConfig:
         if self.num_slots != "auto" and (
             isinstance(self.num_slots, bool) or not isinstance(self.num_slots, int) or self.num_slots < 1
         ):
-            raise ValueError(f"num_slots={self.num_slots!r} must be an integer >= 1 or 'auto'")
+            raise ConfigError(f"num_slots={self.num_slots!r} must be an integer >= 1 or 'auto'")
         parse_memory(self.rollout_memory, "rollout_memory")
+        if not isinstance(self.keep_pool, bool) and self.keep_pool != "auto":
+            raise ConfigError(f"keep_pool={self.keep_pool!r} must be true, false or 'auto' (kept on CUDA only)")
+        check_types(self)  # before any comparison: SamplerConfig(temperature="1.0") names the field
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens <= 0:
-            raise ValueError(f"max_new_tokens={self.max_new_tokens!r} must be an integer > 0")
+            raise ConfigError(f"max_new_tokens={self.max_new_tokens!r} must be an integer > 0")
         if self.temperature < 0:
-            raise ValueError(f"temperature={self.temperature!r} must be >= 0 (0 = greedy)")
+            raise ConfigError(f"temperature={self.temperature!r} must be >= 0 (0 = greedy)")
         if self.top_k < 0:
-            raise ValueError(f"top_k={self.top_k!r} must be >= 0 (0 = off)")
+            raise ConfigError(f"top_k={self.top_k!r} must be >= 0 (0 = off)")
         if not self.planner_epsilon > 0:
-            raise ValueError(f"planner_epsilon={self.planner_epsilon!r} must be > 0")
+            raise ConfigError(f"planner_epsilon={self.planner_epsilon!r} must be > 0")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p={self.top_p!r} must be in (0, 1]")
+            raise ConfigError(f"top_p={self.top_p!r} must be in (0, 1]")
         check_choice("decoder", self.decoder, choices(Decoder))
         check_choice("refill", self.refill, choices(Refill))
         check_choice("planner", self.planner, choices(Planner))
@@ -121,10 +125,8 @@ class SamplerConfig:
         check_choice("cuda_graphs", self.cuda_graphs, choices(CudaGraphs))
         check_choice("decode_attention", self.decode_attention, choices(DecodeAttention))
         check_choice("decode_width", self.decode_width, choices(DecodeWidth))
-        if not isinstance(self.keep_pool, bool) and self.keep_pool != "auto":
-            raise ValueError(f"keep_pool={self.keep_pool!r} must be true, false or 'auto' (kept on CUDA only)")
         if self.cuda_graphs == "on" and self.decode_width == "busy":
-            raise ValueError(
+            raise ConfigError(
                 "cuda_graphs='on' needs decode_width 'pool' or 'auto' (a graph replays one shape); "
                 "got decode_width='busy'"
             )

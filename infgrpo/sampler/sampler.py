@@ -198,7 +198,7 @@ class MicroGroupSampler:
                     f"the rollout ran out of device memory even with one slot ({field}): the model and "
                     f"one sequence of up to max_new_tokens={self.config.max_new_tokens} tokens after its "
                     "prompt do not fit. Lower model.sampler.max_new_tokens or data.max_prompt_length, "
-                    f"or load the model in 4-bit (model.load_in_4bit). Cause: {message}"
+                    f"or load the model in 4-bit (model.quantization.load_in_4bit). Cause: {message}"
                 )
             self.pools.release()
             smaller = max(1, slots // 2)

@@ -1,6 +1,13 @@
-"""Validation of ``GRPOModule``'s settings, before anything is loaded: each error names the field and what is valid.
+"""``GRPOModule``'s settings: the groups, checked before anything loads, and the flat keys they replaced.
 
-threads, objective = check_hparams(hp)   # ValueError on the first bad setting; warnings for risky pairs
+    settings = check_settings(policy={"model_name_or_path": "smollm2"}, lora=LoRAConfig(r=16), group_size=8)
+    settings.objective.loss_type           # every group built and checked; errors name ``group.field``
+    settings.hparams()                     # plain nested dicts: the checkpoint's hyper-parameters
+
+Each group is a dataclass that checks its own fields (types included) where it is built; this module builds
+them from instances or mappings (:func:`~infgrpo.settings.build_group`), checks the top-level values and the
+combinations of groups, and maps the flat keys of checkpoints written before the groups
+(:data:`MOVED`, :func:`group_flat_hparams`).
 """
 
 from __future__ import annotations
@@ -8,67 +15,175 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from infgrpo.algo import ADVANTAGES, Objective
-from infgrpo.algo.advantages import check_scale_rewards
-from infgrpo.models import check_dtype, check_loading
-from infgrpo.rewards import check_rewards
-from infgrpo.rewards.core import check_on_error
+from infgrpo.algo import Objective
+from infgrpo.callbacks.completion_table import LoggingConfig
+from infgrpo.evaluation import EvaluationConfig
+from infgrpo.model_config import LoRAConfig, PolicyConfig, QuantizationConfig, check_policy
+from infgrpo.rewards.config import RewardConfig
+from infgrpo.runtime.seeds import run_seed
 from infgrpo.runtime.threads import Threads, check_threads
-from infgrpo.training.optim import check_lr_schedule
-from infgrpo.update.budget import check_token_budget, parse_update_memory
+from infgrpo.sampler import SamplerConfig
+from infgrpo.settings import ConfigError, build_group
+from infgrpo.training.optim import OptimizerConfig
+from infgrpo.update.config import UpdateConfig
+
+GROUPS: dict[str, type] = {
+    "policy": PolicyConfig,
+    "lora": LoRAConfig,
+    "quantization": QuantizationConfig,
+    "sampler": SamplerConfig,
+    "rewards": RewardConfig,
+    "objective": Objective,
+    "update": UpdateConfig,
+    "optimizer": OptimizerConfig,
+    "evaluation": EvaluationConfig,
+    "logging": LoggingConfig,
+}
+"""``GRPOModule``'s groups by key (``model.<key>.<field>`` on the command line)."""
+
+_RENAMED = {
+    "model": "policy.model_name_or_path", "lora_r": "lora.r", "lora_alpha": "lora.alpha",
+    "lora_dropout": "lora.dropout", "lora_target_modules": "lora.target_modules", "rewards": "rewards.functions",
+    "accuracy_reward": "rewards.accuracy", "reward_on_error": "rewards.on_error",
+    "eval_temperature": "evaluation.temperature",
+}  # fmt: skip
+_SAME_NAME = {
+    "policy": ("gguf_file", "dtype", "gradient_checkpointing"),
+    "quantization": ("load_in_4bit", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "bnb_4bit_compute_dtype"),
+    "objective": tuple(f.name for f in dataclasses.fields(Objective)),
+    "update": tuple(f.name for f in dataclasses.fields(UpdateConfig)),
+    "optimizer": tuple(f.name for f in dataclasses.fields(OptimizerConfig)),
+    "logging": tuple(f.name for f in dataclasses.fields(LoggingConfig)),
+}
+REWARD_FIELDS = frozenset(f.name for f in dataclasses.fields(RewardConfig))
+MOVED: dict[str, str] = {**_RENAMED, **{name: f"{g}.{name}" for g, names in _SAME_NAME.items() for name in names}}
+"""Each flat ``GRPOModule`` argument of infgrpo 0.1 -> its key in the groups (``loss_type`` ->
+``objective.loss_type``). ``group_size``, ``sampler``, ``output_dir``, ``seed`` and ``threads`` stayed."""
 
 
-def check_hparams(hp: Mapping[str, Any]) -> tuple[Threads, Objective]:
-    """Raises a ValueError naming the first invalid setting of ``hp`` (GRPOModule's arguments by name, with
-    ``rewards`` resolved); returns the normalized ``threads`` ('auto' or an integer) and the objective (its
-    fields are GRPOModule's of the same names, TRL's)."""
-    group_size = hp["group_size"]
-    if not isinstance(group_size, int) or group_size < 2:
-        raise ValueError(f"group_size={group_size!r} must be an integer >= 2 (GRPO compares samples of a group)")
-    if hp["num_iterations"] < 1:
-        raise ValueError(f"num_iterations={hp['num_iterations']} must be >= 1")
-    check_lr_schedule(hp["lr_scheduler_type"])
-    check_token_budget(hp["token_budget"])
-    if hp["token_budget"] == "auto":
-        parse_update_memory(hp["update_memory"])
-    chunk = hp["logit_chunk_tokens"]
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
-        raise ValueError(
-            f"logit_chunk_tokens={chunk!r} must be an integer >= 1 (positions through the LM head at a time) "
-            "or 0 (full logits)"
+@dataclass(frozen=True)
+class ModuleSettings:
+    """Every setting of a ``GRPOModule``, checked: the groups and the values that belong to none."""
+
+    policy: PolicyConfig
+    lora: LoRAConfig
+    quantization: QuantizationConfig
+    group_size: int
+    sampler: SamplerConfig
+    rewards: RewardConfig
+    objective: Objective
+    update: UpdateConfig
+    optimizer: OptimizerConfig
+    evaluation: EvaluationConfig
+    logging: LoggingConfig
+    output_dir: str | None
+    seed: int
+    threads: Threads
+
+    def hparams(self) -> dict[str, Any]:
+        """Plain nested dicts and values (so a checkpoint loads with ``torch.load(weights_only=True)``)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in out.items()}
+
+
+def check_settings(
+    group_size: int = 8, output_dir: str | None = None, seed: int | None = None, threads: Any = "auto", **groups: Any
+) -> ModuleSettings:
+    """Builds and checks every group (instances are copied; mappings, None and missing ones built) and the
+    top-level values; a :class:`~infgrpo.settings.ConfigError` names the first bad ``group.field``.
+
+    ``seed`` None becomes the run's seed (:func:`~infgrpo.runtime.seeds.run_seed`).
+    """
+    unknown = [k for k in groups if k not in GROUPS]
+    if unknown:
+        key = unknown[0]
+        where = f"; it is {MOVED[key]} now" if key in MOVED else ""
+        raise ConfigError(f"{key} is not a setting of GRPOModule{where}")
+    rewards = groups.get("rewards")
+    if isinstance(rewards, Mapping) and rewards and not set(rewards) <= REWARD_FIELDS:
+        raise ConfigError(
+            f"rewards={dict(rewards)!r}: reward functions and weights go in rewards.functions, e.g. "
+            "rewards: {functions: {synthetic: 1.0}, accuracy: synthetic}"
         )
-    check_on_error(hp["reward_on_error"])
-    rewards, accuracy_reward = hp["rewards"], hp["accuracy_reward"]
-    if accuracy_reward is not None and accuracy_reward not in rewards:
-        raise ValueError(f"accuracy_reward={accuracy_reward!r} must be one of rewards: {', '.join(rewards)}")
-    ADVANTAGES.check(hp["advantage"])
-    check_scale_rewards(hp["scale_rewards"])
-    check_dtype(hp["dtype"])
-    check_loading(hp["lora_r"], hp["load_in_4bit"], hp["bnb_4bit_quant_type"], hp["bnb_4bit_compute_dtype"])
-    check_rewards(rewards)
-    objective = Objective(**{f.name: hp[f.name] for f in dataclasses.fields(Objective)})  # ranges, combinations
-    warn_filtered_behaviour_logprobs(hp.get("sampler"), objective)
-    return check_threads(hp["threads"], "threads"), objective
+    built = {key: build_group(cls, groups.get(key), key) for key, cls in GROUPS.items()}
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
+        raise ConfigError(f"group_size={group_size!r} must be an integer >= 2 (GRPO compares samples of a group)")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(f"seed={seed!r} must be an integer, or null (the run's seed_everything)")
+    if output_dir is not None and (not isinstance(output_dir, str) or not output_dir.strip()):
+        raise ConfigError(f"output_dir={output_dir!r} must be a folder path, or null (nothing written)")
+    try:
+        threads = check_threads(threads, "threads")
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    check_policy(built["lora"], built["quantization"])
+    warn_filtered_behaviour_logprobs(built["sampler"], built["objective"])
+    return ModuleSettings(
+        group_size=group_size, output_dir=output_dir, seed=run_seed(seed),
+        threads=threads, **built,
+    )  # fmt: skip
 
 
-def warn_filtered_behaviour_logprobs(sampler: Any, objective: Objective) -> None:
+def resumed_seed(settings: ModuleSettings, given: bool, saved: Mapping[str, Any] | None) -> ModuleSettings:
+    """The settings a resumed run continues with: a seed derived from ``seed_everything`` (not ``given``) becomes
+    the checkpoint's (``saved`` hyper-parameters), so the run draws the rollouts it would have drawn; an explicit
+    one that differs is kept, with a warning."""
+    seed = (saved or {}).get("seed")
+    if not isinstance(seed, int) or seed == settings.seed:
+        return settings
+    if given:
+        warnings.warn(
+            f"[infgrpo] seed={settings.seed} differs from the checkpoint's {seed}: the resumed rollouts draw other "
+            "completions than the interrupted run would have",
+            stacklevel=3,
+        )
+        return settings
+    return dataclasses.replace(settings, seed=seed)
+
+
+def group_flat_hparams(hp: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint's hyper-parameters in the groups: flat keys of infgrpo 0.1 moved by :data:`MOVED`.
+
+    Grouped hyper-parameters (and keys Lightning adds, like ``_instantiator``) come back unchanged.
+    """
+    if not is_flat(hp):
+        return dict(hp)
+    out: dict[str, Any] = {}
+    for key, value in hp.items():
+        if key in MOVED:
+            group, name = MOVED[key].split(".")
+            out.setdefault(group, {})[name] = value
+        else:
+            out[key] = value
+    return out
+
+
+def is_flat(hp: Mapping[str, Any]) -> bool:
+    """Whether ``hp`` are ``GRPOModule`` hyper-parameters of infgrpo 0.1 (flat: ``model``, ``lora_r``, ...)."""
+    if any(key in MOVED and key not in GROUPS for key in hp):
+        return True
+    rewards = hp.get("rewards")
+    return isinstance(rewards, Mapping) and bool(rewards) and not set(rewards) <= REWARD_FIELDS
+
+
+def warn_filtered_behaviour_logprobs(sampler: SamplerConfig, objective: Objective) -> None:
     """Warns when the behaviour log-probs a correction reads are not of the distribution the others decode.
 
     ``decoder: hf_cb`` returns log-probs after top-k / top-p filtering, every other decoder before it (the
     tempered distribution the training forward recomputes): with truncation on, ``rollout_correction`` and
     ``off_policy_mask_threshold`` then weigh or drop tokens by a ratio that includes the truncation.
     """
-    if getattr(sampler, "decoder", None) != "hf_cb" or (not sampler.top_k and sampler.top_p >= 1.0):
+    if sampler.decoder != "hf_cb" or (not sampler.top_k and sampler.top_p >= 1.0):
         return
-    corrects = objective.rollout_correction != "none" or objective.off_policy_mask_threshold is not None
-    if corrects:
+    if objective.rollout_correction != "none" or objective.off_policy_mask_threshold is not None:
         warnings.warn(
             f"sampler.decoder='hf_cb' with top_k={sampler.top_k}, top_p={sampler.top_p}: its behaviour log-probs are "
-            f"taken after the filtering, so rollout_correction={objective.rollout_correction!r} and "
-            f"off_policy_mask_threshold={objective.off_policy_mask_threshold!r} see the truncation as a mismatch "
-            "(decoder 'engine' reports the unfiltered tempered log-probs the update recomputes)",
+            f"taken after the filtering, so objective.rollout_correction={objective.rollout_correction!r} and "
+            f"objective.off_policy_mask_threshold={objective.off_policy_mask_threshold!r} see the truncation as a "
+            "mismatch (decoder 'engine' reports the unfiltered tempered log-probs the update recomputes)",
             UserWarning,
             stacklevel=3,
         )

@@ -14,17 +14,54 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 
-LR_SCHEDULES = ("constant", "linear", "cosine")
+from infgrpo.registry import choices
+from infgrpo.settings import ConfigError, check_types
+
+LRSchedule = Literal["constant", "linear", "cosine"]
+LR_SCHEDULES = choices(LRSchedule)
 """``lr_scheduler_type`` values: constant after the warmup, or decayed to 0 at the run's last optimizer step."""
+
+
+@dataclass
+class OptimizerConfig:
+    """AdamW and its learning-rate schedule (TRL's ``TrainingArguments`` names), stepped per optimizer step."""
+
+    learning_rate: float = 1e-4
+    """AdamW learning rate (> 0)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay (>= 0)."""
+    warmup_steps: int = 0
+    """Linear learning-rate warmup in optimizer steps: optimizer step k (from 0) uses (k + 1) / (warmup_steps
+    + 1) of the rate until the full rate at step ``warmup_steps``."""
+    lr_scheduler_type: LRSchedule = "constant"
+    """The rate after the warmup: ``constant``, or decayed to 0 at the run's last optimizer step
+    (``trainer.max_steps``; else the epochs' batches x ``update.num_iterations``) along a line (``linear``,
+    TRL's default) or half a cosine (``cosine``)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (0 disables)."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        for name, ok, rule in (
+            ("learning_rate", self.learning_rate > 0, "> 0"),
+            ("weight_decay", self.weight_decay >= 0, ">= 0"),
+            ("warmup_steps", self.warmup_steps >= 0, ">= 0"),
+            ("max_grad_norm", self.max_grad_norm >= 0, ">= 0 (0: off)"),
+        ):
+            value = getattr(self, name)
+            if not (ok and math.isfinite(value)):
+                raise ConfigError(f"{name}={value!r} must be a finite number {rule}")
 
 
 def check_lr_schedule(schedule: str, field: str = "lr_scheduler_type") -> None:
     """A ValueError naming ``field`` unless ``schedule`` is one of :data:`LR_SCHEDULES`."""
     if schedule not in LR_SCHEDULES:
-        raise ValueError(f"{field}={schedule!r} must be one of {', '.join(LR_SCHEDULES)}")
+        raise ConfigError(f"{field}={schedule!r} must be one of {', '.join(LR_SCHEDULES)}")
 
 
 def lr_factor(schedule: str, warmup_steps: int, total_steps: int | None) -> Callable[[int], float]:
@@ -53,6 +90,16 @@ def lr_factor(schedule: str, warmup_steps: int, total_steps: int | None) -> Call
         return max(0.0, 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0))))
 
     return factor
+
+
+def run_optimizer_steps(trainer: Any, num_iterations: int) -> int | None:
+    """The run's optimizer steps: ``trainer.max_steps`` (Lightning counts optimizer steps), else the epochs'
+    batches x ``num_iterations``; None when neither is finite."""
+    trainer.estimated_stepping_batches  # noqa: B018 (sets up the training data: num_training_batches)
+    per_epoch, epochs = trainer.num_training_batches, trainer.fit_loop.max_epochs
+    by_epochs = math.inf if epochs in (None, -1) else per_epoch * epochs * num_iterations
+    total = min(trainer.max_steps if trainer.max_steps > 0 else math.inf, by_epochs)
+    return None if math.isinf(total) else int(total)
 
 
 def adamw_with_schedule(

@@ -86,7 +86,7 @@ class PolicyUpdate:
         mask_truncated_completions: completions cut at ``max_new_tokens`` add nothing to the loss.
         pad_id: the token that pads micro-batches.
         share_prompt: run each group's prompt once per micro-batch, its completions attending to its K/V
-            (resolved for the model: :func:`~infgrpo.update.shared_prompt.resolve_share_prompt`).
+            (resolved for the model: :func:`~infgrpo.update.share_check.resolve_share_prompt`).
     """
 
     def __init__(
@@ -246,18 +246,18 @@ class PolicyUpdate:
             raise torch.OutOfMemoryError(
                 f"the update ran out of device memory on rank {ranks.rank} with micro-batches of up to "
                 f"{size} tokens ({first}). With several ranks the budget is not lowered automatically (ranks "
-                f"must agree): set model.token_budget to {size // 2} or less."
+                f"must agree): set model.update.token_budget to {size // 2} or less."
             )
         if all(len(mb.rows) == 1 for mb in mbs):
             raise torch.OutOfMemoryError(
                 f"the update ran out of device memory with one sequence per micro-batch ({first}): a single "
-                f"prompt + completion of up to {size} tokens does not fit. Enable model.gradient_checkpointing, "
-                "use LoRA (model.lora_r) or 4-bit weights (model.load_in_4bit), or lower "
+                f"prompt + completion of up to {size} tokens does not fit. Enable model.policy.gradient_checkpointing, "
+                "use LoRA (model.lora.r) or 4-bit weights (model.quantization.load_in_4bit), or lower "
                 "model.sampler.max_new_tokens."
             )
         warnings.warn(
             f"[infgrpo] the update ran out of device memory with micro-batches of up to {size} tokens ({first}); "
-            f"retrying with half. Set model.token_budget to {size // 2} or less to skip this.",
+            f"retrying with half. Set model.update.token_budget to {size // 2} or less to skip this.",
             stacklevel=4,
         )
         return max(1, size // 2)

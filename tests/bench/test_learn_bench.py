@@ -131,27 +131,24 @@ def test_trl_sees_prompts_times_g_completions_per_optimizer_step(tmp_path):
 
 
 def test_extra_infgrpo_settings_reach_the_module_and_matched_ones_are_refused():
-    cfg = job("--infgrpo-config", "token_budget=auto", "sampler.num_slots=16", "sampler.refill=fifo")
-    assert cfg["infgrpo_config"] == {"token_budget": "auto", "sampler.num_slots": 16, "sampler.refill": "fifo"}
+    cfg = job("--infgrpo-config", "update.token_budget=auto", "sampler.num_slots=16", "sampler.refill=fifo")
+    assert cfg["infgrpo_config"] == {"update.token_budget": "auto", "sampler.num_slots": 16, "sampler.refill": "fifo"}
     kwargs = module_kwargs(dict(cfg, gradient_checkpointing=False, share_prompt="auto", adapter_dir=None))
-    assert kwargs["token_budget"] == "auto" and kwargs["learning_rate"] == 1e-4
-    assert kwargs["lr_scheduler_type"] == "constant"
+    assert kwargs["update"]["token_budget"] == "auto" and kwargs["optimizer"]["learning_rate"] == 1e-4
+    assert kwargs["optimizer"]["lr_scheduler_type"] == "constant"
     decayed = job("--lr-schedule", "cosine")
-    assert (
-        module_kwargs(dict(decayed, gradient_checkpointing=False, share_prompt="auto", adapter_dir=None))[
-            "lr_scheduler_type"
-        ]
-        == "cosine"
-    )
-    assert (kwargs["sampler"].num_slots, kwargs["sampler"].refill, kwargs["sampler"].max_new_tokens) == (16, "fifo", 48)
+    settings = module_kwargs(dict(decayed, gradient_checkpointing=False, share_prompt="auto", adapter_dir=None))
+    assert settings["optimizer"]["lr_scheduler_type"] == "cosine"
+    sampler = kwargs["sampler"]
+    assert (sampler["num_slots"], sampler["refill"], sampler["max_new_tokens"]) == (16, "fifo", 48)
     with pytest.raises(ValueError, match="learning_rate=1 is a setting matched with TRL; set it with --lr"):
-        job("--infgrpo-config", "learning_rate=1")
+        job("--infgrpo-config", "optimizer.learning_rate=1")
     with pytest.raises(ValueError, match="sampler.top_k=5 is a setting matched with TRL; it is fixed by the job"):
         job("--infgrpo-config", "sampler.top_k=5")
-    with pytest.raises(ValueError, match="'nope' is not a GRPOModule setting; valid: .*token_budget"):
+    with pytest.raises(ValueError, match="'nope' is not a GRPOModule setting; valid: .*update.token_budget"):
         job("--infgrpo-config", "nope=1")
-    with pytest.raises(ValueError, match="'token_budget' is not KEY=VALUE"):
-        job("--infgrpo-config", "token_budget")
+    with pytest.raises(ValueError, match="'update.token_budget' is not KEY=VALUE"):
+        job("--infgrpo-config", "update.token_budget")
 
 
 def test_bad_flags_are_errors_naming_the_flag():

@@ -26,13 +26,13 @@ def test_the_qwen3_recipe_runs_offline_as_a_measured_step():
         "configs/qwen3.yaml",
         model="tiny",
         prompts=1,
-        dtype="float32",
-        bnb_4bit_compute_dtype="float32",
+        policy={"dtype": "float32"},
+        quantization={"bnb_4bit_compute_dtype": "float32"},
         group_size=4,
         sampler={"max_new_tokens": 8},
     )
-    assert module_kwargs["token_budget"] == "auto" and module_kwargs["load_in_4bit"]
-    assert module_kwargs["sampler"].num_slots == 16 and module_kwargs["sampler"].max_new_tokens == 8
+    assert module_kwargs["update"]["token_budget"] == "auto" and module_kwargs["quantization"]["load_in_4bit"]
+    assert module_kwargs["sampler"]["num_slots"] == 16 and module_kwargs["sampler"]["max_new_tokens"] == 8
     result = measure_step(module_kwargs, data_kwargs)
     assert result["device"] == "cpu" and result["token_budget"] > 0 and result["update_time_s"] > 0
     assert "cuda_update_peak_allocated_bytes" not in result  # CUDA figures only on CUDA

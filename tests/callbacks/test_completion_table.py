@@ -32,7 +32,7 @@ def test_table_prompt_is_the_user_turn_or_the_prompt_end():
 
 def test_logged_table_shows_the_question_not_the_system_prompt(tmp_path, capsys):
     module = GRPOModule(
-        group_size=2, sampler=SamplerConfig(num_slots=2, max_new_tokens=8), log_completions_every_n_steps=1
+        group_size=2, sampler=SamplerConfig(num_slots=2, max_new_tokens=8), logging={"log_completions_every_n_steps": 1}
     )
     data = PromptDataModule(path="tiny", batch_size=2, eval_size=0, system_prompt="You are a careful solver.")
     trainer = L.Trainer(

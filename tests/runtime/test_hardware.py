@@ -31,7 +31,7 @@ def test_gpu_accelerator_without_a_gpu_names_the_cpu_option():
 def test_fit_with_gpu_accelerator_fails_before_loading_the_model():
     # a model that does not exist: loading it first would fail with another error
     with pytest.raises(ValueError, match=r"--trainer.accelerator cpu"):
-        main(["--config", "configs/smollm2.yaml", "--model.model", "/nonexistent/model"])
+        main(["--config", "configs/smollm2.yaml", "--model.policy.model_name_or_path", "/nonexistent/model"])
 
 
 def test_cpu_flags_are_read_from_cpuinfo():
@@ -42,7 +42,7 @@ def test_cpu_flags_are_read_from_cpuinfo():
 
 def test_bf16_warns_only_without_native_support():
     warning = slow_cpu_dtype("bfloat16", cpu_flags(X86))
-    assert warning is not None and "--model.dtype float32" in warning
+    assert warning is not None and "--model.policy.dtype float32" in warning
     assert slow_cpu_dtype("bfloat16", cpu_flags(SAPPHIRE)) is None
     assert slow_cpu_dtype("bfloat16", cpu_flags(ARM)) is None
     assert slow_cpu_dtype("float32", cpu_flags(X86)) is None
@@ -51,11 +51,13 @@ def test_bf16_warns_only_without_native_support():
 
 @pytest.mark.skipif(slow_cpu_dtype("bfloat16", cpu_flags()) is None, reason="this CPU has native bfloat16")
 def test_a_bf16_cpu_run_warns_once_naming_float32(tmp_path):
-    module = GRPOModule(dtype="bfloat16", group_size=2, sampler=SamplerConfig(num_slots=2, max_new_tokens=4))
+    module = GRPOModule(
+        policy={"dtype": "bfloat16"}, group_size=2, sampler=SamplerConfig(num_slots=2, max_new_tokens=4)
+    )
     trainer = L.Trainer(
         max_steps=1, accelerator="cpu", default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
         enable_model_summary=False, limit_val_batches=0, enable_checkpointing=False,
     )  # fmt: skip
-    with pytest.warns(UserWarning, match=r"model.dtype=bfloat16 on a CPU without native bfloat16") as record:
+    with pytest.warns(UserWarning, match=r"model.policy.dtype=bfloat16 on a CPU without native bfloat16") as record:
         trainer.fit(module, PromptDataModule(path="tiny", batch_size=2, eval_size=0))
     assert sum("native bfloat16" in str(w.message) for w in record) == 1

@@ -61,4 +61,4 @@ def test_when_one_slot_does_not_fit_the_error_says_what_to_lower(tiny_model, tok
     finally:
         handle.remove()
     assert "even with one slot (model.sampler.num_slots)" in str(err.value)
-    assert "max_new_tokens=8" in str(err.value) and "model.load_in_4bit" in str(err.value)
+    assert "max_new_tokens=8" in str(err.value) and "model.quantization.load_in_4bit" in str(err.value)

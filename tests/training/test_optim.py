@@ -50,14 +50,14 @@ def test_bad_schedules_name_the_field():
     with pytest.raises(ValueError, match=r"lr_scheduler_type='linear' .* must exceed warmup_steps=0; got None"):
         lr_factor("linear", 0, None)
     with pytest.raises(ValueError, match="lr_scheduler_type='cosine_with_restarts'"):
-        GRPOModule(lr_scheduler_type="cosine_with_restarts")  # before the model loads
+        GRPOModule(optimizer={"lr_scheduler_type": "cosine_with_restarts"})  # before the model loads
 
 
-SMALL = dict(group_size=4, sampler=SamplerConfig(num_slots=4, max_new_tokens=4), learning_rate=1e-3)
+SMALL = dict(group_size=4, sampler=SamplerConfig(num_slots=4, max_new_tokens=4))
 
 
 def test_linear_decay_spans_max_steps(tmp_path):
-    module = GRPOModule(**SMALL, lr_scheduler_type="linear")
+    module = GRPOModule(**SMALL, optimizer={"learning_rate": 1e-3, "lr_scheduler_type": "linear"})
     t = trainer(tmp_path, 3)
     t.fit(module, PromptDataModule(path="tiny", batch_size=2, eval_split=None))
     # the last of 3 optimizer steps (k = 2) used (3 - 2) / 3 of the rate
@@ -67,7 +67,9 @@ def test_linear_decay_spans_max_steps(tmp_path):
 
 def test_epochs_count_num_iterations_optimizer_steps(tmp_path):
     # one epoch of 2 batches, 2 optimizer steps each: 4 optimizer steps; batch 1 starts at step k = 2
-    module = GRPOModule(**SMALL, lr_scheduler_type="linear", num_iterations=2)
+    module = GRPOModule(
+        **SMALL, optimizer={"learning_rate": 1e-3, "lr_scheduler_type": "linear"}, update={"num_iterations": 2}
+    )
     t = trainer(tmp_path, -1, max_epochs=1, limit_train_batches=2)
     t.fit(module, PromptDataModule(path="tiny", batch_size=2, eval_split=None))
     assert t.global_step == 4

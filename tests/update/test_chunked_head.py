@@ -66,14 +66,12 @@ def test_one_training_step_gives_the_same_parameters_on_both_paths_float64(tmp_p
     for chunk in (0, 5):
         torch.manual_seed(0)
         module = GRPOModule(
-            dtype="float64",
+            policy={"dtype": "float64"},
             group_size=4,
             sampler=SamplerConfig(num_slots=4, max_new_tokens=16, temperature=0.9),
-            beta=0.04,
-            num_iterations=2,
-            token_budget=96,
-            learning_rate=1e-2,
-            logit_chunk_tokens=chunk,
+            objective={"beta": 0.04},
+            update={"num_iterations": 2, "token_budget": 96, "logit_chunk_tokens": chunk},
+            optimizer={"learning_rate": 1e-2},
         )
         before = {k: p.detach().clone() for k, p in module.policy.named_parameters()}
         trainer(tmp_path / str(chunk), 1, enable_checkpointing=False).fit(

@@ -5,7 +5,6 @@ and compares the gradient with TRL's own ``_compute_loss`` (``tests.algo.trl_ref
 model's log-probs and entropies for the whole batch at once.
 """
 
-import dataclasses
 import inspect
 import math
 import warnings
@@ -16,7 +15,7 @@ import torch
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.algo import Objective
 from infgrpo.sampler import Rollouts
-from infgrpo.training.hparams import check_hparams
+from infgrpo.training.hparams import check_settings
 from infgrpo.update import LossConfig, collate, completion_logprobs
 from infgrpo.update.runner import PolicyUpdate
 from tests.algo.trl_reference import TRLLoss, reference_importance_sampling_ratio
@@ -127,43 +126,39 @@ def test_the_adaptive_entropy_coefficient_moves_per_step_and_is_checkpointed():
     # entropy (a few nats) is below the target: two optimizer steps move the coefficient up twice
     assert updater.entropy_coef.coef == pytest.approx(0.14) and result.stats["entropy_coef"] == pytest.approx(0.14)
     assert result.stats["entropy_coef_applied"] == pytest.approx(0.12)  # the last step used the first move
-    module = GRPOModule(group_size=2, **obj)
+    module = GRPOModule(group_size=2, objective=obj)
     module.updater.entropy_coef.coef, module.updater.entropy_coef.last_entropy = 0.3, 1.5
     checkpoint = {}
     module.on_save_checkpoint(checkpoint)
-    resumed = GRPOModule(group_size=2, **obj)
+    resumed = GRPOModule(group_size=2, objective=obj)
     resumed.on_load_checkpoint(checkpoint)
     assert (resumed.updater.entropy_coef.coef, resumed.updater.entropy_coef.last_entropy) == (0.3, 1.5)
 
 
 def test_combinations_trl_refuses_are_refused_before_loading():
     with pytest.raises(ValueError, match="rollout_correction='sequence_mask' cannot be used with loss_type='vespo'"):
-        GRPOModule(model="no/such-model", loss_type="vespo", rollout_correction="sequence_mask")
+        GRPOModule(
+            policy={"model_name_or_path": "no/such-model"},
+            objective={"loss_type": "vespo", "rollout_correction": "sequence_mask"},
+        )
     with pytest.raises(ValueError, match="importance_sampling_level='tokens' is not known; valid: token, sequence"):
-        GRPOModule(model="no/such-model", importance_sampling_level="tokens")
+        GRPOModule(policy={"model_name_or_path": "no/such-model"}, objective={"importance_sampling_level": "tokens"})
     with pytest.raises(ValueError, match=r"top_entropy_quantile=1.5 must be in \[0, 1\]"):
-        GRPOModule(model="no/such-model", top_entropy_quantile=1.5)
+        GRPOModule(policy={"model_name_or_path": "no/such-model"}, objective={"top_entropy_quantile": 1.5})
 
 
 def test_the_modules_objective_defaults_are_the_objectives():
     params = inspect.signature(GRPOModule.__init__).parameters
-    for field in dataclasses.fields(Objective):
-        assert field.name in params, field.name
-        assert params[field.name].default == field.default, field.name  # one default for every objective setting
-
-
-def module_hparams(**changes):
-    """GRPOModule's arguments as check_hparams sees them: the signature's defaults, with ``changes``."""
-    hp = {n: p.default for n, p in inspect.signature(GRPOModule.__init__).parameters.items() if n != "self"}
-    return {**hp, "rewards": {"synthetic": 1.0}, **changes}
+    assert params["objective"].default == Objective()  # one default for every objective setting
+    assert GRPOModule(objective=None).settings.objective == Objective()
 
 
 def test_hf_cb_with_truncation_warns_that_corrections_see_filtered_logprobs():
     truncated = SamplerConfig(decoder="hf_cb", top_k=20)
     with pytest.warns(UserWarning, match="its behaviour log-probs are taken after the filtering"):
-        check_hparams(module_hparams(sampler=truncated, rollout_correction="token_truncate"))
+        check_settings(sampler=truncated, objective={"rollout_correction": "token_truncate"})
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning without a correction, or without truncation, or with the engine
-        check_hparams(module_hparams(sampler=truncated))
-        check_hparams(module_hparams(sampler=SamplerConfig(decoder="hf_cb"), rollout_correction="token_truncate"))
-        check_hparams(module_hparams(sampler=SamplerConfig(top_k=20), off_policy_mask_threshold=0.1))
+        check_settings(sampler=truncated)
+        check_settings(sampler=SamplerConfig(decoder="hf_cb"), objective={"rollout_correction": "token_truncate"})
+        check_settings(sampler=SamplerConfig(top_k=20), objective={"off_policy_mask_threshold": 0.1})

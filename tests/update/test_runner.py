@@ -24,7 +24,10 @@ from tests.helpers import float64_norms, random_model, save_base
 from tests.helpers import trainer as make_trainer
 
 SETTINGS = dict(
-    dtype="float64", group_size=4, sampler=SamplerConfig(num_slots=4, max_new_tokens=16), learning_rate=1e-3
+    policy={"dtype": "float64"},
+    group_size=4,
+    sampler=SamplerConfig(num_slots=4, max_new_tokens=16),
+    optimizer={"learning_rate": 1e-3},
 )
 
 
@@ -52,7 +55,7 @@ class Logged(L.Callback):
 
 
 def train(tmp_path, steps, limit=None, only_with_grad=True, **kw):
-    module = GRPOModule(**SETTINGS, **kw)
+    module = GRPOModule(**SETTINGS, update=kw)
     float64_norms(module.policy)  # float64 throughout: micro-batchings then agree to ~1e-15, not float32 rounding
     if limit is not None:
         token_limit(module.policy, limit, only_with_grad)

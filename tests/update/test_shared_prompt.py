@@ -16,6 +16,7 @@ from infgrpo.sampler import Rollouts
 from infgrpo.update import LossConfig, accumulate_policy_gradients, completion_logprobs, prepare_microbatches
 from infgrpo.update.prompt_carry import PromptCarry, carried_prompts
 from infgrpo.update.runner import PolicyUpdate
+from infgrpo.update.share_check import resolve_share_prompt, share_prompt_reason
 from infgrpo.update.shared_batching import (
     MICRO_BATCH_TOKENS,
     collate_shared,
@@ -24,7 +25,6 @@ from infgrpo.update.shared_batching import (
     split_group,
     split_shared,
 )
-from infgrpo.update.shared_prompt import resolve_share_prompt, share_prompt_reason
 from infgrpo.update.step import frozen_logprobs
 from tests.helpers import dequantized_reference, float64_norms, random_model, trained_4bit_lora, trainer, with_lora
 
@@ -210,9 +210,10 @@ def test_one_training_step_gives_the_same_parameters_shared_or_not_float64(tmp_p
     for share in ("off", "on"):
         torch.manual_seed(0)
         module = GRPOModule(
-            dtype="float64", group_size=4, sampler=SamplerConfig(num_slots=4, max_new_tokens=16, temperature=0.9),
-            beta=0.04, num_iterations=2, token_budget=96, learning_rate=1e-2, share_prompt=share,
-            lora_r=4, lora_dropout=0.0,
+            policy={"dtype": "float64"}, group_size=4,
+            sampler=SamplerConfig(num_slots=4, max_new_tokens=16, temperature=0.9), objective={"beta": 0.04},
+            update={"num_iterations": 2, "token_budget": 96, "share_prompt": share},
+            optimizer={"learning_rate": 1e-2}, lora={"r": 4, "dropout": 0.0},
         )  # fmt: skip
         assert module.updater.share_prompt == (share == "on")
         float64_norms(module.policy)

@@ -17,11 +17,14 @@ SMALL = dict(vocab_size=103, hidden_size=32, intermediate_size=64, num_hidden_la
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        (dict(token_budget="big"), "token_budget='big'; valid: an integer >= 1 .* or 'auto'"),
-        (dict(token_budget=0), "token_budget=0; valid"),
-        (dict(token_budget="auto", update_memory="lots"), "update_memory='lots' is not understood"),
-        (dict(token_budget="auto", update_memory=1.5), "update_memory=1.5 is out of range"),
-        (dict(logit_chunk_tokens=-1), "logit_chunk_tokens=-1 must be an integer >= 1 .* or 0 \\(full logits\\)"),
+        (dict(update={"token_budget": "big"}), "token_budget='big'; valid: an integer >= 1 .* or 'auto'"),
+        (dict(update={"token_budget": 0}), "token_budget=0; valid"),
+        (dict(update={"token_budget": "auto", "update_memory": "lots"}), "update_memory='lots' is not understood"),
+        (dict(update={"token_budget": "auto", "update_memory": 1.5}), "update_memory=1.5 is out of range"),
+        (
+            dict(update={"logit_chunk_tokens": -1}),
+            "logit_chunk_tokens=-1 must be an integer >= 1 .* or 0 \\(full logits\\)",
+        ),
     ],
 )
 def test_update_memory_settings_are_rejected_with_the_field_named(kwargs, match):
@@ -83,9 +86,7 @@ def test_auto_token_budget_packs_the_update_within_the_plan(tmp_path):
     module = GRPOModule(
         group_size=4,
         sampler=SamplerConfig(num_slots=4, max_new_tokens=16),
-        token_budget="auto",
-        update_memory="30MB",
-        logit_chunk_tokens=64,
+        update={"token_budget": "auto", "update_memory": "30MB", "logit_chunk_tokens": 64},
     )
     logged = Logged()
     trainer(tmp_path, 2, enable_checkpointing=False, callbacks=[logged]).fit(

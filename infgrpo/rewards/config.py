@@ -1,0 +1,44 @@
+"""RewardConfig: which reward functions score the completions (``model.rewards``), and what a failure does."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from infgrpo.rewards.core import OnError, resolve_reward
+from infgrpo.settings import ConfigError, check_types
+
+
+@dataclass
+class RewardConfig:
+    """Reward functions with their weights; the completion's reward is the weighted sum."""
+
+    functions: dict[str, float] = field(default_factory=lambda: {"synthetic": 1.0})
+    """Reward functions and their weights, e.g. ``{reasoning_gym: 1.0}``: names of the registry (``math``,
+    ``reasoning_gym``, ``gsm8k``, ``numeric``, ``format``, ``overlong``, ``synthetic``, ...) or
+    ``module.path:function`` (TRL's ``reward_funcs`` with ``reward_weights``)."""
+    accuracy: str | None = "synthetic"
+    """The reward (one of ``functions``) whose value >= 1 counts as a correct answer, logged as accuracy;
+    null disables the accuracy metric."""
+    on_error: OnError = "raise"
+    """What a failed reward (the function raised, or returned None/NaN/inf) does: ``raise`` (stop, naming the
+    function and sample); ``zero`` (score it 0; the 0 enters its group's mean and std, so the failed row is
+    pushed down); ``skip`` (TRL 1.16: left out of the weighted sum; a completion whose every reward failed is
+    left out of its group's mean and std and gets advantage 0). Failed completions are counted in
+    ``train/rewards_failed``."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        if not self.functions:
+            raise ConfigError("functions={} needs at least one reward function, e.g. {synthetic: 1.0}")
+        for name, weight in self.functions.items():  # every name first: a misspelt one is named as such
+            try:
+                resolve_reward(name)
+            except ValueError as err:
+                raise ConfigError(f"functions: {str(err).removeprefix('rewards: ')}") from err
+            if not math.isfinite(weight):
+                raise ConfigError(f"functions[{name!r}]={weight!r} must be a finite number")
+        if self.accuracy is not None and self.accuracy not in self.functions:
+            raise ConfigError(
+                f"accuracy={self.accuracy!r} must be one of functions: {', '.join(self.functions)} (or null)"
+            )
