@@ -36,8 +36,11 @@ from infgrpo.callbacks.plain_progress import PlainProgress
 from infgrpo.callbacks.progress_bar import StepProgressBar
 from infgrpo.data import PromptDataModule
 from infgrpo.data.datamodule import check_data_settings
+from infgrpo.model_source import check_model_source
 from infgrpo.module import GRPOModule
 from infgrpo.runtime.hardware import check_accelerator
+from infgrpo.settings import ConfigError
+from infgrpo.training.checkpoint_check import check_checkpoint_path
 from infgrpo.training.hparams import GROUPS, MOVED, REWARD_FIELDS, check_settings
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -155,13 +158,20 @@ class GRPOCLI(LightningCLI):
         ``seed_everything``; fails when ``trainer.accelerator`` asks for a GPU the machine lacks."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         resolve_seeds(config)
+        try:  # the checks read settings (and local data files) only: any error is a bad setting
+            settings = check_settings(**namespace_dict(config["model"]))
+        except (ValueError, TypeError) as err:
+            self.parser.error(f"model.{err}")
         try:
-            check_settings(**namespace_dict(config["model"]))
             check_data_settings(namespace_dict(config["data"]))
-        except (ValueError, TypeError) as err:  # the checks read settings only: any error is a bad setting
-            message = str(err) if str(err).startswith("data.") else f"model.{err}"
-            self.parser.error(message)
+        except (ValueError, TypeError) as err:  # each names data.<field> or the data file
+            self.parser.error(str(err))
         check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
+        try:
+            check_model_source(settings.policy.model_name_or_path, settings.policy.gguf_file)
+            check_checkpoint_path(config.get("ckpt_path"))
+        except ConfigError as err:
+            self.parser.error(str(err))
 
     def instantiate_trainer(self, **kwargs):  # noqa: ANN003, ANN201
         """The Trainer, with the default loggers when ``trainer.logger`` is unset or true, and atomic checkpoints.

@@ -28,6 +28,7 @@ from infgrpo.algo import ADVANTAGES, Objective
 from infgrpo.callbacks.completion_table import CompletionTable, LoggingConfig
 from infgrpo.evaluation import EvaluationConfig, score_heldout
 from infgrpo.model_config import LoRAConfig, PolicyConfig, QuantizationConfig, load_kwargs
+from infgrpo.model_source import check_model_source
 from infgrpo.models import frozen_reference, load_policy, load_tokenizer, resolve_output_dir, save_trained
 from infgrpo.rewards import correct_answers
 from infgrpo.rewards.config import RewardConfig
@@ -41,6 +42,7 @@ from infgrpo.training.checkpoint_hparams import grouped_checkpoint
 from infgrpo.training.hparams import check_settings, resumed_seed
 from infgrpo.training.metrics import step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_optimizer_steps
+from infgrpo.training.prompt_check import check_data_prompts
 from infgrpo.training.record import StepRecord
 from infgrpo.training.rng_state import gather_rng_state, reseed_rank, restore_rng_state
 from infgrpo.training.scoring import score_rollouts
@@ -111,6 +113,7 @@ class GRPOModule(L.LightningModule):
         self.automatic_optimization = False
         set_threads(s.threads)  # process-wide: torch has one intra-op pool
         # 2) the policy, its tokenizer and (full fine-tuning with beta > 0) a frozen reference
+        check_model_source(s.policy.model_name_or_path, s.policy.gguf_file, "policy.model_name_or_path")
         self.tokenizer = load_tokenizer(s.policy.model_name_or_path, s.policy.gguf_file)
         self.policy = load_policy(**load_kwargs(s.policy, s.lora, s.quantization)).train()
         check_chunked_head(self.policy, s.update.logit_chunk_tokens)  # refuses models whose logits it cannot match
@@ -161,7 +164,8 @@ class GRPOModule(L.LightningModule):
         return [CompletionTable(every, self.settings.logging.num_completions_to_log)] if every else []
 
     def on_fit_start(self) -> None:
-        """Moves the frozen reference (if any) to the module's device and learns the data-parallel ranks.
+        """Moves the frozen reference (if any) to the module's device, checks every prompt against the context,
+        and learns the data-parallel ranks.
 
         On a CPU, warns once when the weights' dtype has no native support there (see infgrpo.runtime.hardware).
         """
@@ -173,6 +177,7 @@ class GRPOModule(L.LightningModule):
                 rank_zero_warn(f"[infgrpo] {slow}")
         if self.ref_model is not None:
             self.ref_model.to(self.device)
+        check_data_prompts(self.policy, self.trainer.datamodule, self.settings.sampler.max_new_tokens)
         self.setup_ranks()
 
     def setup_ranks(self) -> None:

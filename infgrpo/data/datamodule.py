@@ -28,13 +28,13 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
 from infgrpo.assets import TINY_DATA_DIR
+from infgrpo.data.local_files import check_local_source, read_split
 from infgrpo.data.reasoning_tasks import check_task, is_reasoning_gym, task_rows
 from infgrpo.data.resumable import ResumableBatchSampler
 from infgrpo.models import load_tokenizer  # the policy's own loader: same aliases, GGUF files and pad token
 from infgrpo.runtime.seeds import derive_seed, run_seed
 from infgrpo.settings import ConfigError, check_arguments
 
-FILE_TYPES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 LongPrompts = Literal["error", "skip"]
 
 
@@ -56,24 +56,20 @@ def check_data_settings(hp: Mapping[str, Any]) -> None:
             raise ConfigError(f"data.eval_task_seed={eval_task_seed} must differ from data.task_seed")
     elif task_config is not None:
         raise ConfigError(f"data.task_config is set, but data.path={path!r} is no reasoning_gym:<task> source")
+    elif path != "tiny":
+        eval_split = hp.get("eval_split", "eval")
+        check_local_source(path, [hp.get("train_split", "train"), *([eval_split] if eval_split else [])])
 
 
 def load_rows(path: str, split: str, config_name: str | None = None) -> list[dict[str, Any]]:
     """Rows of ``split`` from the tiny task, a local folder of split files, or a hub dataset."""
+    folder = TINY_DATA_DIR if path == "tiny" else Path(path).expanduser()
+    if folder.is_dir():
+        return read_split(folder, split, path)
+    check_local_source(path, [split])  # a file where a folder belongs
     import datasets
 
-    folder = TINY_DATA_DIR if path == "tiny" else Path(path)
-    if folder.is_dir():
-        files = [folder / f"{split}{ext}" for ext in FILE_TYPES if (folder / f"{split}{ext}").exists()]
-        if not files:
-            raise ValueError(
-                f"data.path={path!r} has no file for split {split!r}; expected one of "
-                f"{', '.join(split + e for e in FILE_TYPES)}"
-            )
-        ds = datasets.load_dataset(FILE_TYPES[files[0].suffix], data_files=str(files[0]), split="train")
-    else:
-        ds = datasets.load_dataset(path, config_name, split=split)
-    return [dict(r) for r in ds]
+    return [dict(r) for r in datasets.load_dataset(path, config_name, split=split)]
 
 
 def encode_prompt(
