@@ -39,7 +39,7 @@ from infgrpo.runtime.seeds import derive_seed
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.training.checkpoint_hparams import grouped_checkpoint
-from infgrpo.training.hparams import check_settings, resumed_seed
+from infgrpo.training.hparams import check_settings, resolve_skip, resumed_seed
 from infgrpo.training.metrics import step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_optimizer_steps
 from infgrpo.training.prompt_check import check_data_prompts
@@ -131,7 +131,7 @@ class GRPOModule(L.LightningModule):
         self.updater = PolicyUpdate(
             loss, num_iterations=s.update.num_iterations, token_budget=s.update.token_budget,
             update_memory=s.update.update_memory, mask_truncated_completions=s.objective.mask_truncated_completions,
-            pad_id=self.sampler.pad_id, share_prompt=shared,
+            pad_id=self.sampler.pad_id, share_prompt=shared, skip_zero_advantage=resolve_skip(s),
         )  # fmt: skip
         self.rewards = s.rewards.functions
         self.scoring = dict(

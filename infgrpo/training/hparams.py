@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infgrpo.algo import Objective
+from infgrpo.algo.zero_advantage import skip_reason
 from infgrpo.callbacks.completion_table import LoggingConfig
 from infgrpo.evaluation import EvaluationConfig
 from infgrpo.model_config import LoRAConfig, PolicyConfig, QuantizationConfig, check_policy
@@ -50,14 +51,21 @@ _RENAMED = {
     "accuracy_reward": "rewards.accuracy", "reward_on_error": "rewards.on_error",
     "eval_temperature": "evaluation.temperature",
 }  # fmt: skip
-_SAME_NAME = {
+_SAME_NAME = {  # 0.1's flat keys that kept their names in a group (a fixed list: new fields never were flat)
     "policy": ("gguf_file", "dtype", "gradient_checkpointing"),
     "quantization": ("load_in_4bit", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "bnb_4bit_compute_dtype"),
-    "objective": tuple(f.name for f in dataclasses.fields(Objective)),
-    "update": tuple(f.name for f in dataclasses.fields(UpdateConfig)),
-    "optimizer": tuple(f.name for f in dataclasses.fields(OptimizerConfig)),
-    "logging": tuple(f.name for f in dataclasses.fields(LoggingConfig)),
-}
+    "objective": (
+        "advantage", "scale_rewards", "loss_type", "epsilon_low", "epsilon_high", "beta", "kl_estimator",
+        "kl_bias_correction", "delta", "importance_sampling_level", "sapo_temperature_pos", "sapo_temperature_neg",
+        "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "top_entropy_quantile", "entropy_coef",
+        "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target",
+        "off_policy_mask_threshold", "rollout_correction", "rollout_correction_clip_max",
+        "rollout_correction_clip_min", "mask_truncated_completions",
+    ),
+    "update": ("num_iterations", "share_prompt", "token_budget", "update_memory", "logit_chunk_tokens"),
+    "optimizer": ("learning_rate", "weight_decay", "warmup_steps", "lr_scheduler_type", "max_grad_norm"),
+    "logging": ("log_completions_every_n_steps", "num_completions_to_log"),
+}  # fmt: skip
 REWARD_FIELDS = frozenset(f.name for f in dataclasses.fields(RewardConfig))
 MOVED: dict[str, str] = {**_RENAMED, **{name: f"{g}.{name}" for g, names in _SAME_NAME.items() for name in names}}
 """Each flat ``GRPOModule`` argument of infgrpo 0.1 -> its key in the groups (``loss_type`` ->
@@ -120,11 +128,26 @@ def check_settings(
     except ValueError as err:
         raise ConfigError(str(err)) from err
     check_policy(built["lora"], built["quantization"])
+    reason = skip_reason(built["objective"])
+    if built["update"].skip_zero_advantage == "on" and reason is not None:
+        raise ConfigError(f"update.skip_zero_advantage='on' cannot be exact here: {reason}; use 'auto' or 'off'")
     warn_filtered_behaviour_logprobs(built["sampler"], built["objective"])
     return ModuleSettings(
         group_size=group_size, output_dir=output_dir, seed=run_seed(seed),
         threads=threads, **built,
     )  # fmt: skip
+
+
+def resolve_skip(settings: ModuleSettings) -> bool:
+    """Whether the update skips zero-advantage rows (``update.skip_zero_advantage``); 'auto' says in one line why
+    it is off where the objective makes it inexact."""
+    setting, reason = settings.update.skip_zero_advantage, skip_reason(settings.objective)
+    if setting == "off":
+        return False
+    if reason is not None:
+        warnings.warn(f"[infgrpo] update.skip_zero_advantage: off, because {reason}", stacklevel=3)
+        return False
+    return True
 
 
 def resumed_seed(settings: ModuleSettings, given: bool, saved: Mapping[str, Any] | None) -> ModuleSettings:

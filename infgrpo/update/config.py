@@ -17,6 +17,8 @@ from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 
 SharePrompt = Literal["auto", "on", "off"]
 """``share_prompt``: 'auto' (on wherever it is exact for the model), 'on' (an error where not), 'off'."""
+SkipZeroAdvantage = Literal["auto", "on", "off"]
+"""``skip_zero_advantage``: 'auto' (on wherever it is exact for the objective), 'on' (an error where not), 'off'."""
 
 
 @dataclass
@@ -46,6 +48,14 @@ class UpdateConfig:
     ~ chunk x vocabulary x 8-12 bytes (0.6-0.9 GB at 512 positions and Qwen3's 151,936 tokens), at about
     the speed of full logits. 0 = full logits from the model's own forward (O(micro-batch x vocabulary)
     memory; needed for models that change their logits after the head, e.g. soft-capping)."""
+    skip_zero_advantage: SkipZeroAdvantage = "auto"
+    """Leave rows of advantage exactly 0 (e.g. every completion of a group whose rewards are all equal) out of
+    the update's forward and backward: their gradient is exactly 0 under the objective, and every normalizer
+    still counts them, so the update is the same (float64 tests: 1e-10) for less work; a group whose rows
+    are all skipped does not run its prompt. ``auto``: on wherever that is exact (not with ``objective.beta >
+    0`` or an entropy bonus: see :mod:`infgrpo.algo.zero_advantage`), off with one line saying why
+    elsewhere; ``on``: an error where it is not exact; ``off``: every row runs. With the skip, ``entropy``,
+    the clip ratios and the rollout mismatch are taken over the rows that ran (``update/rows_trained``)."""
 
     def __post_init__(self) -> None:
         check_token_budget(self.token_budget)  # its own message for any type

@@ -35,6 +35,7 @@ import torch
 from transformers import PreTrainedModel
 
 from infgrpo.algo import AdaptiveEntropyCoef, entropy_threshold, high_entropy_mask
+from infgrpo.algo.zero_advantage import skip_reason, trained_rows
 from infgrpo.runtime.oom import first_line, retry_on_oom
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
@@ -64,10 +65,15 @@ class UpdateResult:
     """Out-of-memory retries (re-packs and splits) of this update."""
     largest_microbatch: int
     """Padded tokens of the largest micro-batch it ran."""
+    rows_trained: int = 0
+    """Rows (completions) the forward and backward ran."""
+    rows_skipped: int = 0
+    """Rows of advantage exactly 0 left out (``update.skip_zero_advantage``): their gradient is 0."""
 
     def metrics(self) -> dict[str, float]:
-        """``stats`` plus ``update/oom_retries`` and ``update/token_budget``."""
-        return {"update/oom_retries": self.oom_retries, "update/token_budget": self.token_budget, **self.stats}
+        """``stats`` plus ``update/oom_retries``, ``update/token_budget`` and the rows trained and skipped."""
+        rows = {"update/rows_trained": self.rows_trained, "update/rows_skipped": self.rows_skipped}
+        return {"update/oom_retries": self.oom_retries, "update/token_budget": self.token_budget, **rows, **self.stats}
 
 
 def largest(mbs: list[Batch]) -> int:
@@ -87,6 +93,9 @@ class PolicyUpdate:
         pad_id: the token that pads micro-batches.
         share_prompt: run each group's prompt once per micro-batch, its completions attending to its K/V
             (resolved for the model: :func:`~infgrpo.update.share_check.resolve_share_prompt`).
+        skip_zero_advantage: leave rows of advantage exactly 0 out of the forward and backward (exact where
+            :func:`~infgrpo.algo.zero_advantage.skip_reason` is None; the caller resolves it), every normalizer
+            still counting them.
     """
 
     def __init__(
@@ -98,8 +107,12 @@ class PolicyUpdate:
         mask_truncated_completions: bool = False,
         pad_id: int = 0,
         share_prompt: bool = False,
+        skip_zero_advantage: bool = False,
     ) -> None:
         self.loss, self.num_iterations, self.pad_id, self.share_prompt = loss, num_iterations, pad_id, share_prompt
+        if skip_zero_advantage and skip_reason(loss.objective) is not None:
+            raise ValueError(f"skip_zero_advantage cannot be exact: {skip_reason(loss.objective)}")
+        self.skip_zero_advantage = skip_zero_advantage
         self.mask_truncated_completions = mask_truncated_completions
         self.sizer = UpdateSizer(token_budget, update_memory, loss.logit_chunk_tokens)
         self.token_budget_cap: int | None = None  # after an out-of-memory retry: the budget that fit
@@ -123,9 +136,11 @@ class PolicyUpdate:
         disabled); ``ranks`` / ``no_sync``: data parallelism (see :mod:`infgrpo.update.step`).
         """
         cfg, device = self.loss, next(policy.parameters()).device
+        rows = trained_rows(advantages, rollouts.lengths) if self.skip_zero_advantage else None
+        counts = self.batch_counts(rollouts) if rows is not None else None  # the normalizers count every row
 
-        def pack(budget: int) -> list[Batch]:
-            return [mb.to(device) for mb in self.pack(rollouts, budget)]
+        def pack(budget: int, rows: list[int] | None = rows) -> list[Batch]:
+            return [mb.to(device) for mb in self.pack(rollouts, budget, rows)]
 
         # 1) the token budget and the micro-batches within it
         longest = max(len(p) for p in rollouts.prompt_ids) + max(rollouts.lengths, default=0)
@@ -155,11 +170,13 @@ class PolicyUpdate:
         def accumulate(state: tuple) -> dict[str, float]:
             zero_grad()
             batch, old_lp, ref_lp, behaviour_lp = state
-            masks = self.entropy_masks(policy, batch, ranks) if cfg.objective.entropy_mask else None
+            every = pack(budget, None) if rows is not None and cfg.objective.entropy_mask else None
+            masks = self.entropy_masks(policy, batch, ranks, every) if cfg.objective.entropy_mask else None
             coef = self.entropy_coef.applied() if self.entropy_coef is not None else None
             return accumulate_policy_gradients(
                 policy, batch, advantages, cfg, backward, old_logps=old_lp, ref_logps=ref_lp, ranks=ranks,
                 no_sync=no_sync, behaviour_logps=behaviour_lp, entropy_masks=masks, entropy_coef=coef,
+                batch_counts=counts,
             )  # fmt: skip
 
         def split(state: tuple, message: str) -> tuple:
@@ -181,16 +198,46 @@ class PolicyUpdate:
         stats["entropy_coef_applied"] = applied
         if retries:  # later updates pack within what fit
             self.token_budget_cap = budget = largest(mbs)
-        return UpdateResult(stats, budget, retries, largest(mbs))
+        trained = len(rollouts) if rows is None else len(rows)
+        return UpdateResult(stats, budget, retries, largest(mbs), trained, len(rollouts) - trained)
 
-    def entropy_masks(self, policy: PreTrainedModel, mbs: list[Batch], ranks: Ranks) -> list[torch.Tensor]:
+    def batch_counts(self, rollouts: Rollouts) -> tuple[int, int]:
+        """(sequences, active completion tokens) of the whole rollout, as its micro-batches' masks would count."""
+        masked = self.mask_truncated_completions
+        tokens = sum(
+            n for n, r in zip(rollouts.lengths, rollouts.finish_reasons, strict=True) if not (masked and r == "length")
+        )
+        return len(rollouts), tokens
+
+    def entropy_masks(
+        self, policy: PreTrainedModel, mbs: list[Batch], ranks: Ranks, every: list[Batch] | None = None
+    ) -> list[torch.Tensor]:
         """``top_entropy_quantile``: each micro-batch's (n, C) mask of the tokens at or above the quantile of
-        the *whole* batch's entropies (every rank's), from a pass without gradients under the current policy."""
+        the *whole* batch's entropies (every rank's), from a pass without gradients under the current policy.
+
+        ``every``: the micro-batches of every row when ``mbs`` hold only the trained ones (the skip): the
+        threshold is taken over all of them, the masks cut out for ``mbs``.
+        """
         cfg = self.loss
-        _, entropies = frozen_logprobs(policy, mbs, cfg.temperature, chunk_tokens=cfg.logit_chunk_tokens, entropy=True)
-        masks = [mb.completion_mask for mb in mbs]
-        threshold = entropy_threshold(entropies, masks, cfg.objective.top_entropy_quantile, ranks)
-        return [high_entropy_mask(e, m, threshold) for e, m in zip(entropies, masks, strict=True)]
+        source = every if every is not None else mbs
+        _, entropies = frozen_logprobs(
+            policy, source, cfg.temperature, chunk_tokens=cfg.logit_chunk_tokens, entropy=True
+        )
+        threshold = entropy_threshold(
+            entropies, [mb.completion_mask for mb in source], cfg.objective.top_entropy_quantile, ranks
+        )
+        if every is not None:  # each row's entropies, (C_row,) in their own dtype, into the trained packing
+            by_row = {row: e[r] for mb, e in zip(every, entropies, strict=True) for r, row in enumerate(mb.rows)}
+            cut = []
+            for mb in mbs:
+                width, first = mb.completion_ids.shape[1], by_row[mb.rows[0]]
+                t = torch.zeros(len(mb.rows), width, dtype=first.dtype, device=first.device)
+                for r, row in enumerate(mb.rows):
+                    n = min(width, by_row[row].shape[0])
+                    t[r, :n] = by_row[row][:n]
+                cut.append(t)
+            entropies = cut
+        return [high_entropy_mask(e, mb.completion_mask, threshold) for e, mb in zip(entropies, mbs, strict=True)]
 
     def state_dict(self) -> dict[str, float]:
         """What later updates learned: the adaptive entropy coefficient (TRL's keys), the budget that fit and
@@ -212,20 +259,26 @@ class PolicyUpdate:
         if peak_rise_bytes is not None:
             self.sizer.observe(peak_rise_bytes, result.largest_microbatch)
 
-    def pack(self, rollouts: Rollouts, budget: int) -> list[Batch]:
-        """The rollout's micro-batches within ``budget`` padded tokens (on the CPU).
+    def pack(self, rollouts: Rollouts, budget: int, rows: list[int] | None = None) -> list[Batch]:
+        """The rollout's micro-batches within ``budget`` padded tokens (on the CPU), of ``rows`` only when given
+        (each micro-batch's ``rows`` are then still indices of the whole rollout).
 
         With ``mask_truncated_completions``, completions cut at ``max_new_tokens`` (reason ``length``) get an
         all-zero loss mask: they keep their place in the group's advantages but add nothing to the loss.
         """
-        completions = rollouts.completion_ids
+        rows = list(range(len(rollouts))) if rows is None else rows
+        completions = [rollouts.completion_ids[i] for i in rows]
+        index = rollouts.prompt_index
         if self.share_prompt:
             mbs = prepare_shared_microbatches(
-                rollouts.prompt_ids, rollouts.prompt_index, completions, budget, self.pad_id
+                rollouts.prompt_ids, [index[i] for i in rows], completions, budget, self.pad_id
             )
         else:
-            prompts = [rollouts.prompt_ids[i] for i in rollouts.prompt_index]
+            prompts = [rollouts.prompt_ids[index[i]] for i in rows]
             mbs = prepare_microbatches(prompts, completions, budget, self.pad_id)
+        if len(rows) != len(rollouts):
+            for mb in mbs:
+                mb.rows = [rows[r] for r in mb.rows]
         if self.mask_truncated_completions:
             for mb in mbs:
                 for r, row in enumerate(mb.rows):

@@ -134,6 +134,7 @@ def accumulate_policy_gradients(
     behaviour_logps: PerBatch = None,
     entropy_masks: PerBatch = None,
     entropy_coef: float | None = None,
+    batch_counts: tuple[int, int] | None = None,
 ) -> dict[str, float]:
     """Forward + ``backward(loss)`` per micro-batch; gradients accumulate in ``model``.
 
@@ -144,7 +145,9 @@ def accumulate_policy_gradients(
     in which ``backward`` does not synchronize gradients across ranks (see the module docstring).
     Returns the global batch loss, the objective's statistics (token means over the batch), the rollout
     log-prob mismatch (``rollout/*``, with ``behaviour_logps``) and ``entropy_bonus`` (sum, tokens) for
-    the adaptive coefficient.
+    the adaptive coefficient. ``batch_counts``: (sequences, active tokens) of this rank's whole batch when
+    ``mbs`` hold only some of its rows (rows of advantage 0 left out, :mod:`infgrpo.algo.zero_advantage`): the
+    normalizers count every row (not with an entropy bonus, whose token count would need the others).
     """
     obj = cfg.objective
     # 1) whole-batch counts on every rank: the normalizers of every micro-batch's loss
@@ -152,6 +155,10 @@ def accumulate_policy_gradients(
     bonus = [m * e.to(m) for m, e in zip(masks, entropy_masks, strict=True)] if entropy_masks is not None else masks
     tokens = torch.stack([torch.stack([m.sum(), b.sum()]) for m, b in zip(masks, bonus, strict=True)]).sum(0)
     local = torch.cat([torch.tensor([float(sum(len(mb.rows) for mb in mbs))]), tokens.double().cpu()])  # one sync
+    if batch_counts is not None:
+        if obj.entropy_bonus:
+            raise ValueError("batch_counts (a partial batch) cannot be used with an entropy bonus")
+        local = torch.tensor([float(batch_counts[0]), float(batch_counts[1]), float(batch_counts[1])]).double()
     num_sequences, num_tokens, bonus_tokens = (int(x) for x in ranks.sum(local).tolist())
     norm = LossNorm(num_sequences, num_tokens, cfg.max_completion_length, bonus_tokens if entropy_masks else None)
     device = next(model.parameters()).device
