@@ -21,7 +21,6 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
-from torch.nn.parallel import DistributedDataParallel
 from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES, Objective
@@ -39,13 +38,16 @@ from infgrpo.runtime.seeds import derive_seed
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.training.checkpoint_hparams import grouped_checkpoint
+from infgrpo.training.dynamic import DynamicSampling, DynamicSamplingConfig
+from infgrpo.training.fit_ranks import trainer_ranks
 from infgrpo.training.hparams import check_settings, resolve_skip, resumed_seed
-from infgrpo.training.metrics import step_metrics
+from infgrpo.training.metrics import progress_bar, step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_optimizer_steps
 from infgrpo.training.prompt_check import check_data_prompts
 from infgrpo.training.record import StepRecord
-from infgrpo.training.rng_state import gather_rng_state, reseed_rank, restore_rng_state
-from infgrpo.training.scoring import score_rollouts
+from infgrpo.training.rng_state import gather_rng_state, restore_rng_state
+from infgrpo.training.scoring import Scores, score_rollouts
+from infgrpo.training.stream_state import gather_stream_positions, restore_stream_position
 from infgrpo.update import LossConfig
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import check_chunked_head
@@ -74,6 +76,7 @@ class GRPOModule(L.LightningModule):
         optimizer: AdamW, warmup, learning-rate schedule, gradient clipping.
         evaluation: held-out evaluation (its temperature).
         logging: completion tables.
+        dynamic_sampling: replace groups whose rewards are all equal during the rollout (DAPO; off by default).
         output_dir: at the end of fit, write the trained LoRA adapter (a peft adapter folder) or, without
             LoRA, the whole model here. A relative path is under the run's root (``trainer.default_root_dir``;
             the working directory when unset), e.g. ``adapter``.
@@ -97,6 +100,7 @@ class GRPOModule(L.LightningModule):
         optimizer: OptimizerConfig = OptimizerConfig(),  # noqa: B008
         evaluation: EvaluationConfig = EvaluationConfig(),  # noqa: B008
         logging: LoggingConfig = LoggingConfig(),  # noqa: B008
+        dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig(),  # noqa: B008
         output_dir: str | None = None,
         seed: int | None = None,
         threads: int | Literal["auto"] = "auto",
@@ -106,7 +110,7 @@ class GRPOModule(L.LightningModule):
         s = self.settings = check_settings(
             policy=policy, lora=lora, quantization=quantization, group_size=group_size, sampler=sampler,
             rewards=rewards, objective=objective, update=update, optimizer=optimizer, evaluation=evaluation,
-            logging=logging, output_dir=output_dir, seed=seed, threads=threads,
+            logging=logging, dynamic_sampling=dynamic_sampling, output_dir=output_dir, seed=seed, threads=threads,
         )  # fmt: skip
         self.save_hyperparameters(s.hparams())  # plain nested dicts, the seed resolved
         self._seed_given = seed is not None  # a derived seed follows a resumed checkpoint's (on_load_checkpoint)
@@ -136,6 +140,11 @@ class GRPOModule(L.LightningModule):
         self.rewards = s.rewards.functions
         self.scoring = dict(
             rewards=s.rewards.functions, on_error=s.rewards.on_error, max_completion_length=s.sampler.max_new_tokens
+        )
+        self.dynamic = (
+            DynamicSampling(s.dynamic_sampling, self.sampler, self.tokenizer, self.scoring, s.group_size)
+            if s.dynamic_sampling.enabled
+            else None
         )
         self.val_reward, self.val_accuracy = MeanMetric(), MeanMetric()
         self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
@@ -169,43 +178,35 @@ class GRPOModule(L.LightningModule):
 
         On a CPU, warns once when the weights' dtype has no native support there (see infgrpo.runtime.hardware).
         """
-        if self.device.type == "cpu":
-            s = self.settings
-            q = s.quantization
-            slow = slow_cpu_dtype(q.bnb_4bit_compute_dtype if q.load_in_4bit else s.policy.dtype, cpu_flags())
-            if slow:
-                rank_zero_warn(f"[infgrpo] {slow}")
+        q = self.settings.quantization
+        slow = slow_cpu_dtype(q.bnb_4bit_compute_dtype if q.load_in_4bit else self.settings.policy.dtype, cpu_flags())
+        if self.device.type == "cpu" and slow:
+            rank_zero_warn(f"[infgrpo] {slow}")
         if self.ref_model is not None:
             self.ref_model.to(self.device)
         check_data_prompts(self.policy, self.trainer.datamodule, self.settings.sampler.max_new_tokens)
+        if self.dynamic is not None:
+            self.dynamic.check(self.trainer.datamodule)
         self.setup_ranks()
 
     def setup_ranks(self) -> None:
-        """Learns the data-parallel ranks from the trainer (each rollout and update gets them).
-
-        Each rank reseeds torch's global generator (used only by dropout) with its rank, so ranks draw
-        distinct dropout masks; the rollout streams are keyed by global prompt index instead.
-        """
-        world = self.trainer.world_size
-        if world > 1 and not isinstance(self.trainer.strategy.model, DistributedDataParallel):
-            raise ValueError(
-                f"trainer.strategy={type(self.trainer.strategy).__name__} is not supported with {world} "
-                "processes; use strategy 'ddp' (ranks run different numbers of micro-batches, which only "
-                "DDP's gradient accumulation (no_sync) tolerates)"
-            )
-        gather = (lambda x: self.all_gather(x.to(self.device))) if world > 1 else None
-        self.ranks = Ranks(world, self.global_rank, gather)
-        self._no_sync = getattr(self.trainer.strategy, "block_backward_sync", contextlib.nullcontext)
-        reseed_rank(self.ranks)
+        """Learns the data-parallel ranks from the trainer (each rollout and update gets them; see fit_ranks)."""
+        self.ranks, self._no_sync = trainer_ranks(self.trainer, self.all_gather, self.device)
 
     # -- one GRPO step ----------------------------------------------------------------------
-    def rollout(self, batch: list[dict]) -> Rollouts:
-        """``group_size`` completions of every prompt of ``batch``, no gradients (streams keyed by global prompt)."""
+    def rollout(self, batch: list[dict]) -> tuple[Rollouts, Scores, list[dict]]:
+        """``group_size`` completions of every prompt of ``batch`` (no gradients; streams keyed by global prompt),
+        their scores, and the items they belong to: under dynamic sampling the groups kept, drawn from the batch
+        and the data module's prompt stream (:mod:`infgrpo.training.dynamic`), else ``batch``."""
         seed = derive_seed(self.settings.seed, self.sampler.calls)  # the same on every rank
-        offset = self.ranks.prompt_offset(len(batch))
-        prompts = [b["prompt_ids"] for b in batch]
         with self.phase_memory.phase("rollout", self.device):
-            return self.sampler.sample(prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks)
+            if self.dynamic is not None:
+                return self.dynamic.rollout(batch, seed, self.trainer.datamodule, self.ranks)
+            offset, prompts = self.ranks.prompt_offset(len(batch)), [b["prompt_ids"] for b in batch]
+            rollouts = self.sampler.sample(
+                prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks
+            )
+        return rollouts, score_rollouts(self.tokenizer, rollouts, [b["meta"] for b in batch], **self.scoring), batch
 
     def training_step(self, batch: list[dict], batch_idx: int) -> None:
         """One GRPO step on ``batch``: rollout, scores, group advantages, ``num_iterations`` optimizer steps, metrics.
@@ -215,10 +216,9 @@ class GRPOModule(L.LightningModule):
         scheduler itself, and nothing is returned.
         """
         s = self.settings
-        rollouts = self.rollout(batch)  # G completions of each prompt, no gradients
+        rollouts, scores, items = self.rollout(batch)  # G completions of each prompt, no gradients; (N,) scores
         lr = self.lr_schedulers().get_last_lr()[0]  # the rate of this step's (first) optimizer step
         with self.phase_memory.phase("update", self.device):
-            scores = score_rollouts(self.tokenizer, rollouts, [b["meta"] for b in batch], **self.scoring)  # (N,)
             batch_scores = scores.gather(self.ranks)  # (N_global,): for the batch std and the metrics
             advantages = ADVANTAGES.get(s.objective.advantage)(
                 scores.total, s.group_size, s.objective.scale_rewards, batch_rewards=batch_scores.total
@@ -233,15 +233,9 @@ class GRPOModule(L.LightningModule):
             batch_scores, rollouts.stats, update.metrics(), times, self.ranks, lr, self.phase_memory.metrics(),
             s.group_size, s.rewards.accuracy,
         )  # fmt: skip
-        self._log_step(metrics, len(batch))
-        self.last_step = StepRecord(batch, rollouts, scores, self.sampler.calls - 1)
-
-    def _log_step(self, metrics: dict[str, float], batch_size: int) -> None:
-        """``train/<key>`` to the loggers; the reward and the CUDA memory peaks to the progress bar."""
-        self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=True, batch_size=batch_size)
-        bar = {"reward": metrics["reward"]}
-        bar.update({k.removeprefix("memory/"): v for k, v in metrics.items() if k.startswith("memory/")})
-        self.log_dict(bar, prog_bar=True, on_step=True, batch_size=batch_size, logger=False)
+        self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=True, batch_size=len(items))
+        self.log_dict(progress_bar(metrics), prog_bar=True, on_step=True, batch_size=len(items), logger=False)
+        self.last_step = StepRecord(items, rollouts, scores, self.sampler.calls - 1)
 
     def _optimizer_step(self) -> None:
         """Clips the gradient (``max_grad_norm``), steps the optimizer and the learning-rate scheduler."""
@@ -304,6 +298,7 @@ class GRPOModule(L.LightningModule):
         checkpoint["infgrpo_sampler"] = self.sampler.state_dict()
         checkpoint["infgrpo_update"] = self.updater.state_dict()
         checkpoint["infgrpo_rng"] = gather_rng_state(self.ranks, self.device)
+        checkpoint["infgrpo_stream"] = gather_stream_positions(self.trainer.datamodule, self.ranks)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Restores the sampler's state; keeps the random states for :meth:`on_train_start`.
@@ -318,6 +313,7 @@ class GRPOModule(L.LightningModule):
         if "infgrpo_update" in checkpoint:
             self.updater.load_state_dict(checkpoint["infgrpo_update"])
         self._pending_rng = checkpoint.get("infgrpo_rng")
+        self._pending_stream = checkpoint.get("infgrpo_stream")
 
     def on_train_start(self) -> None:
         """Restores this rank's random state from a resumed checkpoint, so dropout continues exactly.
@@ -326,4 +322,5 @@ class GRPOModule(L.LightningModule):
         checkpoint's, the freshly seeded states are kept.
         """
         restore_rng_state(getattr(self, "_pending_rng", None), self.ranks, self.device)
-        self._pending_rng = None
+        restore_stream_position(getattr(self, "_pending_stream", None), self.trainer.datamodule, self.ranks)
+        self._pending_rng = self._pending_stream = None

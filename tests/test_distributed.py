@@ -43,6 +43,11 @@ class SaveParameters(L.Callback):
         torch.save(params, self.dirpath / f"step{trainer.global_step}_rank{trainer.global_rank}.pt")
         predictor = pl_module.sampler.predictor.state_dict()
         torch.save(predictor, self.dirpath / f"predictor{trainer.global_step}_rank{trainer.global_rank}.pt")
+        record = pl_module.last_step  # the prompts this rank trained on, and its rollout's dynamic counts
+        trained = {"prompts": [b["meta"]["prompt"] for b in record.batch], "stats": record.rollouts.stats}
+        trained["stats"] = {k: v for k, v in trained["stats"].items() if k.startswith("dynamic/")}
+        trained["rewards"] = record.scores.total.tolist()
+        (self.dirpath / f"trained{trainer.global_step}_rank{trainer.global_rank}.json").write_text(json.dumps(trained))
 
     def on_train_end(self, trainer, pl_module) -> None:
         trainer.save_checkpoint(self.dirpath / "last.ckpt")  # every rank calls it; rank 0 writes
@@ -161,8 +166,31 @@ def test_two_ddp_ranks_equal_one_process_and_resume_on_one(tmp_path, prompts, tw
     assert not (resumed / "step2_rank0.pt").exists()  # it did not redo steps 1-2
 
 
+def test_two_ddp_ranks_with_dynamic_sampling_each_fill_their_share_and_stay_identical(two_ranks):
+    """Each rank draws from its own share of the prompt stream until it holds its batch of informative groups;
+    DDP keeps the parameters identical (no rank waits forever on a collective the other skipped)."""
+    two = two_ranks / DYNAMIC
+    for step in (1, 2):
+        rank0, rank1 = load(two / f"step{step}_rank0.pt"), load(two / f"step{step}_rank1.pt")
+        assert all(torch.equal(rank0[k], rank1[k]) for k in rank0), f"ranks diverged at step {step}"
+        seen = [json.loads((two / f"trained{step}_rank{r}.json").read_text()) for r in (0, 1)]
+        for rank in seen:
+            assert len(rank["prompts"]) == GLOBAL_BATCH // 2  # each rank trains on its share of the batch
+            groups = [rank["rewards"][i : i + 4] for i in range(0, len(rank["rewards"]), 4)]
+            if not rank["stats"]["dynamic/capped"]:
+                assert all(len(set(g)) > 1 for g in groups)  # informative: the rewards have a spread
+        assert not set(seen[0]["prompts"]) & set(seen[1]["prompts"])  # disjoint shares of the stream
+
+
+DYNAMIC = "dynamic"
+
 if __name__ == "__main__":  # a DDP rank under torchrun: python -m torch.distributed.run ... <prompts> <out>
     data, out = Path(sys.argv[1]), Path(sys.argv[2])
     for case, (loss_type, scale_rewards) in CASES.items():
         two_rank_args = args(data, out / case, 2, GLOBAL_BATCH // 2, loss_type, scale_rewards)
         main([*two_rank_args, "--trainer.strategy=ddp", "--trainer.devices=2"])
+    dynamic = [
+        *args(data, out / DYNAMIC, 2, GLOBAL_BATCH // 2, "grpo", "group"),
+        "--model.dynamic_sampling.enabled=true",
+    ]
+    main([*dynamic, "--trainer.strategy=ddp", "--trainer.devices=2"])

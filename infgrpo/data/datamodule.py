@@ -19,7 +19,7 @@ Sources (``path``): ``"tiny"`` (the shipped synthetic task), a local folder hold
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +29,7 @@ from transformers import PreTrainedTokenizerBase
 
 from infgrpo.assets import TINY_DATA_DIR
 from infgrpo.data.local_files import check_local_source, read_split
+from infgrpo.data.prompt_stream import PromptStream
 from infgrpo.data.reasoning_tasks import check_task, is_reasoning_gym, task_rows
 from infgrpo.data.resumable import ResumableBatchSampler
 from infgrpo.models import load_tokenizer  # the policy's own loader: same aliases, GGUF files and pad token
@@ -158,6 +159,8 @@ class PromptDataModule(L.LightningDataModule):
         self.eval_items: list[dict] = []
         self.batch_sampler: ResumableBatchSampler | None = None
         self._pending_state: dict | None = None
+        self.stream: PromptStream | None = None  # dynamic sampling's extra prompts (prompt_stream)
+        self.stream_start = 0  # where this rank's stream starts (a resumed checkpoint's position)
 
     def _encode(self, tokenizer: PreTrainedTokenizerBase, rows: list[dict], split: str) -> list[dict]:
         hp = self.hparams
@@ -264,6 +267,23 @@ class PromptDataModule(L.LightningDataModule):
             )
         mine = self.eval_items[rank::world]  # metrics are averaged over ranks by torchmetrics
         return DataLoader(mine, batch_size=self.hparams.eval_batch_size, collate_fn=list)
+
+    def prompt_stream(self) -> Iterator[dict]:
+        """This rank's endless stream of training items beyond the steps' batches, for dynamic sampling.
+
+        Its own seeded order (:class:`~infgrpo.data.prompt_stream.PromptStream`, seed derived from ``seed``),
+        independent of the batches'; each rank draws its own share. Calling it again continues the stream;
+        its position (``stream.position``) is what a checkpoint keeps, per rank.
+        """
+        if self.stream is None:
+            world, rank = self.ranks()
+            seed = derive_seed(self.hparams.seed, 2) % 2**31
+            self.stream = PromptStream(len(self.train_items), seed, world, rank, self.stream_start)
+        return (self.train_items[i] for i in self.stream)
+
+    def longest_prompt(self) -> int:
+        """Tokens of the longest training prompt (what a stream can yield; the slot pool's width)."""
+        return max(len(it["prompt_ids"]) for it in self.train_items)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Counts a training batch as consumed (the resumable position); returns ``batch`` unchanged.

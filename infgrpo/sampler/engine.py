@@ -35,6 +35,7 @@ from transformers import PreTrainedModel
 from infgrpo.sampler.config import SamplerConfig
 from infgrpo.sampler.counter_rng import stream_key
 from infgrpo.sampler.decode_step import StepSettings
+from infgrpo.sampler.dynamic import DynamicResult, DynamicRun
 from infgrpo.sampler.model_runner import ModelRunner
 from infgrpo.sampler.pool_keeper import PoolKeeper
 from infgrpo.sampler.refill import REFILL_POLICIES
@@ -175,6 +176,21 @@ class Engine:
             timeline=sched.timeline,
         )
         return seqs, stats
+
+    @torch.no_grad()
+    def run_dynamic(self, run: DynamicRun) -> tuple[DynamicResult, EngineStats]:
+        """Decodes a dynamic rollout (:mod:`infgrpo.sampler.dynamic`) built on this engine; returns its result and
+        stats over every sequence decoded (kept, dropped and cancelled)."""
+        result = run.run()
+        sched, runner = run.sched, run.runner
+        stats = EngineStats(
+            num_slots=run.slots, pool_positions=run.pool.max_len, decode_steps=sched.now,
+            prefill_tokens=runner.prefill_tokens, prefill_calls=runner.prefill_calls,
+            busy_slot_steps=sched.busy_slot_steps, pool_bytes=run.pool.nbytes(),
+            prompt_kv_bytes_peak=runner.prompt_kv_bytes_peak, replans=getattr(run.policy, "replans", 0),
+            graph_captures=run.step.captures, timeline=sched.timeline,
+        )  # fmt: skip
+        return result, stats
 
     @staticmethod
     def admit(sched: Scheduler, runner: ModelRunner) -> None:

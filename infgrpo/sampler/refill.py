@@ -70,6 +70,11 @@ class RefillPolicy:
         slot idle until the next one frees (only ``planned`` does that)."""
         return self.queue.popleft()
 
+    def extend(self, seqs: list[Sequence], now: int) -> None:
+        """Adds ``seqs`` (a prompt drawn during the rollout: dynamic sampling) to the waiting queue, in the
+        policy's order among those waiting (ties: the earlier ones first)."""
+        self.queue = deque(self.order([*self.queue, *seqs]))
+
     def finished(self, seq: Sequence, slot: int, now: int) -> None:
         """``seq``, popped for ``slot``, ended at decode step ``now``."""
 
@@ -135,6 +140,14 @@ class Planned(RefillPolicy):
 
     def __len__(self) -> int:
         return len(self.waiting)
+
+    def extend(self, seqs: list[Sequence], now: int) -> None:
+        """Adds ``seqs`` to the waiting work and plans it again around the slots' remaining work."""
+        for s in seqs:
+            self.waiting[len(self.pred)] = s
+            self.pred.append(predicted(s))
+        self.informed = len(set(self.pred)) > 1
+        self.make_plan(self.remaining(now))
 
     def make_plan(self, loads: list[float]) -> None:
         """Assigns the waiting sequences to slots already busy for ``loads`` more steps."""

@@ -27,6 +27,8 @@ class Rollouts:
     logprobs: list[torch.Tensor]
     finish_reasons: list[str]
     stats: dict[str, Any] = field(default_factory=dict)
+    drawn: list[int] | None = None
+    """Dynamic sampling: each prompt's position in the rollout's draw order (None: the prompts as given)."""
 
     @classmethod
     def from_sequences(cls, prompt_ids: list[list[int]], group_size: int, seqs: list[Sequence]) -> Rollouts:

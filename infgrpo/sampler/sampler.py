@@ -12,6 +12,7 @@ rewards: token ids in, :class:`Rollouts` out.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler.baselines import BASELINES, generation_kwargs
 from infgrpo.sampler.config import SamplerConfig
+from infgrpo.sampler.dynamic import DynamicResult, DynamicRun, DynamicSpec, InformativeRate, Replay
 from infgrpo.sampler.engine import Engine
 from infgrpo.sampler.length_predictor import LengthPredictor, Prediction, pool_over_ranks
 from infgrpo.sampler.model_support import check_engine_support, check_prompts, kv_bytes_per_token, stop_token_ids
@@ -77,6 +79,7 @@ class MicroGroupSampler:
             if config.length_predictor != "none"
             else None
         )
+        self.rate = InformativeRate()  # dynamic sampling: the share of groups kept, observed over rollouts
 
     # -- sampling ---------------------------------------------------------------------------
     def sample(
@@ -111,6 +114,68 @@ class MicroGroupSampler:
         rollouts.stats["tokens_per_s"] = rollouts.stats["generated_tokens"] / wall if wall > 0 else 0.0
         if torch.cuda.is_available():
             rollouts.stats["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
+        return rollouts
+
+    def sample_dynamic(
+        self,
+        source: Iterator[list[int]],
+        group_size: int,
+        seed: int,
+        spec: DynamicSpec,
+        max_prompt_len: int,
+        prompt_offset: int = 0,
+        ranks: Ranks | None = None,
+    ) -> Rollouts:
+        """Dynamic sampling (:mod:`infgrpo.sampler.dynamic`): prompts drawn from ``source`` as the pool needs work,
+        each finished group judged by ``spec.keep``, until ``spec.target_groups`` informative groups are found
+        or ``spec.max_prompts`` are drawn. Returns the groups the step trains on (``Rollouts.drawn``: their
+        positions in the draw order) with ``dynamic/*`` statistics; ``max_prompt_len`` bounds every prompt the
+        source can yield (the pool's width). The admission's informative rate is the one observed in earlier
+        rollouts (checkpointed); the length predictor learns from the trained groups.
+        """
+        if self.config.decoder != "engine":
+            raise ValueError(f"dynamic sampling runs on decoder 'engine'; sampler.decoder={self.config.decoder!r}")
+        adapt_threads(self.model, rows=spec.target_groups * group_size)
+        start, replay, seen = time.perf_counter(), Replay(source), {}
+        spec = dataclasses.replace(spec, informative_rate=self.rate.estimate())
+
+        def predict(prompt: list[int]) -> float:
+            look = self.predictor.look(self.model, [prompt])
+            seen[len(seen)] = look
+            return look.lengths[0]
+
+        def attempt(slots: int) -> tuple[DynamicResult, Any]:
+            seen.clear()
+            run = DynamicRun(
+                self.engine, replay.rewind(), group_size, seed, spec, slots, max_prompt_len,
+                predict if self.predictor is not None else None, prompt_offset,
+            )  # fmt: skip
+            return self.engine.run_dynamic(run)
+
+        with self._decoding():
+            slots = self.sizer.slots(self.model, [[self.pad_id] * max_prompt_len])
+            (result, stats), retries = self._backoff(attempt, slots, "model.sampler.num_slots")
+        chosen = result.selected
+        rollouts = Rollouts.from_sequences(
+            [result.prompts[i] for i in chosen], group_size, [s for i in chosen for s in result.groups[i]]
+        )
+        rollouts.drawn = list(chosen)
+        rollouts.stats = stats.to_stats([len(s) for group in result.groups for s in group])
+        rollouts.stats.update({f"dynamic/{k}": v for k, v in result.stats.items()}, oom_retries=retries)
+        self.rate.observe(result.stats["groups_kept"], result.stats["groups_kept"] + result.stats["groups_dropped"])
+        if self.predictor is not None and chosen:
+            looks = [seen[i] for i in chosen]
+            feats = [lk.features for lk in looks]
+            picked = Prediction(
+                [lk.keys[0] for lk in looks], torch.cat(feats) if feats[0] is not None else None,
+                [lk.lengths[0] for lk in looks], sum(lk.seconds for lk in seen.values()),
+            )  # fmt: skip
+            rollouts.stats.update(prediction_stats(picked.lengths, rollouts.lengths, group_size))
+            self.predictor.sync = pool_over_ranks(ranks.gather) if ranks is not None and ranks.world_size > 1 else None
+            self.predictor.learn(picked, rollouts.lengths, group_size)
+        self.calls += 1
+        rollouts.stats["wall_time_s"] = wall = time.perf_counter() - start
+        rollouts.stats["tokens_per_s"] = rollouts.stats["generated_tokens"] / wall if wall > 0 else 0.0
         return rollouts
 
     def generate_one(self, prompt_ids: list[list[int]], batch_size: int = 128) -> Rollouts:
@@ -226,7 +291,7 @@ class MicroGroupSampler:
     # -- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Checkpoint state: the number of calls (it seeds the next rollout), the config, and the length predictor's."""
-        state = {"calls": self.calls, "config": asdict(self.config)}
+        state = {"calls": self.calls, "config": asdict(self.config), "informative_rate": self.rate.state_dict()}
         if self.predictor is not None:
             state["predictor"] = self.predictor.state_dict()
         return state
@@ -234,5 +299,7 @@ class MicroGroupSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores the call count and, when both have one, the length predictor; the saved config is not applied."""
         self.calls = int(state["calls"])
+        if "informative_rate" in state:
+            self.rate.load_state_dict(state["informative_rate"])
         if self.predictor is not None and "predictor" in state:
             self.predictor.load_state_dict(state["predictor"])

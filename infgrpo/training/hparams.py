@@ -28,6 +28,7 @@ from infgrpo.runtime.seeds import run_seed
 from infgrpo.runtime.threads import Threads, check_threads
 from infgrpo.sampler import SamplerConfig
 from infgrpo.settings import ConfigError, build_group
+from infgrpo.training.dynamic import DynamicSamplingConfig
 from infgrpo.training.optim import OptimizerConfig
 from infgrpo.update.config import UpdateConfig
 
@@ -42,6 +43,7 @@ GROUPS: dict[str, type] = {
     "optimizer": OptimizerConfig,
     "evaluation": EvaluationConfig,
     "logging": LoggingConfig,
+    "dynamic_sampling": DynamicSamplingConfig,
 }
 """``GRPOModule``'s groups by key (``model.<key>.<field>`` on the command line)."""
 
@@ -87,6 +89,7 @@ class ModuleSettings:
     optimizer: OptimizerConfig
     evaluation: EvaluationConfig
     logging: LoggingConfig
+    dynamic_sampling: DynamicSamplingConfig
     output_dir: str | None
     seed: int
     threads: Threads

@@ -4,7 +4,9 @@
     # {"reward": .., "accuracy": .., "time/rollout_s": .., "rollout/decode_steps": .., "loss": .., ...}
 
 Every value is of the *global* batch (identical on every rank): rewards and lengths over every rank's
-rows, times and decode steps of the slowest rank, slot utilization averaged over ranks. The rollout's
+rows, times and decode steps of the slowest rank, slot utilization averaged over ranks; dynamic sampling's
+counts (``dynamic/prompts_drawn``, ``groups_kept``, ``groups_dropped``, ``dropped_tokens``, ``wasted_tokens``,
+...) summed over ranks, its ``informative_rate`` over every rank's judged groups. The rollout's
 schedule and length-prediction telemetry (:data:`SCHEDULE_METRICS`) is this rank's. The module logs
 them as ``train/<key>``.
 """
@@ -33,6 +35,13 @@ SCHEDULE_METRICS = (
     "oom_retries",
 )
 """Keys of ``Rollouts.stats`` logged as ``rollout/<key>`` (when the sampler reports them)."""
+
+
+def progress_bar(metrics: dict[str, float]) -> dict[str, float]:
+    """What the progress bar shows of a step's metrics: the reward and the CUDA memory peaks."""
+    bar = {"reward": metrics["reward"]}
+    bar.update({k.removeprefix("memory/"): v for k, v in metrics.items() if k.startswith("memory/")})
+    return bar
 
 
 def step_metrics(
@@ -76,6 +85,13 @@ def step_metrics(
     for key in SCHEDULE_METRICS:  # this rank's schedule and length-prediction telemetry
         if key in st:
             metrics[f"rollout/{key}"] = float(st[key])
+    dynamic = sorted(k for k in st if k.startswith("dynamic/"))  # dynamic sampling: summed over ranks
+    if dynamic:
+        sums = ranks.sum(torch.tensor([float(st[k]) for k in dynamic], dtype=torch.float64)).tolist()
+        metrics.update(dict(zip(dynamic, sums, strict=True)))
+        judged = metrics["dynamic/groups_kept"] + metrics["dynamic/groups_dropped"]
+        metrics["dynamic/informative_rate"] = metrics["dynamic/groups_kept"] / judged if judged else 0.0
+        metrics["dynamic/capped"] = metrics["dynamic/capped"] / ranks.world_size  # the share of capped ranks
     if len(batch.parts) > 1:
         for name, values in batch.parts.items():
             metrics[f"rewards/{name}"] = values.nanmean()
