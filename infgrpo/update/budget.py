@@ -29,7 +29,7 @@ unused; a CPU: available system memory). On a CPU the plan is also capped at
 integer budget; memory is still checked for one sequence of the longest): a CPU's matrix products run
 at full speed from a few hundred rows, so larger micro-batches cost memory and no time
 (``benchmarks/RESULTS.md``: SmolLM2-135M + LoRA, 4 x 8 completions, the same seconds a step at 256
-and 512 tokens; the update's resident memory rose 1.6x as much at 4,096 as at 256). CUDA is not
+and 512 tokens; the update's resident memory rose about 1.6x as much at 4,096 as at 256). CUDA is not
 capped: there a micro-batch as large as the memory holds is the fast one.
 
 On CUDA an update's measured peak is compared with the plan (:meth:`UpdateSizer.observe`), once,
