@@ -4,12 +4,17 @@
   logs as ``entropy`` and the chunked LM head computes without full logits
   (:func:`~infgrpo.update.chunked_head.chunked_logprobs_and_entropy`).
 - :func:`entropy_threshold` + :func:`high_entropy_mask`: ``top_entropy_quantile`` (rho of "Beyond the
-  80/20 Rule"). TRL (``GRPOTrainer.get_high_entropy_mask``) takes the ``1 - rho`` quantile (linear
-  interpolation, ``torch.quantile``) of the completion-token entropies of each micro-batch, gathered over
-  ranks, so its mask depends on how the batch is split. Here the threshold is computed once from the
-  *whole* batch on every rank (:func:`entropy_threshold`, before the first micro-batch); the mask of
-  each micro-batch compares its entropies with it. With the whole batch in one micro-batch both agree
-  (TRL rounds the threshold to float32; here it keeps the entropies' dtype).
+  80/20 Rule"). TRL (``GRPOTrainer.get_high_entropy_mask``) takes the ``1 - rho`` quantile
+  (``torch.quantile``, linear interpolation) of the completion-token entropies rounded to float32, so the
+  threshold is a float32 number, and keeps the tokens whose entropy (in its own dtype) is >= it. The
+  threshold here is computed the same way, in float32 with ``torch.quantile``'s float32 rank and
+  interpolation (:func:`quantile`), so ties fall as in TRL: a float64 entropy on the quantile (say the
+  median of an odd count) is dropped where its float32 rounding went up, kept where it went down. One
+  difference remains,
+  by design: TRL takes the quantile of each micro-batch (gathered over ranks), so its mask depends on how
+  the batch is split; here it is computed once from the *whole* batch on every rank (before the first
+  micro-batch) and each micro-batch's mask compares its entropies with it. With the whole batch in one
+  micro-batch the masks are identical (tested against TRL's ``_compute_loss``, ties included).
 - :class:`AdaptiveEntropyCoef`: Skywork-OR1's schedule as TRL applies it (``GRPOTrainer._compute_loss``):
   the coefficient used during an optimizer step is the current one if the previous step's mean entropy
   was at or below the target, else 0 (so none on the first step); after the step it moves by ``delta``
@@ -40,12 +45,12 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch
 
 
 def quantile(values: torch.Tensor, q: float) -> torch.Tensor:
-    """``torch.quantile(values, q)`` (linear interpolation) of a 1-D tensor, without its 16M-element limit."""
+    """``torch.quantile(values, q)`` (linear interpolation) of a 1-D float32 or float64 tensor, bit for bit,
+    without its 16M-element limit: ``q`` and the rank ``q (n - 1)`` are in ``values``' dtype, as there."""
     ordered = torch.sort(values).values
-    rank = min(max(q, 0.0), 1.0) * (values.numel() - 1)  # a Python float (double): exact for any dtype of values
-    below = math.floor(rank)
-    lo, hi = ordered[below], ordered[min(below + 1, values.numel() - 1)]
-    return torch.lerp(lo, hi, torch.scalar_tensor(rank - below, dtype=values.dtype, device=values.device))
+    rank = torch.scalar_tensor(min(max(q, 0.0), 1.0), dtype=values.dtype, device=values.device) * (values.numel() - 1)
+    below, above = rank.long(), torch.ceil(rank).long()
+    return torch.lerp(ordered[below], ordered[above], rank - below)
 
 
 def entropy_threshold(
@@ -54,13 +59,15 @@ def entropy_threshold(
     top_entropy_quantile: float,
     ranks: Ranks = Ranks(),  # noqa: B008 - frozen dataclass, never mutated
 ) -> torch.Tensor | None:
-    """The ``1 - top_entropy_quantile`` quantile (0-dim) of every completion token's entropy on every rank.
+    """The ``1 - top_entropy_quantile`` quantile (0-dim, float32) of every completion token's entropy on every
+    rank, computed as TRL does: of the entropies rounded to float32, with ``torch.quantile``'s arithmetic.
 
     ``entropies`` / ``masks``: this rank's micro-batches, each (n, C) (mask 1 on completion tokens).
     None when the whole batch has no token (every token is then masked out, as in TRL). Every rank
     calls it (it gathers); the result is the same on all.
     """
-    values = torch.cat([e.detach()[m.bool()].reshape(-1) for e, m in zip(entropies, masks, strict=True)])  # (n,)
+    values = torch.cat([e.detach()[m.bool()].reshape(-1) for e, m in zip(entropies, masks, strict=True)]).float()
+    # (n,) float32, as TRL's ``entropies[mask.bool()].float()``
     if ranks.world_size > 1:
         longest = int(ranks.max(torch.tensor([values.numel()], device=values.device)).item())
         padded = torch.full((longest,), -math.inf, dtype=values.dtype, device=values.device)
@@ -73,7 +80,10 @@ def entropy_threshold(
 
 
 def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, threshold: torch.Tensor | None) -> torch.Tensor:
-    """Bool (n, C): completion tokens (``mask``) whose ``entropy`` (n, C) is >= ``threshold`` (None: none)."""
+    """Bool (n, C): completion tokens (``mask``) whose ``entropy`` (n, C) is >= ``threshold`` (None: none).
+
+    The comparison is in ``entropy``'s dtype (float32 or float64; the float32 threshold converts exactly), as
+    in TRL."""
     if threshold is None:
         return torch.zeros_like(mask, dtype=torch.bool)
     return (entropy.detach() >= threshold) & mask.bool()

@@ -24,8 +24,21 @@ logit, which the ``+ 16`` reproduces.
 
 The budget (``update_memory``) is bytes (``"8GB"``) or a share of the memory free when the first
 update starts, after the rollout (CUDA: free device memory plus what torch's allocator caches
-unused). On CUDA the first update's measured peak is compared with the plan; when it is higher, the
-per-token cost is re-estimated from the measurement and the budget lowered for later updates.
+unused; a CPU: available system memory). On a CPU the plan is also capped at
+:data:`CPU_TOKEN_BUDGET` padded tokens (a longer sequence gets a micro-batch of its own, as under an
+integer budget; memory is still checked for one sequence of the longest): a CPU's matrix products run
+at full speed from a few hundred rows, so larger micro-batches cost memory and no time
+(``benchmarks/RESULTS.md``: SmolLM2-135M + LoRA, 4 x 8 completions, the same seconds a step at 256
+and 512 tokens; the update's resident memory rose about 1.6x as much at 4,096 as at 256). CUDA is not
+capped: there a micro-batch as large as the memory holds is the fast one.
+
+On CUDA an update's measured peak is compared with the plan (:meth:`UpdateSizer.observe`), once,
+on the first update that measures the per-token cost and nothing else: not the first update of a
+process (its optimizer step allocates AdamW's state, its backward the gradients, both outside the
+budget and not per token) and not an update that ran out of memory (its peak includes the failed
+attempt, near the device's capacity). When the measurement is higher, the per-token cost is
+re-estimated from it and later budgets lowered; a measured cost never makes the plan fail (at worst
+one sequence a micro-batch, which the update's out-of-memory retry guards).
 """
 
 from __future__ import annotations
@@ -35,6 +48,9 @@ from dataclasses import dataclass
 import torch
 
 from infgrpo.runtime.memory import free_memory, parse_memory
+
+CPU_TOKEN_BUDGET = 256
+"""The most padded tokens ``token_budget: auto`` puts in an update micro-batch on a CPU (see the module docstring)."""
 
 
 def parse_update_memory(value: int | float | str) -> int | float:
@@ -96,18 +112,30 @@ class TokenBudgetPlan:
     fixed_bytes: int
     budget_bytes: int
     max_len: int
+    cap: int | None = None
+    """The cap that set ``token_budget`` (a CPU's :data:`CPU_TOKEN_BUDGET`), None when the memory did."""
+    measured: bool = False
+    """``per_token_bytes`` comes from a measured peak (:meth:`UpdateSizer.observe`) above the estimate."""
 
     def planned_bytes(self, tokens: int) -> int:
         """Bytes the plan expects for a micro-batch of ``tokens`` padded tokens."""
         return self.fixed_bytes + tokens * self.per_token_bytes
 
     def describe(self) -> str:
-        """One line for the log: the budget, the per-token and fixed costs behind it."""
-        return (
-            f"update micro-batches: token_budget {self.token_budget:,} = ({self.budget_bytes / 1e9:.2f} GB budget - "
-            f"{self.fixed_bytes / 1e9:.2f} GB logit chunk) / {self.per_token_bytes / 1e3:,.1f} kB a token "
-            f"(sequences up to {self.max_len:,} tokens)"
+        """One line for the log: the budget and the per-token and fixed costs behind it (and a cap that applied)."""
+        formula = (
+            f"({self.budget_bytes / 1e9:.2f} GB budget - {self.fixed_bytes / 1e9:.2f} GB logit chunk) / "
+            f"{self.per_token_bytes / 1e3:,.1f} kB a token{' (measured)' if self.measured else ''}"
         )
+        fits = max(0, (self.budget_bytes - self.fixed_bytes) // self.per_token_bytes)
+        if self.cap is not None:
+            why = f"the CPU cap (larger micro-batches cost memory, not time; the memory holds {fits:,} = {formula})"
+        elif fits < self.token_budget:
+            why = f"one sequence ({formula} = {fits:,} by the measured cost)"
+        else:
+            why = formula
+        tokens, longest = f"{self.token_budget:,}", f"{self.max_len:,}"
+        return f"update micro-batches: token_budget {tokens} = {why} (sequences up to {longest} tokens)"
 
 
 def per_token_bytes(shape: UpdateShape, chunk_tokens: int) -> tuple[int, int]:
@@ -122,31 +150,47 @@ def per_token_bytes(shape: UpdateShape, chunk_tokens: int) -> tuple[int, int]:
 
 
 def plan_token_budget(
-    budget: int, shape: UpdateShape, max_len: int, chunk_tokens: int, per_token: int | None = None
+    budget: int,
+    shape: UpdateShape,
+    max_len: int,
+    chunk_tokens: int,
+    per_token: int | None = None,
+    cap: int | None = None,
 ) -> TokenBudgetPlan:
-    """The most padded tokens per micro-batch within ``budget`` bytes (``per_token`` overrides the estimate).
+    """The most padded tokens per micro-batch within ``budget`` bytes, at most ``cap``.
 
-    Raises a ValueError naming ``update_memory`` when not even one sequence of ``max_len`` tokens fits.
+    ``per_token``: a measured cost (:meth:`UpdateSizer.observe`) instead of the estimate. By the estimate,
+    raises a ValueError naming ``update_memory`` when not even one sequence of ``max_len`` tokens fits; by a
+    measurement the plan is then one sequence (an update already ran; the out-of-memory retry guards it).
     """
     estimate, fixed = per_token_bytes(shape, chunk_tokens)
-    per_token = per_token or estimate
-    tokens = (budget - fixed) // per_token
+    per_token_used = per_token or estimate
+    tokens = (budget - fixed) // per_token_used
     if tokens < max_len:
-        raise ValueError(
-            f"update_memory gives {budget:,} bytes for the update, too small for one sequence of {max_len:,} tokens: "
-            f"that needs {fixed + max_len * per_token:,} bytes ({fixed:,} for a logit chunk + {per_token:,} a token). "
-            "Raise update_memory, lower logit_chunk_tokens or max_new_tokens, enable gradient_checkpointing, or "
-            "set token_budget to an integer."
-        )
-    return TokenBudgetPlan(int(tokens), int(per_token), int(fixed), int(budget), int(max_len))
+        if per_token is None:
+            raise ValueError(
+                f"update_memory gives {budget:,} bytes for the update, too small for one sequence of {max_len:,} "
+                f"tokens: that needs {fixed + max_len * per_token_used:,} bytes ({fixed:,} for a logit chunk + "
+                f"{per_token_used:,} a token). Raise update_memory, lower logit_chunk_tokens or max_new_tokens, "
+                "enable gradient_checkpointing, or set token_budget to an integer."
+            )
+        tokens = max_len
+    capped = cap is not None and tokens > cap
+    if capped:
+        tokens = cap  # a longer sequence gets a micro-batch of its own, as under an integer budget
+    return TokenBudgetPlan(
+        int(tokens), int(per_token_used), int(fixed), int(budget), int(max_len), cap if capped else None,
+        per_token is not None and per_token != estimate,
+    )  # fmt: skip
 
 
 class UpdateSizer:
     """``token_budget`` for each update: the configured integer, or under 'auto' the plan for ``update_memory``.
 
     The byte budget is fixed at the first update (a share of the memory free then, after the rollout);
-    the plan is made per update from its longest sequence and printed whenever it changes. After the
-    first update on CUDA, :meth:`observe` compares the measured peak with the plan.
+    the plan is made per update from its longest sequence (on a CPU capped at :data:`CPU_TOKEN_BUDGET`)
+    and printed whenever it changes. On CUDA, :meth:`observe` checks the plan against the first update
+    that measures the per-token cost alone (see the module docstring).
     """
 
     def __init__(self, token_budget: int | str, update_memory: int | float | str, chunk_tokens: int) -> None:
@@ -157,23 +201,41 @@ class UpdateSizer:
         self.budget: int | None = None
         self.plan: TokenBudgetPlan | None = None
         self.measured_per_token: int | None = None
+        self.updates_observed = 0  # this process's updates handed to observe (the first allocates optimizer state)
 
     def tokens(self, model: torch.nn.Module, max_len: int) -> int:
         """The token budget for an update whose longest sequence has ``max_len`` tokens."""
         if self.token_budget != "auto":
             return int(self.token_budget)
+        device = next(model.parameters()).device
         if self.budget is None:
-            self.budget = self._budget_bytes(next(model.parameters()).device)
-        plan = plan_token_budget(self.budget, update_shape(model), max_len, self.chunk_tokens, self.measured_per_token)
+            self.budget = self._budget_bytes(device)
+        cap = CPU_TOKEN_BUDGET if device.type == "cpu" else None
+        plan = plan_token_budget(
+            self.budget, update_shape(model), max_len, self.chunk_tokens, self.measured_per_token, cap
+        )
         if self.plan is None or plan.token_budget != self.plan.token_budget:
             print(f"[infgrpo] {plan.describe()}")
         self.plan = plan
         return plan.token_budget
 
-    def observe(self, peak_rise_bytes: int, tokens: int) -> None:
+    def observe(self, peak_rise_bytes: int, tokens: int, oom_retries: int = 0) -> None:
         """Checks the plan against an update whose largest micro-batch had ``tokens`` padded tokens and whose
-        peak rose ``peak_rise_bytes`` above the memory at its start; a higher measurement lowers later budgets."""
+        peak rose ``peak_rise_bytes`` above the memory at its start; a higher measurement lowers later budgets.
+
+        Only the first update that measures the per-token cost alone counts: not this process's first update
+        (AdamW creates its state in that update's optimizer step, the backward the gradients) and not one
+        with ``oom_retries`` (its peak is the failed attempt's)."""
+        self.updates_observed += 1
         if self.plan is None or self.measured_per_token is not None or tokens < 1:
+            return
+        if self.updates_observed == 1:
+            return
+        if oom_retries:
+            print(
+                f"[infgrpo] update memory: {peak_rise_bytes / 1e9:.2f} GB peak not used to check the plan (it includes "
+                "the attempt that ran out of memory); the next update is measured"
+            )
             return
         planned = self.plan.planned_bytes(tokens)
         if peak_rise_bytes > planned:

@@ -33,11 +33,17 @@ class UpdateConfig:
     not G times). ``auto``: on wherever it is exact for the model (sdpa or eager attention, no sliding
     window, text-only, a probe at load), off with one line saying why elsewhere; ``on``: an error where it
     cannot be; ``off``: every row carries its prompt."""
-    token_budget: int | Literal["auto"] = 4096
-    """Padded tokens per update micro-batch; bounds training memory for any batch x group size. ``auto``: as
-    many as ``update_memory`` holds, from a per-token cost of the model's activations plus one logit chunk
-    (:mod:`infgrpo.update.budget`), planned per update from its longest sequence and printed. An update that
-    runs out of device memory is retried on micro-batches of half the size (one process)."""
+    token_budget: int | Literal["auto"] = "auto"
+    """Padded tokens per update micro-batch; bounds training memory for any batch x group size (the gradients
+    do not depend on it). ``auto`` (the default): as many as ``update_memory`` holds, from a per-token cost of
+    the model's activations plus one logit chunk (:mod:`infgrpo.update.budget`), planned per update from its
+    longest sequence and printed; on a CPU at most 256 (a longer sequence gets a micro-batch of its own):
+    there larger micro-batches cost memory and no time (SmolLM2-135M + LoRA, 4 x 8 completions: the same
+    seconds a step at 256 and 512 tokens; at 4,096 the update's resident memory rose ~1.6x as much as at 256,
+    ``benchmarks/RESULTS.md``), while on CUDA the largest micro-batch that fits is the fast one. On CUDA the
+    plan is checked once against a measured peak (not the first update's, which allocates the optimizer
+    state, nor one that ran out of memory). An integer fixes it. An update that runs out of device memory is
+    retried on micro-batches of half the size (one process), and later updates keep the size that fit."""
     update_memory: int | float | str = 0.7
     """The update's memory budget under ``token_budget: auto``: bytes (an integer, or a string such as
     ``8GB``) or a float in (0, 1]: that share of the memory free when the first update starts (after the

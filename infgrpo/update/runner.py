@@ -255,9 +255,10 @@ class PolicyUpdate:
             self.entropy_coef.load_state_dict(state)
 
     def observe(self, peak_rise_bytes: int | None, result: UpdateResult) -> None:
-        """CUDA: checks the plan of ``token_budget: auto`` against the update's measured peak rise."""
+        """CUDA: checks the plan of ``token_budget: auto`` against the update's measured peak rise (not on this
+        process's first update nor on one that ran out of memory: :meth:`UpdateSizer.observe`)."""
         if peak_rise_bytes is not None:
-            self.sizer.observe(peak_rise_bytes, result.largest_microbatch)
+            self.sizer.observe(peak_rise_bytes, result.largest_microbatch, result.oom_retries)
 
     def pack(self, rollouts: Rollouts, budget: int, rows: list[int] | None = None) -> list[Batch]:
         """The rollout's micro-batches within ``budget`` padded tokens (on the CPU), of ``rows`` only when given

@@ -9,7 +9,7 @@ from infgrpo.algo import AdaptiveEntropyCoef, Objective, entropy_from_logits, en
 from infgrpo.algo.entropy import quantile
 from tests.algo.thread_ranks import run_ranks
 
-ENTROPY = torch.tensor([[0.1, 0.5, 0.9], [0.3, 0.7, 4.0]], dtype=torch.float64)  # 4.0 sits on padding
+ENTROPY = torch.tensor([[0.125, 0.625, 1.125], [0.375, 0.875, 4.0]], dtype=torch.float64)  # 4.0 sits on padding
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=torch.float64)
 
 
@@ -24,24 +24,38 @@ def test_entropy_from_logits_is_minus_sum_p_log_p_at_the_temperature():
 
 
 def test_threshold_and_mask_by_hand():
-    # completion entropies 0.1 0.3 0.5 0.7 0.9; rho 0.4 keeps the top 40%: the 0.6 quantile = 0.5 + 0.4 * 0.2
+    # completion entropies 0.125 0.375 0.625 0.875 1.125 (exact in float32); rho 0.4 keeps the top 40%: the 0.6
+    # quantile = 0.625 + 0.4 * 0.25, ranked and interpolated in float32 as torch.quantile (rank 0.6f * 4)
     threshold = entropy_threshold([ENTROPY], [MASK], 0.4)
-    assert threshold.item() == pytest.approx(0.58, abs=1e-15)
+    assert threshold.dtype == torch.float32 and threshold.item() == pytest.approx(0.725, abs=1e-7)
     assert high_entropy_mask(ENTROPY, MASK, threshold).tolist() == [[False, False, True], [False, True, False]]
     top = entropy_threshold([ENTROPY], [MASK], 0.0)  # rho 0: only the highest token (padding's 4.0 is not one)
-    assert top.item() == 0.9 and high_entropy_mask(ENTROPY, MASK, top).sum() == 1
+    assert top.item() == 1.125 and high_entropy_mask(ENTROPY, MASK, top).sum() == 1
     everything = entropy_threshold([ENTROPY], [MASK], 1.0)
     assert high_entropy_mask(ENTROPY, MASK, everything).tolist() == MASK.bool().tolist()
     assert entropy_threshold([ENTROPY], [torch.zeros_like(MASK)], 0.2) is None  # no token: none is kept
     assert not high_entropy_mask(ENTROPY, MASK, None).any()
 
 
-def test_threshold_does_not_depend_on_the_split_and_equals_torch_quantile():
+def test_a_float64_tie_with_the_quantile_falls_as_float32_rounds_it():
+    """TRL rounds the entropies to float32 before its quantile: a float64 entropy on the median is dropped
+    when its float32 rounding is above it, kept when below (the issue's case: 1.1543859122 -> 1.1543859243)."""
+    for tie, kept in ((1.1543859122, 2), (1.1543859322, 3)):  # float32: 1.15438592434 above, resp. below
+        rounded = torch.tensor(tie, dtype=torch.float64).float().double().item()
+        assert (rounded > tie) == (kept == 2)
+        e = torch.tensor([[0.5, tie, 2.0, 1.0, 3.0]], dtype=torch.float64)
+        m = torch.ones_like(e)
+        threshold = entropy_threshold([e], [m], 0.5)  # the median of 5: the tie itself
+        assert threshold.item() == rounded
+        assert high_entropy_mask(e, m, threshold).sum().item() == kept
+
+
+def test_threshold_does_not_depend_on_the_split_and_equals_torch_quantile_in_float32():
     g = torch.Generator().manual_seed(0)
     e = torch.rand(10, 13, generator=g, dtype=torch.float64) * 5
     m = (torch.arange(13)[None] < torch.randint(1, 14, (10, 1), generator=g)).double()
     whole = entropy_threshold([e], [m], 0.2)
-    assert torch.equal(whole, torch.quantile(e[m.bool()], 0.8))
+    assert torch.equal(whole, torch.quantile(e[m.bool()].float(), 0.8))  # TRL: entropies[mask].float()
     parts = [torch.tensor(r) for r in ([7, 0, 2], [5], [1, 3, 4, 6, 8, 9])]
     widths = [int(m[r].sum(1).max()) for r in parts]  # each micro-batch padded to its own longest row
     split = entropy_threshold(
@@ -50,17 +64,29 @@ def test_threshold_does_not_depend_on_the_split_and_equals_torch_quantile():
         0.2,
     )
     assert torch.equal(split, whole)
-    for q in (0.0, 0.13, 0.5, 0.77, 1.0):
-        v = e[m.bool()]
-        assert torch.equal(quantile(v, q), torch.quantile(v, q)), q
+    assert torch.equal(entropy_threshold([e.float()], [m], 0.2), whole)
+    assert torch.equal(entropy_threshold([e.to(torch.bfloat16)], [m], 0.2), torch.quantile(
+        e.to(torch.bfloat16)[m.bool()].float(), 0.8
+    ))  # fmt: skip
 
 
-def test_quantile_of_bfloat16_values_ranks_in_double_precision():
-    v = torch.cat([torch.zeros(3000), torch.ones(1)])  # rank 0.9999 x 3000 = 2999.7: 0.7 of the way to the 1
-    want = torch.quantile(v.double(), 0.9999).to(torch.bfloat16)  # bfloat16 would round q itself to 1.0
-    got = quantile(v.to(torch.bfloat16), 0.9999)
-    assert got.dtype == torch.bfloat16 and got.item() == want.item() == torch.tensor(0.7, dtype=torch.bfloat16).item()
-    assert quantile(v.to(torch.bfloat16), 1.0).item() == 1.0 and quantile(v, 0.0).item() == 0.0
+def test_quantile_equals_torch_quantile_bit_for_bit_where_float32_ranks_differ_from_double():
+    g = torch.Generator().manual_seed(2)
+    float32_rank_mattered = 0
+    for _ in range(400):
+        n = int(torch.randint(1, 3000, (1,), generator=g))
+        q = float(torch.rand(1, generator=g, dtype=torch.float64))
+        for dtype in (torch.float32, torch.float64):
+            v = torch.rand(n, generator=g, dtype=dtype) * 3
+            want = torch.quantile(v, q)
+            assert torch.equal(quantile(v, q), want), (n, q, dtype)
+            exact = q * (n - 1)  # the rank in double precision: another threshold for float32 values
+            lo, hi = torch.sort(v).values[[int(exact), min(int(exact) + 1, n - 1)]]
+            other = torch.lerp(lo, hi, torch.tensor(exact - int(exact), dtype=dtype))
+            float32_rank_mattered += dtype == torch.float32 and not torch.equal(other, want)
+    assert float32_rank_mattered > 10  # these cases would fail a quantile ranked in double precision
+    v = torch.tensor([0.0, 1.0])
+    assert quantile(v, 1.0).item() == 1.0 and quantile(v, 0.0).item() == 0.0 and quantile(v[:1], 0.3).item() == 0.0
 
 
 def test_threshold_over_ranks_of_unequal_token_counts_equals_one_process():

@@ -260,6 +260,29 @@ def test_trl_bnpo_and_entropy_quantile_depend_on_the_split_and_ours_do_not():
         assert our_side(obj, b, SPLITS[1])[0].item() == pytest.approx(whole, abs=1e-10)
 
 
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+def test_entropy_mask_tie_in_float64_falls_as_in_trl(loss_type):
+    """A float64 entropy exactly on the quantile (rho 0.5 of 25 tokens: the median) whose float32 rounding is
+    above it: TRL's float32 threshold drops it, and so does ours (a float64 threshold would keep it)."""
+    obj = Objective(loss_type=loss_type, top_entropy_quantile=0.5)
+    b = make_batch(seed=4)
+    g = torch.Generator().manual_seed(4)
+    b.entropy = 3 * torch.rand(N, C, generator=g, dtype=torch.float64)  # float64 values, not float32 ones
+    tokens = b.entropy[b.mask.bool()]
+    median = torch.sort(tokens).values[tokens.numel() // 2]  # rank 0.5 x 24 = 12 exactly: the threshold
+    assert tokens.numel() == 25 and median.float().double() != median
+    if median.float().double() < median:  # move it just below its float32 neighbour above (its rank stays)
+        up = torch.nextafter(median.float(), torch.tensor(torch.inf)).double()
+        b.entropy[b.entropy == median] = up - (up - median.float().double()) / 4
+        tokens, median = b.entropy[b.mask.bool()], torch.sort(b.entropy[b.mask.bool()]).values[12]
+    assert median.float().double() > median  # float32 rounds the tie up
+    trl_result = trl_side(obj, b)
+    for split in SPLITS:
+        assert_equal_to_trl(obj, b, split, trl_result)
+    kept = high_entropy_mask(b.entropy, b.mask, entropy_threshold([b.entropy], [b.mask], 0.5)).sum().item()
+    assert kept == 12 and (tokens >= median).sum().item() == 13  # the tie dropped; >= in float64 keeps 13
+
+
 @pytest.mark.parametrize("top_entropy_quantile", [1.0, 0.5])
 def test_adaptive_entropy_schedule_equals_trl_over_steps(top_entropy_quantile):
     """Five optimizer steps whose mean entropy crosses the target: TRL's coefficient, gating and losses."""
