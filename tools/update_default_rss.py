@@ -1,6 +1,6 @@
 """Resident memory of the update by token_budget on configs/smollm2-cpu.yaml's job (issue #29, item 10).
 
-    HF_HUB_OFFLINE=1 python benchmarks/update_default_rss.py default,4096,512,256 benchmarks/update_default_rss.json
+    HF_HUB_OFFLINE=1 python tools/update_default_rss.py default,4096,512,256 benchmarks/update_default_rss.json
 
 Each budget in a fresh process: ``infgrpo.bench.step.measure_step`` runs two Lightning steps of the recipe's
 ``GRPOModule`` (its model, LoRA, sampler, rewards and data; one thread) and measures the second (resident-memory
