@@ -31,5 +31,6 @@ BENCHMARKS = {
     "busy-cpu": "infgrpo.bench.busy_cpu",
     "learn": "infgrpo.bench.learn",
     "update": "infgrpo.bench.update",
+    "dynamic": "infgrpo.bench.dynamic",
 }
 """Benchmark name -> module (with ``main(argv)``, ``tables(result)`` and, if it spawns, ``run_one``)."""

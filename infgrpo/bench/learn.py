@@ -39,8 +39,6 @@ import argparse
 import importlib.util
 import inspect
 import json
-import math
-import statistics
 import tempfile
 from dataclasses import fields
 from pathlib import Path
@@ -49,6 +47,7 @@ from typing import Any
 from infgrpo.bench.harness import Benchmark, spawn_all
 from infgrpo.bench.learn_job import (
     TINY_TASK,
+    VARIANTS,
     default_task_config,
     default_template,
     evaluate_one,
@@ -56,8 +55,7 @@ from infgrpo.bench.learn_job import (
     snapshot_dir,
     snapshot_steps,
 )
-from infgrpo.bench.memory import mib
-from infgrpo.bench.table import Column, markdown_table
+from infgrpo.bench.learn_tables import same_job, tables
 from infgrpo.training.optim import LR_SCHEDULES
 
 TRAINERS = ("infgrpo", "trl")
@@ -126,6 +124,7 @@ def job_of(args: argparse.Namespace) -> dict[str, Any]:
     lows = {"--steps": 1, "--prompts": 1, "--eval-size": 1, "--group-size": 2, "--max-new-tokens": 1, "--lora-r": 1}
     lows["--trl-micro-batch"] = 1
     lows["--eval-every"] = 0
+    lows["--minutes"] = 0
     for flag, low in lows.items():
         value = getattr(args, flag.removeprefix("--").replace("-", "_"))
         if value < low:
@@ -144,22 +143,26 @@ def job_of(args: argparse.Namespace) -> dict[str, Any]:
         lora_r=args.lora_r,
         lora_alpha=args.lora_alpha if args.lora_alpha is not None else 2 * args.lora_r, loss_type=args.loss_type,
         beta=args.beta, scale_rewards="group", eval_size=args.eval_size, eval_every=args.eval_every, seed=args.seed,
-        threads=args.threads,
+        threads=args.threads, minutes=args.minutes,
         trl_micro_batch=args.trl_micro_batch, infgrpo_config=infgrpo_config(args.infgrpo_config),
     )  # fmt: skip
 
 
 def runs_of(args: argparse.Namespace, job: dict) -> list[dict]:
-    """One configuration per (checkpointing setting, trainer, and for infgrpo each share-prompt setting)."""
+    """One configuration per (checkpointing setting, trainer, and for infgrpo each share-prompt setting and
+    ``--variants`` entry)."""
     runs = []
     for setting in CHECKPOINTING[args.gradient_checkpointing]:
         for trainer in args.trainers:
             gc = OWN_DEFAULT_CHECKPOINTING[trainer] if setting == "default" else setting
-            for share in SHARE_PROMPT[args.share_prompt] if trainer == "infgrpo" else [None]:
-                label = f"{trainer} (checkpointing {'on' if gc else 'off'}"
-                label += f", share_prompt {share})" if share else ")"
-                run = dict(trainer=trainer, gradient_checkpointing=gc, share_prompt=share, run=label)
-                runs.append({**job, "kind": "train", **run})
+            infgrpo = trainer == "infgrpo"
+            for share in SHARE_PROMPT[args.share_prompt] if infgrpo else [None]:
+                for variant in args.variants if infgrpo else [None]:
+                    label = f"{trainer} (checkpointing {'on' if gc else 'off'}"
+                    label += f", share_prompt {share}" if share else ""
+                    label += f", {variant}" if variant not in (None, "default") else ""
+                    run = dict(trainer=trainer, gradient_checkpointing=gc, share_prompt=share, run=label + ")")
+                    runs.append({**job, "kind": "train", **run, "variant": variant})
     return runs
 
 
@@ -174,23 +177,6 @@ def check_trl() -> None:
             f"--trainers trl: trl {version('trl')} is installed; the matched settings are written for "
             f'trl=={TRL_VERSION} (pip install -e ".[trl]"), or run --trainers infgrpo'
         )
-
-
-def same_job(rows: list[dict]) -> dict[str, Any]:
-    """Whether every run that ran trained on the same prompts (text and token ids) and completions each step."""
-    ran = [r for r in rows if "skipped" not in r]
-    if not ran:
-        return {"same": False, "runs": 0, "steps": 0, "first_difference": None}
-    proof = [[(s["prompts_sha"], s["prompt_ids_sha"], s["completions"]) for s in r["per_step"]] for r in ran]
-    diff = next(((i, r["run"]) for i, r in enumerate(ran) if proof[i] != proof[0]), None)
-    where = None
-    if diff is not None:
-        other = proof[diff[0]]
-        step = next(
-            (k for k, (a, b) in enumerate(zip(proof[0], other, strict=False)) if a != b), min(len(proof[0]), len(other))
-        )
-        where = {"step": step, "runs": [ran[0]["run"], diff[1]]}
-    return {"same": diff is None, "runs": len(ran), "steps": len(proof[0]), "first_difference": where}
 
 
 def run_one(cfg: dict) -> dict:
@@ -216,12 +202,17 @@ def run(args: argparse.Namespace) -> dict:
         for i, r in enumerate(runs):
             r["adapter_dir"] = str(Path(tmp) / f"adapter-{i}")
         trained = spawn_all("learn", runs, timeout=args.timeout)
-        evals = [{**job, "kind": "eval", "run": "untrained", "adapter_dir": None, "step": 0}]
-        for r in trained:  # each run's adapters after the snapshot steps, then its final one
-            for step in [*snapshot_steps(job), job["steps"]]:
-                last = step == job["steps"]
-                where = r["adapter_dir"] if last else snapshot_dir(r["adapter_dir"], step)
-                evals.append({**job, "kind": "eval", "run": r["run"], "adapter_dir": where, "step": step})
+        evals = [{**job, "kind": "eval", "run": "untrained", "adapter_dir": None, "step": 0, "train_seconds": 0.0}]
+        per_run = []
+        for r in trained:  # each run's adapters after the snapshot steps it reached, then its final one
+            done = len(r.get("per_step", [])) or job["steps"]  # --minutes may stop a run before --steps
+            clock = [sum(s["seconds"] for s in r.get("per_step", [])[:k]) for k in range(done + 1)]
+            steps = [k for k in snapshot_steps(job) if k < done] + [done]
+            per_run.append(len(steps))
+            for step in steps:
+                where = r["adapter_dir"] if step == done else snapshot_dir(r["adapter_dir"], step)
+                row = {**job, "kind": "eval", "run": r["run"], "adapter_dir": where, "step": step}
+                evals.append({**row, "train_seconds": clock[step] if step < len(clock) else None})
                 if "skipped" in r:
                     evals[-1]["skipped"] = "no adapter: training did not finish"
         evaluated = spawn_all("learn", evals, timeout=args.timeout)
@@ -229,10 +220,10 @@ def run(args: argparse.Namespace) -> dict:
     def own(row: dict) -> dict:  # a row without the job's fields (kept once, in "job")
         return {k: v for k, v in row.items() if k in RUN_KEYS or (k not in job and k not in ("kind", "adapter_dir"))}
 
-    per_run = len(snapshot_steps(job)) + 1
-    rows = []
-    for i, r in enumerate(trained):
-        mine = [own(e) for e in evaluated[1 + i * per_run : 1 + (i + 1) * per_run]]
+    rows, at = [], 1
+    for r, n in zip(trained, per_run, strict=True):
+        mine = [own(e) for e in evaluated[at : at + n]]
+        at += n
         rows.append(own(r) | {"eval": mine[-1], "eval_curve": [own(evaluated[0]), *mine]})
     result = {"job": job, "eval_before": own(evaluated[0]), "rows": rows, "same_job": same_job(rows)}
     if args.png:
@@ -240,114 +231,6 @@ def run(args: argparse.Namespace) -> dict:
 
         result["png"] = str(write_png(result, args.png))
     return result
-
-
-def mean_after_first(row: dict, key: str) -> float:
-    """Mean of ``key`` over the steps after the first (NaN with one step)."""
-    values = [s[key] for s in row["per_step"][1:]]
-    return statistics.mean(values) if values else math.nan
-
-
-def fmt(x: float | None, spec: str) -> str:
-    """``x`` formatted, or — when it is missing or NaN."""
-    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def summary_table(result: dict) -> str:
-    """Per run: seconds per step (first, mean after), its split, rewards, accuracy after training, memory."""
-    rows = result["rows"]
-    cuda = any("cuda_max_allocated_bytes" in r for r in rows)
-
-    def reward(r: dict, part: slice) -> str:
-        values = [s["reward"] for s in r["per_step"][part] if not math.isnan(s["reward"])]
-        return fmt(statistics.mean(values) if values else None, ".3f")
-
-    columns: list[Column] = [
-        ("run", lambda r: r["run"]),
-        ("steps", lambda r: len(r["per_step"])),
-        ("first step s", lambda r: fmt(r["per_step"][0]["seconds"], ".1f")),
-        ("s / step (after first)", lambda r: fmt(mean_after_first(r, "seconds"), ".1f")),
-        ("rollout s", lambda r: fmt(mean_after_first(r, "rollout_s"), ".1f")),
-        ("update s", lambda r: fmt(mean_after_first(r, "update_s"), ".1f")),
-        ("reward, first 10 steps", lambda r: reward(r, slice(0, 10))),
-        ("reward, last 10 steps", lambda r: reward(r, slice(-10, None))),
-        ("held-out accuracy after", lambda r: fmt((r.get("eval") or {}).get("accuracy"), ".3f")),
-        ("peak RSS MiB", lambda r: mib(r["rss_peak_bytes"])),
-        ("RSS rise MiB", lambda r: mib(r["rss_rise_bytes"])),
-    ]
-    if cuda:
-        columns += [
-            ("CUDA max allocated MiB", lambda r: mib(r.get("cuda_max_allocated_bytes", 0))),
-            ("CUDA max reserved MiB", lambda r: mib(r.get("cuda_max_reserved_bytes", 0))),
-        ]
-    before = result.get("eval_before") or {}
-    if "accuracy" in before:
-        line = f"held-out greedy accuracy before training: {before['accuracy']:.3f} on {before['eval_prompts']} prompts"
-    else:
-        line = f"held-out accuracy before training: skipped ({before.get('skipped', 'not run')})"
-    proof = result.get("same_job") or same_job(rows)
-    if proof["same"]:
-        done = f"{proof['runs']} runs, {proof['steps']} steps"
-        same = f"same prompts (user turns and token ids) and completions every step in every run: yes ({done})"
-    else:
-        same = f"same prompts and completions every step in every run: NO ({proof['first_difference']})"
-    return f"{markdown_table(columns, rows, keys=1)}\n\n{line}; {same}"
-
-
-def settings_table(rows: list[dict]) -> str:
-    """The matched settings as each run ended with them, and whether all runs agree."""
-    ran = [r for r in rows if "matched" in r]
-    if not ran:
-        return ""
-    keys = list(dict.fromkeys(k for r in ran for k in r["matched"]))
-    table = [{"setting": k, **{r["run"]: r["matched"].get(k, "—") for r in ran}} for k in keys]
-    for t in table:
-        values = [json.dumps(t[r["run"]], default=str) for r in ran]
-        t["same"] = "yes" if len(set(values)) == 1 else "**no**"
-    columns: list[Column] = [("setting", lambda t: t["setting"])]
-    columns += [(r["run"], lambda t, run=r["run"]: short(t[run])) for r in ran]
-    return markdown_table([*columns, ("same", lambda t: t["same"])], table)
-
-
-def short(value: Any) -> str:
-    """A setting's value for a table cell (long lists shortened)."""
-    if isinstance(value, list) and len(value) > 3:
-        return f"{', '.join(map(str, value[:3]))}, … ({len(value)})"
-    return str(value)
-
-
-def steps_table(rows: list[dict]) -> str:
-    """Reward and seconds of every step of every run."""
-    ran = [r for r in rows if "per_step" in r]
-    if not ran:
-        return ""
-    n = max(len(r["per_step"]) for r in ran)
-    columns: list[Column] = [("step", lambda i: i + 1)]
-    for r in ran:
-        steps = r["per_step"]
-        columns.append((f"{r['run']}: reward", lambda i, s=steps: fmt(s[i]["reward"], ".3f") if i < len(s) else ""))
-        columns.append((f"{r['run']}: s", lambda i, s=steps: fmt(s[i]["seconds"], ".1f") if i < len(s) else ""))
-    return markdown_table([(h, lambda row, f=f: f(row["i"])) for h, f in columns], [{"i": i} for i in range(n)])
-
-
-def curve_table(rows: list[dict]) -> str:
-    """Held-out greedy accuracy of each run after each evaluated step (``--eval-every``; step 0: untrained)."""
-    ran = [r for r in rows if len(r.get("eval_curve") or []) > 2]
-    if not ran:
-        return ""
-    steps = sorted({e["step"] for r in ran for e in r["eval_curve"]})
-    columns: list[Column] = [("step", lambda row: row["step"])]
-    for r in ran:
-        at = {e["step"]: e.get("accuracy") for e in r["eval_curve"]}
-        columns.append((f"{r['run']}: held-out accuracy", lambda row, at=at: fmt(at.get(row["step"]), ".3f")))
-    return markdown_table(columns, [{"step": k} for k in steps])
-
-
-def tables(result: dict) -> str:
-    """The summary, the held-out curve, the matched settings and the per-step table, from the result alone."""
-    rows = result["rows"]
-    parts = [summary_table(result), curve_table(rows), settings_table(rows), steps_table(rows)]
-    return "\n\n".join(p for p in parts if p)
 
 
 def add_args(ap: argparse.ArgumentParser) -> None:
@@ -407,6 +290,21 @@ def add_args(ap: argparse.ArgumentParser) -> None:
         type=int,
         default=8,
         help="TRL's per_device_train_batch_size (its default, 8); the rest of a step is accumulated",
+    )
+    ap.add_argument(
+        "--minutes",
+        type=float,
+        default=0,
+        help="train each run until its steps' seconds reach this many minutes (--steps is then the most steps); "
+        "the held-out curve is also tabled and drawn against those seconds (0: no clock)",
+    )
+    ap.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(VARIANTS),
+        default=["default"],
+        help="infgrpo runs: default (its defaults: the zero-advantage skip where exact), plain (no skip), "
+        "dynamic (dynamic sampling + the skip); one run each",
     )
     ap.add_argument("--png", default=None, metavar="PATH", help="write the reward curves and accuracies here")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per process before it is skipped")

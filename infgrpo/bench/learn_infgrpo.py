@@ -21,12 +21,14 @@ import torch
 
 from infgrpo.bench.harness import threads_setting
 from infgrpo.bench.learn_job import (
+    VARIANTS,
     TrainingMemory,
     adapter_sha,
     data_kwargs,
     device_info,
     lora_settings,
     optimizer_settings,
+    out_of_time,
     reward_name,
     snapshot_dir,
     snapshot_steps,
@@ -34,6 +36,9 @@ from infgrpo.bench.learn_job import (
 )
 from infgrpo.data import PromptDataModule
 from infgrpo.models import save_trained
+
+COUNTED = ("train/dynamic/", "train/update/rows")
+"""Metrics a step record keeps besides reward and seconds: dynamic sampling's counts, the rows the update skipped."""
 
 
 class StepLog(L.Callback):
@@ -43,7 +48,14 @@ class StepLog(L.Callback):
     outside the step's seconds.
     """
 
-    def __init__(self, memory: TrainingMemory, snapshots: Iterable[int] = (), adapter_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        memory: TrainingMemory,
+        snapshots: Iterable[int] = (),
+        adapter_dir: str | None = None,
+        job: dict | None = None,
+    ) -> None:
+        self.job = job or {}
         self.steps: list[dict[str, Any]] = []
         self.memory = memory
         self.snapshots, self.adapter_dir = set(snapshots), adapter_dir
@@ -64,6 +76,7 @@ class StepLog(L.Callback):
             rollout_s=float(metrics["train/time/rollout_s"]),
             update_s=float(metrics["train/time/update_s"]),
             completions=len(pl_module.last_step.rollouts.completion_ids),
+            **{k.removeprefix("train/"): float(v) for k, v in metrics.items() if k.startswith(COUNTED)},
         )
         self.steps.append(self.current)
         phases = pl_module.phase_memory  # CUDA: each phase's peaks (it resets the allocator's between them)
@@ -71,6 +84,8 @@ class StepLog(L.Callback):
             self.memory.observe(allocated, phases.peak_reserved.get(phase, 0))
         if len(self.steps) in self.snapshots:
             save_trained(pl_module.policy, pl_module.tokenizer, snapshot_dir(self.adapter_dir, len(self.steps)))
+        if out_of_time(self.job, [s["seconds"] for s in self.steps]):  # --minutes: the clock is spent
+            trainer.should_stop = True
 
 
 def module_kwargs(job: dict) -> dict[str, Any]:
@@ -95,7 +110,8 @@ def module_kwargs(job: dict) -> dict[str, Any]:
         seed=job["seed"],
         threads=threads_setting(job["threads"]),
     )  # fmt: skip
-    for key, value in (job.get("infgrpo_config") or {}).items():  # "group.field" or a top-level key
+    extras = {**VARIANTS[job.get("variant") or "default"], **(job.get("infgrpo_config") or {})}
+    for key, value in extras.items():  # "group.field" or a top-level key
         group, _, name = key.rpartition(".")
         if group:
             kwargs.setdefault(group, {})[name] = value
@@ -116,7 +132,7 @@ def train_infgrpo(job: dict) -> dict[str, Any]:
     data = PromptDataModule(**data_kwargs(job))
     data.setup("fit")  # before the memory is watched, as on the TRL side (fit's own setup then returns at once)
     memory = TrainingMemory()
-    log = StepLog(memory, snapshot_steps(job), job["adapter_dir"])
+    log = StepLog(memory, snapshot_steps(job), job["adapter_dir"], job)
     with tempfile.TemporaryDirectory(prefix="infgrpo-learn-") as root:
         trainer = L.Trainer(
             max_steps=job["steps"],

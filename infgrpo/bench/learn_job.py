@@ -82,6 +82,20 @@ def snapshot_steps(job: dict) -> list[int]:
     return list(range(every, job["steps"], every)) if every > 0 else []
 
 
+def out_of_time(job: dict, seconds: list[float]) -> bool:
+    """Whether a run whose steps took ``seconds`` has spent the job's clock (``--minutes``; 0: no clock)."""
+    return job.get("minutes", 0) > 0 and sum(seconds) >= 60.0 * job["minutes"]
+
+
+VARIANTS = {
+    "default": {},
+    "plain": {"update.skip_zero_advantage": "off"},
+    "dynamic": {"dynamic_sampling.enabled": True},
+}
+"""``--variants`` of the infgrpo runs: its defaults (the zero-advantage skip on where exact), ``plain`` (every
+row through the update, as before the skip) and ``dynamic`` (dynamic sampling, with the skip)."""
+
+
 def snapshot_dir(adapter_dir: str, step: int) -> str:
     """Where a trainer writes its adapter after ``step`` optimizer steps (beside its final ``adapter_dir``)."""
     return f"{adapter_dir}-step{step}"

@@ -2,9 +2,10 @@
 
     write_png(result, "benchmarks/learn_smollm2.png")     # result: what bench learn returns (or its JSON)
 
-Left: the reward of every step (thin) and its moving average (thick), one colour per run. Right:
+Left: the reward of every step (thin) and its moving average (thick), one colour per run. Middle:
 held-out greedy accuracy against the step, one line per run from the untrained model's (step 0) through
-every evaluated adapter (``--eval-every``) to the last, the last value written beside it. matplotlib with
+every evaluated adapter (``--eval-every``) to the last, the last value written beside it. Right (when the
+evaluations carry their training seconds): the same against training minutes. matplotlib with
 the Agg backend (no display needed; ``pip install -e ".[dev]"`` brings it).
 """
 
@@ -39,7 +40,9 @@ def write_png(result: dict, path: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     rows = [r for r in result["rows"] if "skipped" not in r]
-    fig, (curves, heldout) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    timed = any(e.get("train_seconds") is not None for r in rows for e in r.get("eval_curve") or [])
+    panels = plt.subplots(1, 3 if timed else 2, figsize=(17 if timed else 12, 4.5))[1]
+    fig, curves, heldout = panels[0].figure, panels[0], panels[1]
     before = result.get("eval_before") or {}
     for i, row in enumerate(rows):
         colour = f"C{i}"
@@ -60,6 +63,25 @@ def write_png(result: dict, path: str | Path) -> Path:
     prompts = before.get("eval_prompts", "")
     heldout.set(xlabel="step", ylabel="accuracy", title=f"held-out greedy accuracy ({prompts} prompts)", ylim=(0, 1))
     heldout.grid(alpha=0.3)
+    if timed:  # the same accuracies against the training minutes (the steps' seconds summed)
+        clock = panels[2]
+        for i, row in enumerate(rows):
+            points = [
+                (e["train_seconds"] / 60, e["accuracy"])
+                for e in accuracy_curve(row, before)
+                if e.get("train_seconds") is not None
+            ]
+            if points:
+                clock.plot(*zip(*points, strict=True), color=f"C{i}", marker="o", linewidth=2, label=row["run"])
+                clock.annotate(
+                    f"{points[-1][1]:.3f}", points[-1], textcoords="offset points", xytext=(4, 4), fontsize=8
+                )
+        clock.set(
+            xlabel="training minutes (steps' seconds)", ylabel="accuracy", title="held-out accuracy against the clock"
+        )
+        clock.set_ylim(0, 1)
+        clock.grid(alpha=0.3)
+        clock.legend(fontsize=8)
     job = result.get("job", {})
     fig.suptitle(
         f"{job.get('model')} on {job.get('task')}: {job.get('prompts')} prompts x G={job.get('group_size')}, "

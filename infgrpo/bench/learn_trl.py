@@ -41,6 +41,7 @@ from infgrpo.bench.learn_job import (
     lora_settings,
     optimizer_settings,
     ordered_batches,
+    out_of_time,
     reward_name,
     snapshot_dir,
     snapshot_steps,
@@ -73,17 +74,20 @@ class ObservedGRPOTrainer(GRPOTrainer):
 class StepClock(TrainerCallback):
     """Wall seconds of each optimizer step and the reward TRL logged for it."""
 
-    def __init__(self) -> None:
+    def __init__(self, job: dict | None = None) -> None:
         self.seconds: list[float] = []
         self.rewards: dict[int, float] = {}
+        self.job = job or {}
 
     def on_step_begin(self, args, state, control, **kwargs) -> None:  # noqa: ANN001
         """Starts the step's clock (before its generation)."""
         self.start = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs) -> None:  # noqa: ANN001
-        """The step's seconds (after its optimizer step)."""
+        """The step's seconds (after its optimizer step); stops the run when the job's clock is spent."""
         self.seconds.append(time.perf_counter() - self.start)
+        if out_of_time(self.job, self.seconds):
+            control.should_training_stop = True
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:  # noqa: ANN001
         """The reward TRL logged for the step (``logging_steps=1``: every step)."""
@@ -201,7 +205,7 @@ def train_trl(job: dict) -> dict[str, Any]:
     records: list[dict] = []
     name = reward_name(job["task"])
     reward = trl_reward(name, items, job["group_size"], job["max_new_tokens"], records)
-    clock = StepClock()
+    clock = StepClock(job)
     with tempfile.TemporaryDirectory(prefix="infgrpo-learn-trl-") as out:
         args = trl_config(job, out)
         trainer = ObservedGRPOTrainer(

@@ -199,3 +199,19 @@ def test_training_memory_keeps_the_largest_phase_peak_it_was_shown():
     result = memory.result()
     assert result["rss_peak_bytes"] >= result["rss_base_bytes"] > 0 and result["rss_rise_bytes"] >= 0
     assert ("cuda_max_allocated_bytes" in result) == torch.cuda.is_available()
+
+
+def test_a_clock_stops_each_run_and_the_variants_train_with_dynamic_sampling_and_without_the_skip(tmp_path):
+    argv = [*TINY, "--trainers", "infgrpo", "--variants", "plain", "dynamic", "--steps", "40", "--minutes", "0.03"]
+    result = main([*argv, "--eval-size", "8", "--threads", "1", "--png", str(tmp_path / "clock.png")])
+    plain, dynamic = result["rows"]
+    assert (plain["variant"], dynamic["variant"]) == ("plain", "dynamic") and "dynamic" in dynamic["run"]
+    for r in (plain, dynamic):
+        seconds = [s["seconds"] for s in r["per_step"]]
+        assert 1 <= len(seconds) < 40 and sum(seconds) >= 1.8 and sum(seconds[:-1]) < 1.8  # stopped at the clock
+        assert r["eval"]["train_seconds"] == pytest.approx(sum(seconds)) and r["eval_curve"][0]["train_seconds"] == 0.0
+    assert all(s["update/rows_skipped"] == 0 for s in plain["per_step"])  # plain: every row through the update
+    assert all(s["dynamic/groups_trained"] == 2 for s in dynamic["per_step"])
+    assert "dynamic/prompts_drawn" not in plain["per_step"][0]
+    assert result["same_job"]["runs"] == 1  # dynamic sampling's run chooses its own prompts: not compared
+    assert "training minutes" in tables(result) and (tmp_path / "clock.png").stat().st_size > 0
