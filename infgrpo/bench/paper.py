@@ -1,15 +1,21 @@
 """Benchmark suite at the paper's scale: decoders, one GRPO step, and a large group, each time-boxed.
 
+    python -m infgrpo.bench paper --parts checks b a   # a lent GPU: the CUDA tests, one GRPO step, the decoders
     python -m infgrpo.bench paper                      # one H100/H200: Qwen3-1.7B shape, bf16, ~8 minutes
     python -m infgrpo.bench paper --small              # the same suite on the 42M model on a CPU, a few minutes
     python -m infgrpo.bench paper --model PATH         # a local model folder (your own weights) instead
 
-Parts, each configuration in a fresh process with its own time box (the suite as a whole stops
-starting new ones at ``--budget`` seconds), each part's JSON written as soon as it finishes, so a GPU
-lease that ends early still leaves what finished:
+Parts run in the order given (default: checks, b, a, c), each in its own time box (``FULL['boxes']``;
+the suite as a whole stops starting anything at ``--budget`` seconds), each configuration in a fresh
+process; each part's JSON (``<json-dir>/paper_<part>.json``) is rewritten after every configuration
+(``complete`` false until the part ends), so a GPU lease that ends early still leaves what finished.
+After each part one line per row says its ``graph_captures`` and any eager fallback (a capture that
+failed: the step ran without CUDA graphs, and why):
 
-- ``checks``: on CUDA, the counter-based hash on the device equals the CPU's, and a rollout replayed
-  from a CUDA graph gives the same completions as the eager step (``cuda_graphs`` off).
+- ``checks``: first the CUDA-only tests, ``pytest -m gpu tests/gpu`` in their own time box
+  (:mod:`~infgrpo.bench.gpu_tests`; counts and failures in the JSON, pytest's output in
+  ``<json-dir>/paper_tests.log``); then on CUDA, the counter-based hash on the device equals the CPU's,
+  and a rollout replayed from a CUDA graph gives the same completions as the eager step (``cuda_graphs`` off).
 - ``a``: decoders side by side, 1 prompt x G=32, 1,024 new tokens, long-tailed lengths (stop
   fraction 0.003): the engine (8 and 16 slots; CUDA graphs on and off; other attention kernels),
   ``hf_full`` (HF generate over the group), ``hf_micro`` (HF generate, 8 at a time) and ``hf_cb``
@@ -23,8 +29,8 @@ lease that ends early still leaves what finished:
 - ``c``: G=128 on 32 slots against ``hf_full``: memory.
 
 Random weights never choose EOS, so a slice of the vocabulary (the suite's stop fraction) stops
-completions (:mod:`infgrpo.bench.models`). Writes ``<json-dir>/paper_<part>.json`` as each part ends
-and prints the tables at the end (``--json`` also writes the whole suite in one file).
+completions (:mod:`infgrpo.bench.models`). Prints the tables at the end, a CUDA-graph table among
+them (``--json`` also writes the whole suite in one file).
 """
 
 from __future__ import annotations
@@ -37,8 +43,8 @@ from pathlib import Path
 
 import torch
 
-from infgrpo.bench import rollout
-from infgrpo.bench.harness import Benchmark, spawn_all, threads_setting
+from infgrpo.bench import gpu_tests, rollout
+from infgrpo.bench.harness import MIN_BOX_S, Benchmark, spawn_all, threads_setting
 from infgrpo.bench.memory import mib
 from infgrpo.bench.models import BENCH_MODELS, NAMES_HELP, bench_setup, save_bench_model, tokenizer_stop_ids
 from infgrpo.bench.results import write_json
@@ -49,16 +55,17 @@ FULL = dict(
     a=dict(group_size=32, max_new_tokens=1024, slots=(8, 16), stop_fraction=0.003),
     b=dict(group_size=32, num_slots=16, max_new_tokens=768, lora_r=16, load_in_4bit=True, compute="bfloat16"),
     c=dict(group_size=128, num_slots=32, max_new_tokens=1024, stop_fraction=0.003),
-    boxes=dict(checks=120, a=210, b=240, c=180),
+    boxes=dict(tests=120, checks=90, b=240, a=180, c=180),
 )
 SMALL = dict(
     model="qwen3-42m",
     a=dict(group_size=16, max_new_tokens=64, slots=(4, 8), stop_fraction=0.02),
     b=dict(group_size=8, num_slots=4, max_new_tokens=32, lora_r=8, load_in_4bit=True, compute="float32"),
     c=dict(group_size=32, num_slots=8, max_new_tokens=48, stop_fraction=0.02),
-    boxes=dict(checks=120, a=300, b=300, c=240),
+    boxes=dict(tests=300, checks=120, b=300, a=300, c=240),
 )
-PARTS = ("checks", "a", "b", "c")
+PARTS = ("checks", "b", "a", "c")
+"""The parts, in their default order (``--parts`` runs them in the order given)."""
 
 
 # -- part b: one GRPO step, in its own process ----------------------------------------------------
@@ -107,6 +114,7 @@ def run_checks(cfg: dict) -> dict:
         outs[graphs] = sampler.sample(prompts, 6, seed=3)
     on, off = outs["on"], outs["off"]
     result["graph_captures"] = on.stats["graph_captures"]
+    result["graph_fallback"] = on.stats.get("graph_fallback", "")
     result["graph_equals_eager"] = on.completion_ids == off.completion_ids
     result["graph_logprob_max_abs_diff"] = max(
         float((a - b).abs().max()) for a, b in zip(on.logprobs, off.logprobs, strict=True) if len(a) == len(b)
@@ -159,17 +167,70 @@ def part_configs(name: str, s: dict, model: str, recipe: str) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Each part in turn, each configuration in a fresh process within the part's time box and the suite's."""
+    """Each part in turn, in its time box and the suite's; each part's JSON rewritten as its rows come in."""
     s = SMALL if args.small else FULL
     model = args.model or s["model"]
     deadline = time.monotonic() + args.budget
     parts: dict[str, list[dict]] = {}
     for name in args.parts:
-        configs = [dict(c, threads=args.threads) for c in part_configs(name, s, model, args.config)]
-        parts[name] = spawn_all("paper", configs, deadline=min(deadline, time.monotonic() + s["boxes"][name]))
-        part = {"benchmark": "paper", "part": name, "command": args.command, "rows": parts[name]}
-        write_json(Path(args.json_dir) / f"paper_{name}.json", part)
+        start, path, rows = time.monotonic(), Path(args.json_dir) / f"paper_{name}.json", []
+        if name == "checks":
+            rows.append(run_tests(s["boxes"]["tests"], deadline, Path(args.json_dir) / "paper_tests.log"))
+            save_part(path, name, args.command, rows, complete=False)
+        box_end = min(deadline, time.monotonic() + s["boxes"][name])
+        for cfg in part_configs(name, s, model, args.config):
+            rows += spawn_all("paper", [dict(cfg, threads=args.threads)], deadline=box_end)
+            save_part(path, name, args.command, rows, complete=False)
+        save_part(path, name, args.command, rows, complete=True)
+        parts[name] = rows
+        print("\n".join(part_report(name, rows, time.monotonic() - start)), flush=True)
     return {"parts": parts}
+
+
+def save_part(path: Path, name: str, command: str, rows: list[dict], complete: bool) -> None:
+    """Writes part ``name``'s JSON: its rows so far, and whether the part has ended."""
+    write_json(path, {"benchmark": "paper", "part": name, "command": command, "complete": complete, "rows": rows})
+
+
+def run_tests(box_s: float, deadline: float, log: Path) -> dict:
+    """The CUDA-only tests within ``box_s`` seconds and the suite's deadline; their row, its summary printed."""
+    left = min(box_s, deadline - time.monotonic())
+    row = gpu_tests.run_gpu_tests(left, log) if left >= MIN_BOX_S else {"kind": "tests", "skipped": "time box spent"}
+    print("\n".join(gpu_tests.summary({"command": gpu_tests.COMMAND, **row})), flush=True)
+    return row
+
+
+def row_label(part: str, r: dict) -> str:
+    """A row's configuration in words, for the graph report and table."""
+    if r.get("kind") == "tests":
+        return "CUDA-only tests"
+    if r.get("kind") == "checks":
+        return "graph == eager check"
+    if r.get("kind") == "step":
+        return f"GRPO step G={r['group_size']}"
+    return f"{label(r)} G={r['group_size']}"
+
+
+def graph_rows(parts: dict[str, list[dict]]) -> list[dict]:
+    """The rows (with their part) that ran the engine's decode step and report ``graph_captures``."""
+    engine = [(n, r) for n, rows in parts.items() for r in rows if r.get("decoder", "engine") == "engine"]
+    return [dict(r, part=name) for name, r in engine if "graph_captures" in r]
+
+
+def fallback(r: dict) -> str:
+    """A row's eager fallback: the failed capture's reason, 'off by setting', or 'none'."""
+    return r.get("graph_fallback") or ("off by setting" if r.get("cuda_graphs") == "off" else "none")
+
+
+def part_report(name: str, rows: list[dict], seconds: float) -> list[str]:
+    """What is printed as a part ends: its rows that ran, then each decode step's graph captures and fallback."""
+    ran = sum("skipped" not in r for r in rows)
+    lines = [f"[paper] part {name} done in {seconds:.0f} s: {ran} of {len(rows)} rows ran"]
+    for r in graph_rows({name: rows}):
+        lines.append(
+            f"[paper]   {row_label(name, r)}: graph_captures {r['graph_captures']}, eager fallback: {fallback(r)}"
+        )
+    return lines
 
 
 # -- tables --------------------------------------------------------------------------------------
@@ -254,12 +315,46 @@ def checks_table(rows: list[dict]) -> str:
     return markdown_table(columns, rows, keys=2)
 
 
+def short_test(test: str) -> str:
+    """``tests.gpu.test_x::test_y[p]`` -> ``test_x::test_y[p]`` (the module without its package)."""
+    module, _, name = test.partition("::")
+    return f"{module.rsplit('.', 1)[-1]}::{name}"
+
+
+def tests_table(rows: list[dict]) -> str:
+    """The CUDA-only tests: counts, seconds and the failed tests."""
+    columns: list[Column] = [
+        ("part", lambda r: "checks"),
+        ("tests", lambda r: gpu_tests.COMMAND),
+        *((k.replace("_tests", ""), lambda r, k=k: r.get(k, 0)) for k in gpu_tests.OUTCOMES),
+        ("seconds", lambda r: f"{r['seconds']:.0f}" if "seconds" in r else ""),
+        ("failures", lambda r: "; ".join(short_test(f["test"]) for f in r.get("failures", [])) or "none"),
+    ]
+    return markdown_table(columns, rows, keys=2)
+
+
+def graph_table(parts: dict[str, list[dict]]) -> str:
+    """Every row that ran the engine's decode step: its CUDA-graph captures and any eager fallback."""
+    columns: list[Column] = [
+        ("part", cell("part")),
+        ("configuration", lambda r: row_label(r["part"], r)),
+        ("graph captures", cell("graph_captures")),
+        ("eager fallback", fallback),
+    ]
+    return markdown_table(columns, graph_rows(parts), keys=2)
+
+
 def tables(result: dict) -> str:
-    """The decoders (parts a, c), the GRPO step (b), the checks: of the whole suite (``parts``) or one part's file."""
+    """The decoders (parts a, c), the GRPO step (b), the checks and tests, the CUDA graphs: of the whole
+    suite (``parts``) or one part's file."""
     parts = result["parts"] if "parts" in result else {result["part"]: result["rows"]}
     out = [decoder_table(parts)] if parts.get("a") or parts.get("c") else []
     out += [step_table(parts["b"])] if parts.get("b") else []
-    return "\n\n".join(out + ([checks_table(parts["checks"])] if parts.get("checks") else []))
+    checks = [r for r in parts.get("checks", []) if r.get("kind") != "tests"]
+    out += [checks_table(checks)] if checks else []
+    tests = [r for r in parts.get("checks", []) if r.get("kind") == "tests"]
+    out += [tests_table(tests)] if tests else []
+    return "\n\n".join(out + ([graph_table(parts)] if graph_rows(parts) else []))
 
 
 def from_file(result: dict, path: Path) -> dict:
@@ -273,7 +368,7 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     """The suite's own arguments."""
     ap.add_argument("--small", action="store_true", help="the 42M model on a CPU, shrunk to a few minutes")
     ap.add_argument("--model", default=None, help=f"default: the suite's; {NAMES_HELP}")
-    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS, help="run in the order given")
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for the whole suite")
     ap.add_argument("--json-dir", default="benchmarks/paper", help="where each part's paper_<part>.json goes")
     ap.add_argument("--config", default="configs/qwen3.yaml", help="the recipe part (b) runs one step of")

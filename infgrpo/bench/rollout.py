@@ -86,6 +86,7 @@ def run_one(cfg: dict) -> dict:
         "mean_length": sum(lengths) / len(lengths),
         "ms_per_step": 1000 * st["wall_time_s"] / max(st["decode_steps"], 1),
         "graph_captures": st.get("graph_captures", 0),
+        "graph_fallback": st.get("graph_fallback", ""),
         "device": device,
     }
     if device == "cuda":

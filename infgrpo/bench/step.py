@@ -110,6 +110,7 @@ class StepMeter(L.Callback):
             self.result["generated_tokens"] = rollout["generated_tokens"]
             self.result["rollout_wall_s"] = rollout["wall_time_s"]
             self.result["graph_captures"] = rollout.get("graph_captures", 0)
+            self.result["graph_fallback"] = rollout.get("graph_fallback", "")
 
 
 def recipe_kwargs(

@@ -22,8 +22,14 @@ model's forward over the pool (K/V written with ``scatter_``), counter-based uni
 on CUDA it is captured once as a CUDA graph (``cuda_graphs``: 'auto' or 'on') and replayed: one
 launch a step instead of ~1,500. The graph is recaptured when the model's parameters or buffers
 move to other storage, or when peft adapters are toggled, merged or switched (a graph replays raw
-memory and the Python branches taken at capture); a capture that fails falls back to eager
-execution with one warning saying why ('on' raises instead).
+memory and the Python branches taken at capture). Capturing runs through
+:func:`~infgrpo.sampler.graph_capture.capture_graph` (whatever fails, the current stream and the
+allocator are as before). Running out of memory while warming up or capturing raises
+``torch.OutOfMemoryError``, as an eager step would, so the rollout retries with half the slots. Any
+other failure falls back to eager execution with one warning saying why ('on' raises instead) and
+is remembered for that model fingerprint and those settings in a
+:class:`~infgrpo.sampler.graph_capture.CaptureFailures` the pool keeper holds, so a step rebuilt
+for the next rollout does not try again; ``fallback`` then says why the step runs eagerly.
 
 Off CUDA the step computes only the busy slots (``decode_width``: 'auto' or 'busy'): the runner keeps
 the running sequences packed at the front of the pool (:meth:`DecodeStep.move`, one K/V copy when a
@@ -49,8 +55,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import PreTrainedModel
 
-from infgrpo.runtime.oom import first_line
 from infgrpo.sampler.counter_rng import counter_uniform
+from infgrpo.sampler.graph_capture import CaptureFailures, GraphRuntime, capture_graph, is_memory_error, one_line
 from infgrpo.sampler.sampling import sample_tokens
 from infgrpo.sampler.slot_pool import SlotPool
 
@@ -107,18 +113,31 @@ class DecodeStep:
         pool: the slot pool (its K/V are written in place).
         settings: sampling, pad token, CUDA graphs ('auto': capture on CUDA, eager elsewhere; 'on':
             capture, error if impossible; 'off') and the SDPA kernel (a key of ``ATTENTION_BACKENDS``).
+        failures: the captures that failed before, shared with the steps built after this one (the pool
+            keeper's); default: this step's own.
+        runtime: the CUDA calls a capture makes (default on CUDA: :class:`GraphRuntime`; none elsewhere,
+            where a CPU test may pass a fake device's).
     """
 
-    def __init__(self, model: PreTrainedModel, pool: SlotPool, settings: StepSettings) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        pool: SlotPool,
+        settings: StepSettings,
+        failures: CaptureFailures | None = None,
+        runtime: GraphRuntime | None = None,
+    ) -> None:
         self.model, self.pool, self.settings = model, pool, settings
         device = pool.kv.device
         self.cuda = device.type == "cuda"
-        if settings.cuda_graphs == "on" and not self.cuda:
+        self.runtime = runtime if runtime is not None else GraphRuntime() if self.cuda else None
+        if settings.cuda_graphs == "on" and self.runtime is None:
             raise ValueError(f"cuda_graphs='on' needs a CUDA device; the model is on {device}. Use 'auto' or 'off'.")
         self.busy_width = settings.width == "busy" or (settings.width == "auto" and not self.cuda)
         if self.busy_width and settings.cuda_graphs == "on":
             raise ValueError("cuda_graphs='on' needs decode_width 'pool' (a graph replays one shape); got 'busy'")
-        self.use_graph = self.cuda and settings.cuda_graphs != "off" and not self.busy_width
+        self.use_graph = self.runtime is not None and settings.cuda_graphs != "off" and not self.busy_width
+        self.failures = failures if failures is not None else CaptureFailures()
         self.strict = settings.cuda_graphs == "on"
         self.backends = ATTENTION_BACKENDS[settings.attention] if self.cuda else None
         S = pool.num_slots
@@ -138,6 +157,9 @@ class DecodeStep:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.fingerprint: tuple | None = None
         self.captures = 0
+        """Graphs this step captured so far (a kept step replays its graph in later rollouts)."""
+        self.fallback: str | None = None
+        """Why the step runs eagerly although graphs are on: a failed capture's one-line reason, or None."""
 
     # -- the host's operations on the state (no device work) ------------------------------------
     def start(self, slot: int, token: int, position: int, key: tuple[int, int], t: int) -> None:
@@ -201,42 +223,55 @@ class DecodeStep:
 
     # -- CUDA graphs ----------------------------------------------------------------------------
     def prepare(self) -> None:
-        """Called before a rollout's first step: drops a captured graph the model no longer matches."""
+        """Called before a rollout's first step: drops a captured graph the model no longer matches, and
+        looks up whether capturing for this model and these settings failed before."""
         if not self.use_graph:
             return
         fingerprint = model_fingerprint(self.model)
         if self.graph is not None and fingerprint != self.fingerprint:
             self.graph = None
         self.fingerprint = fingerprint
+        self.fallback = self.failures.reason(self.capture_key())
+
+    def capture_key(self) -> tuple:
+        """What a capture depends on: the model's fingerprint and the step's settings."""
+        fingerprint = self.fingerprint if self.fingerprint is not None else model_fingerprint(self.model)
+        return fingerprint, self.settings
+
+    def ensure_graph(self) -> None:
+        """Captures the step unless it has a graph or capturing it failed before ('on': raises then)."""
+        if self.graph is not None:
+            return
+        if self.fallback is None:
+            self.capture()
+        elif self.strict:
+            raise RuntimeError(f"cuda_graphs='on' but the decode step could not be captured: {self.fallback}")
 
     def capture(self) -> None:
-        """Warms the step up on a side stream, then captures it as a CUDA graph (falls back on failure).
+        """Warms the step up on a side stream, then captures it as a CUDA graph; see the module docstring.
 
         The warm-up runs on the state already copied in: it writes the same K/V at the same
         positions as the step about to run, so it changes nothing.
         """
         try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side), self.kernels():
-                for _ in range(2):
-                    self.forward()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph), self.kernels():
-                self.forward()
-            self.graph = graph
-            self.captures += 1
-        except Exception as err:  # noqa: BLE001 - any capture failure means: run eagerly
+            graph = capture_graph(self.forward, self.kernels, self.runtime)
+        except Exception as err:  # noqa: BLE001 - out of memory goes on as such; anything else means: run eagerly
+            if is_memory_error(err):
+                if isinstance(err, torch.OutOfMemoryError):
+                    raise
+                raise torch.OutOfMemoryError(f"capturing the decode step: {one_line(err)}") from err
+            self.fallback = reason = one_line(err)
+            self.failures.remember(self.capture_key(), reason)
             if self.strict:
-                raise RuntimeError(f"cuda_graphs='on' but the decode step could not be captured: {err}") from err
-            self.use_graph, self.graph = False, None
+                raise RuntimeError(f"cuda_graphs='on' but the decode step could not be captured: {reason}") from err
             warnings.warn(
-                f"[infgrpo] the decode step runs without CUDA graphs: capturing it failed ({type(err).__name__}: "
-                f"{first_line(str(err)) if str(err) else ''}). Set model.sampler.cuda_graphs: off to skip trying.",
+                f"[infgrpo] the decode step runs without CUDA graphs: capturing it failed ({reason}); not "
+                "retried for this model. Set model.sampler.cuda_graphs: off to skip trying.",
                 stacklevel=2,
             )
-            torch.cuda.synchronize()
+            return
+        self.graph = graph
+        self.captures += 1
 
     # -- one step -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -245,17 +280,17 @@ class DecodeStep:
 
         The array is overwritten by the next call; on a busy-width step its rows past ``width`` are stale.
         """
-        if not self.cuda:
-            self.forward()
-            return self.host_out.numpy()
-        self.state.copy_(self.host_state, non_blocking=True)
-        if self.use_graph and self.graph is None:
-            self.capture()
+        if self.cuda:
+            self.state.copy_(self.host_state, non_blocking=True)
+        if self.use_graph:
+            self.ensure_graph()
         if self.graph is not None:
             self.graph.replay()
         else:
             with self.kernels():
                 self.forward()
+        if not self.cuda:
+            return self.host_out.numpy()
         self.host_out.copy_(self.out, non_blocking=True)
         self.done.record()
         self.done.synchronize()  # the step's one wait: the host needs the tokens to refill and stop

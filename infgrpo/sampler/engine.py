@@ -58,6 +58,8 @@ class EngineStats:
     prompt_kv_bytes_peak: int = 0
     replans: int = 0
     graph_captures: int = 0
+    graph_fallback: str = ""
+    """Why the decode step ran eagerly although CUDA graphs were on (a failed capture's reason), or ""."""
     timeline: list[tuple[int, int, int, int, int]] = field(default_factory=list)
     """(slot, prompt_idx, sample_idx, start_step, end_step) of every sequence."""
 
@@ -77,6 +79,7 @@ class EngineStats:
             "pool_positions": self.pool_positions,
             "prefill_calls": self.prefill_calls,
             "graph_captures": self.graph_captures,
+            "graph_fallback": self.graph_fallback,
             "timeline": self.timeline,
             "bubble_fraction": 1.0 - utilization,
             "lower_bound_steps": bound,
@@ -173,6 +176,7 @@ class Engine:
             prompt_kv_bytes_peak=runner.prompt_kv_bytes_peak,
             replans=getattr(policy, "replans", 0),
             graph_captures=step.captures,
+            graph_fallback=step.fallback or "",
             timeline=sched.timeline,
         )
         return seqs, stats

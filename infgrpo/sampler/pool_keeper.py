@@ -10,6 +10,9 @@ enough (widths are rounded up to 128, :func:`~infgrpo.sampler.slot_pool.pool_wid
 old pool and step are released first, then a new pool allocated, so the two never coexist. The
 step (and its CUDA graph) is reused while it belongs to that pool, that model and those settings,
 and drops its graph when the model's storage or adapters changed (:meth:`DecodeStep.prepare`).
+The keeper also holds the captures that failed (:class:`~infgrpo.sampler.graph_capture.CaptureFailures`):
+they outlive :meth:`release`, so a capture that failed is not tried again by the next step of
+that model and those settings.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from transformers import PreTrainedModel
 
 from infgrpo.runtime.oom import free_cached
 from infgrpo.sampler.decode_step import DecodeStep, StepSettings
+from infgrpo.sampler.graph_capture import CaptureFailures, GraphRuntime
 from infgrpo.sampler.model_support import kv_dtype
 from infgrpo.sampler.slot_pool import SlotPool, pool_width
 
@@ -41,6 +45,10 @@ class PoolKeeper:
         self.step: DecodeStep | None = None
         self.allocations = 0
         """Pools allocated so far (tests and benchmarks read it)."""
+        self.failures = CaptureFailures()
+        """Captures that failed, kept across steps and releases."""
+        self.runtime: GraphRuntime | None = None
+        """The CUDA calls the steps' captures make (None: the step's default; a CPU test sets a fake)."""
 
     def get(
         self, model: PreTrainedModel, num_slots: int, positions: int, settings: StepSettings
@@ -61,13 +69,13 @@ class PoolKeeper:
             self.allocations += 1
         step = self.step
         if step is None or step.pool is not self.pool or step.model is not model or step.settings != settings:
-            self.step = DecodeStep(model, self.pool, settings)
+            self.step = DecodeStep(model, self.pool, settings, self.failures, self.runtime)
         self.step.reset()
         self.step.prepare()
         return self.pool, self.step
 
     def release(self) -> None:
-        """Frees the pool and its decode step (their device memory returns to the allocator)."""
+        """Frees the pool and its decode step (their device memory returns to the allocator); keeps ``failures``."""
         if self.pool is not None:
             self.pool = self.step = None
             free_cached()

@@ -33,6 +33,7 @@ SCHEDULE_METRICS = (
     "predict_time_s",
     "num_slots",
     "oom_retries",
+    "graph_captures",
 )
 """Keys of ``Rollouts.stats`` logged as ``rollout/<key>`` (when the sampler reports them)."""
 
