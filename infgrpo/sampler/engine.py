@@ -192,7 +192,7 @@ class Engine:
             prefill_tokens=runner.prefill_tokens, prefill_calls=runner.prefill_calls,
             busy_slot_steps=sched.busy_slot_steps, pool_bytes=run.pool.nbytes(),
             prompt_kv_bytes_peak=runner.prompt_kv_bytes_peak, replans=getattr(run.policy, "replans", 0),
-            graph_captures=run.step.captures, timeline=sched.timeline,
+            graph_captures=run.step.captures, graph_fallback=run.step.fallback or "", timeline=sched.timeline,
         )  # fmt: skip
         return result, stats
 
