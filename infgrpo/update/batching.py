@@ -31,8 +31,10 @@ class MicroBatch:
 
     @property
     def generated(self) -> torch.Tensor:
-        """(n, C) bool: the generated tokens (not padding), whatever the loss mask says."""
-        return self.attention_mask[:, -self.completion_ids.shape[1] :].bool()
+        """(n, C) bool: the generated tokens (not padding), whatever the loss mask says: the mask's last C columns
+        (counted from the front, so that C = 0 gives no columns rather than all of them)."""
+        c_len, width = self.completion_ids.shape[1], self.attention_mask.shape[1]
+        return self.attention_mask[:, width - c_len :].bool()
 
     @property
     def padded_tokens(self) -> int:

@@ -11,9 +11,22 @@ log-sum-exp (N,) for the backward, which recomputes each chunk's logits and turn
 gradient in place: ``dlogp/dz = (onehot(t) - softmax(z / T)) / T``. So the extra memory is a few
 (chunk x V) buffers, never (N x V) — the fused linear cross-entropy idea of Liger and Unsloth, with
 the GRPO target (a log-prob per token, not a mean loss), in plain torch so it runs anywhere. The last
-chunk is not recomputed: its log p, the buffer the forward ends with, waits for the backward (no higher
-peak: nothing large is allocated between the two), so positions within one chunk cost the head's
-matmul twice (forward, input gradient) instead of three times.
+chunk is not recomputed: its log p, the buffer the forward ends with, waits for the backward, which
+starts with it, so positions within one chunk cost the head's matmul twice (forward, input gradient)
+instead of three times.
+
+Peak memory of the head, beyond its inputs and the (N,) statistics, with c = chunk and a float32 head
+(a half-precision head adds a half-size copy of the chunk's logits):
+
+- forward: the chunk's logits (c, V) (a LoRA term added in place when its dtype is the head's), plus the
+  temporaries of the reductions over the vocabulary (log-sum-exp, entropy): on a CPU rows of at most
+  :data:`REDUCE_BYTES` at a time, elsewhere a second (c, V) buffer (one kernel per reduction);
+- between the forward and the backward (when a backward will follow): the last chunk's log p (c, V),
+  on top of what the caller allocates in between (the loss: (n, C) tensors);
+- backward: that kept chunk first, freed before any other chunk is recomputed, so one (c, V) buffer
+  at a time (two with the entropy's gradient), plus the gradient of each trainable weight (V, D), which
+  the chunks accumulate into in place (no (V, D) product per chunk), and which autograd then adds to
+  the weight's ``.grad`` of earlier micro-batches.
 
 :func:`chunked_logprobs_and_entropy` also returns each position's entropy ``H = -sum_v p_v log p_v``
 from the same chunks (``lse - sum p z``), for TRL's ``entropy`` metric, ``top_entropy_quantile`` and
@@ -32,10 +45,15 @@ import torch.nn.functional as F
 from torch import nn
 
 DEFAULT_LOGIT_CHUNK_TOKENS = 512
-"""Positions per chunk by default. The head's memory grows with the chunk (measured on a 42M Qwen3 with
-151,936 tokens on CPU: 300 MiB at 256 positions, 1,190 MiB at 1,024; ``benchmarks/RESULTS.md``,
-issue #13); at 512 a float32 (chunk x vocabulary) buffer is 0.31 GB, and a 512-row matmul is large
-enough for a GPU to run the head near full throughput."""
+"""Positions per chunk by default. The head's memory grows with the chunk: about one float32 (chunk x vocabulary)
+buffer at a time (two in a CUDA forward; the module docstring), 0.31 GB at 512 positions and 151,936 tokens; and a
+512-row matmul is large enough for a GPU to run the head near full throughput."""
+
+REDUCE_BYTES = 32 * 2**20
+"""On a CPU, the forward's reductions over the vocabulary run on rows of a chunk whose float32 logits take at
+most this many bytes (55 rows at 151,936 tokens), so their temporaries stay small beside the chunk instead of
+doubling it: there resident memory is the measure and a call costs microseconds. Elsewhere (CUDA) each runs
+once over the whole chunk: one kernel, its buffer reused by the caching allocator."""
 
 
 def _logits(xs: list[torch.Tensor], ws: list[torch.Tensor], bias: torch.Tensor | None, s: int, e: int) -> torch.Tensor:
@@ -43,14 +61,39 @@ def _logits(xs: list[torch.Tensor], ws: list[torch.Tensor], bias: torch.Tensor |
     the first term (the head's; the LoRA terms are cast to it, as peft does)."""
     z = F.linear(xs[0][s:e], ws[0], bias)  # (c, V)
     for x, w in zip(xs[1:], ws[1:], strict=True):
-        z = z + F.linear(x[s:e], w).to(z.dtype)
+        if x.dtype == w.dtype == z.dtype:
+            z.addmm_(x[s:e], w.t())  # in place on the fresh logits: no second (c, V) buffer
+        else:
+            z = z + F.linear(x[s:e], w).to(z.dtype)
     return z
+
+
+def _reduce_rows(z: torch.Tensor) -> int:
+    """Rows of the (c, V) logits ``z`` the forward reduces at a time (see :data:`REDUCE_BYTES`)."""
+    if z.device.type != "cpu":
+        return z.shape[0]
+    return max(1, REDUCE_BYTES // max(1, z.shape[1] * z.element_size()))
 
 
 def _scaled(z: torch.Tensor, dtype: torch.dtype, scale: float) -> torch.Tensor:
     """``z.to(dtype) / scale``, in place on the new logits (a fresh matmul output nobody else holds)."""
     z = z.to(dtype)
     return z.div_(scale) if scale != 1.0 else z
+
+
+def _reduce(
+    z: torch.Tensor, s: int, targets: torch.Tensor, lse: torch.Tensor, logp: torch.Tensor, ent: torch.Tensor | None
+) -> None:
+    """Fills ``lse``, ``logp`` and ``ent`` (N,) (None: no entropy) at the positions s .. s + c of the chunk's scaled
+    logits ``z`` (c, V), :func:`_reduce_rows` rows at a time; with an entropy ``z`` becomes log p in place."""
+    c, rows = z.shape[0], _reduce_rows(z)
+    for r in range(0, c, rows):
+        zb, sl = (z, slice(s, s + c)) if rows >= c else (z[r : r + rows], slice(s + r, s + min(c, r + rows)))
+        lse[sl] = torch.logsumexp(zb, dim=-1)  # a (b, V) temporary inside
+        logp[sl] = zb.gather(-1, targets[sl, None]).squeeze(-1) - lse[sl]
+        if ent is not None:
+            zb.sub_(lse[sl, None])  # (b, V) log p, in place
+            ent[sl] = -zb.exp().mul_(zb).sum(-1)  # -sum p log p, a (b, V) temporary
 
 
 class ChunkedLogprobs(torch.autograd.Function):
@@ -82,14 +125,10 @@ class ChunkedLogprobs(torch.autograd.Function):
             ctx.logit_dtype = raw.dtype
             z = _scaled(raw, out_dtype, scale)  # (c, V) float32
             del raw
-            lse[s:e] = torch.logsumexp(z, dim=-1)  # one more (c, V) buffer inside
-            logp[s:e] = z.gather(-1, targets[s:e, None]).squeeze(-1) - lse[s:e]
-            last = keep and e == n
-            if entropy or last:
-                z.sub_(lse[s:e, None])  # (c, V) log p, in place
-            if entropy:
-                ent[s:e] = -z.exp().mul_(z).sum(-1)  # -sum p log p, one more (c, V) buffer
-            if last:  # the backward starts from it instead of recomputing this chunk (one head matmul fewer)
+            _reduce(z, s, targets, lse, logp, ent if entropy else None)
+            if keep and e == n:  # the backward starts from it instead of recomputing this chunk (one head matmul fewer)
+                if not entropy:
+                    z.sub_(lse[s:e, None])  # (c, V) log p, in place
                 ctx.kept = (s, z)
             del z
         ctx.scale, ctx.chunk, ctx.num_terms, ctx.entropy = scale, chunk, len(xs), entropy
@@ -114,9 +153,13 @@ class ChunkedLogprobs(torch.autograd.Function):
         grad_w = [torch.zeros_like(w) if needs[6 + 2 * i] else None for i, w in enumerate(ws)]
         n, logit_dtype = targets.shape[0], ctx.logit_dtype
         kept, ctx.kept = ctx.kept, None  # the last chunk's log p, consumed (a second backward recomputes it)
-        for s in range(0, n, ctx.chunk):
+        starts = list(range(0, n, ctx.chunk))
+        if kept is not None:  # its chunk first: the buffer is freed before any other chunk is recomputed
+            starts.remove(kept[0])
+            starts.insert(0, kept[0])
+        for s in starts:
             e = min(n, s + ctx.chunk)
-            if kept is not None and kept[0] == s:
+            if kept is not None:
                 gz = kept[1]  # (c, V) log p from the forward
                 kept = None
             else:
@@ -141,7 +184,9 @@ class ChunkedLogprobs(torch.autograd.Function):
             for i in range(ctx.num_terms):
                 if grad_x[i] is not None:
                     grad_x[i][s:e] = (gz @ ws[i].to(logit_dtype)).to(grad_x[i].dtype)  # (c, D_i)
-                if grad_w[i] is not None:
+                if grad_w[i] is not None and grad_w[i].dtype == logit_dtype:
+                    grad_w[i].addmm_(gz.t(), xs[i][s:e].to(logit_dtype))  # (V, D_i) += in place: no (V, D_i) temporary
+                elif grad_w[i] is not None:
                     grad_w[i] += (gz.t() @ xs[i][s:e].to(logit_dtype)).to(grad_w[i].dtype)  # (V, D_i)
             del gz
         pairs = [g for i in range(ctx.num_terms) for g in (grad_x[i], grad_w[i])]

@@ -101,7 +101,9 @@ def pack_groups_by_token_budget(
     has consecutive micro-batches of its own, its prompt their only one, which lets a pass run that
     prompt once (:class:`~infgrpo.update.prompt_carry.PromptCarry`). Whole groups, longest first, share
     micro-batches while the budget allows and sharing saves more than the padding it adds. A row whose
-    prompt and completion alone exceed the budget forms a micro-batch alone.
+    prompt and completion alone exceed the budget forms a micro-batch alone. The largest micro-batch comes
+    first (a split group's, the largest of its runs): in a pass with gradients it then runs before the first
+    backward has allocated the parameters' gradients.
     """
     if token_budget < 1:
         raise ValueError(f"token_budget={token_budget} must be >= 1")
@@ -111,12 +113,15 @@ def pack_groups_by_token_budget(
     for i, p in enumerate(row_prompt):
         groups.setdefault(p, []).append(i)
     whole: list[list[int]] = []
-    split: list[list[int]] = []
+    split: list[list[list[int]]] = []  # per split group, its runs
     for p, rows in groups.items():
         rows = sorted(rows, key=lambda i: -completion_lengths[i])
         lengths = [completion_lengths[i] for i in rows]
         runs = [[rows[k] for k in run] for run in split_group(prompt_lengths[p], lengths, token_budget)]
-        (whole if len(runs) == 1 else split).extend(runs)
+        if len(runs) == 1:
+            whole.extend(runs)
+        else:
+            split.append(runs)
 
     def cost(rows: list[int]) -> int:  # padded tokens of one micro-batch
         prompts = {row_prompt[i] for i in rows}
@@ -133,7 +138,11 @@ def pack_groups_by_token_budget(
                 batches[-1] = merged
                 continue
         batches.append(run)
-    return batches + split
+    # the largest micro-batch first (its peak then holds no gradient buffers: the first backward allocates them),
+    # a split group's runs consecutive and largest first
+    units = [[b] for b in batches] + [sorted(runs, key=cost, reverse=True) for runs in split]
+    units.sort(key=lambda unit: -cost(unit[0]))
+    return [rows for unit in units for rows in unit]
 
 
 def collate_shared(

@@ -1,5 +1,7 @@
 """The chunked LM head computes the full-logits log-probs and gradients, in O(chunk x vocabulary) memory."""
 
+import weakref
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -125,7 +127,7 @@ def test_memory_is_bounded_by_the_chunk_not_by_the_tokens_times_the_vocabulary()
     logits_f32 = tokens * vocab * 4  # float32 logits of the micro-batch's completion positions: 8.9 MiB
     model = with_lora(random_model("qwen3", torch.float32, vocab=vocab), ["q_proj", "v_proj"])
     # 1) what the forward saves for the backward, beyond the decoder's own activations (both paths run it); the
-    # chunked head also keeps its last chunk's log p, at most chunk x V (the test at the end of this file)
+    # chunked head also keeps its last chunk's log p, at most chunk x V (test_the_backward_recomputes_every_chunk_...)
     decoder = causal_lm_parts(model)[0]
     layers = saved_bytes(model, lambda: decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask))
     full = saved_bytes(model, lambda: completion_logprobs(model, mb, 1.0, 0)) - layers
@@ -270,17 +272,83 @@ def test_the_backward_recomputes_every_chunk_but_the_last_and_a_second_backward_
     h = torch.randn(7, 6, generator=g, dtype=torch.float64, requires_grad=True)
     targets = torch.randint(0, 11, (7,), generator=g)
     weights = torch.randn(7, generator=g, dtype=torch.float64)
-    calls = []
+    calls, kept_alive = [], []
     real_logits = chunked_head._logits
-    monkeypatch.setattr(chunked_head, "_logits", lambda *a: calls.append(a[-2]) or real_logits(*a))
+
+    def logits(*a):
+        calls.append(a[-2])
+        kept_alive.append(kept_ref is not None and kept_ref() is not None)
+        return real_logits(*a)
+
+    kept_ref = None
+    monkeypatch.setattr(chunked_head, "_logits", logits)
     lp = chunked_logprobs(lin, h, targets, 0.8, 3)  # chunks at 0, 3, 6
     assert calls == [0, 3, 6]
     kept_start, kept = lp.grad_fn.kept
     assert kept_start == 6 and kept.shape == (1, 11)  # the last chunk's log p, all the forward leaves
+    kept_ref = weakref.ref(kept)
+    del kept
     (lp * weights).sum().backward(retain_graph=True)
     assert calls == [0, 3, 6, 0, 3]  # the last chunk came from the forward
+    assert kept_alive[3:] == [False, False] and kept_ref() is None  # and was freed before any recomputation
     want = torch.autograd.grad((torch.log_softmax(lin(h) / 0.8, -1)[torch.arange(7), targets] * weights).sum(), h)[0]
     assert (h.grad - want).abs().max() <= 1e-13
     (lp * weights).sum().backward()  # the kept buffer was used up: every chunk again
     assert calls == [0, 3, 6, 0, 3, 0, 3, 6]
     assert (h.grad - 2 * want).abs().max() <= 1e-13
+
+
+class NewTensors(TorchDispatchMode):
+    """Records the shape of every new tensor an operation returns (views and in-place results are not new)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        flat = [*args, *(kwargs or {}).values()]
+        inputs = {t.untyped_storage().data_ptr() for t in flat if isinstance(t, torch.Tensor)}
+        for t in out if isinstance(out, tuple | list) else [out]:
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
+                self.shapes.append(tuple(t.shape))
+        return out
+
+
+@pytest.mark.parametrize("lora", [False, True])  # a trainable head; a frozen one with a LoRA term
+def test_the_head_makes_one_chunk_of_logits_at_a_time_and_accumulates_its_weight_gradient_in_place(monkeypatch, lora):
+    vocab, hidden, chunk, rows = 8192, 64, 16, 4
+    monkeypatch.setattr(chunked_head, "REDUCE_BYTES", rows * vocab * 4)  # the reductions: 4 rows at a time
+    model = random_model("qwen3", torch.float32, vocab=vocab, tie_word_embeddings=False)
+    model = with_lora(model, ["lm_head"]) if lora else model.train()
+    head = causal_lm_parts(model)[1]
+    g = torch.Generator().manual_seed(4)
+    h = torch.randn(40, hidden, generator=g, requires_grad=True)  # chunks of 16, 16 and 8 positions
+    targets = torch.randint(0, vocab, (40,), generator=g)
+    with NewTensors() as forward:
+        lp, ent = chunked_logprobs_and_entropy(head, h, targets, 0.8, chunk)
+    with NewTensors() as backward:
+        lp.sum().backward()  # the policy loss's gradient (an entropy bonus adds a (chunk, V) buffer: p)
+    per_token = [s[0] for s in forward.shapes if len(s) == 2 and s[1] == vocab]  # (rows, V) tensors: their rows
+    assert [r for r in per_token if r > rows] == [16, 16, 8]  # each chunk's logits, nothing else of that size
+    assert len(per_token) > 3 and max(r for r in per_token if r <= rows) == rows  # the reductions' temporaries
+    recomputed = [s[0] for s in backward.shapes if len(s) == 2 and s[1] == vocab and s[0] > rows]
+    assert recomputed == [16, 16]  # the first two chunks; the last one's log p came from the forward
+    weight_grads = [s for s in backward.shapes if s == (vocab, hidden)]
+    assert weight_grads == ([] if lora else [(vocab, hidden)])  # the gradient itself, no per-chunk (V, H) product
+    trained = [p for n, p in model.named_parameters() if ("lora_B" in n if lora else n == "lm_head.weight")]
+    assert len(trained) == 1 and trained[0].grad.abs().max() > 0
+
+
+def test_reductions_by_row_blocks_give_the_full_logits_logprobs_entropies_and_gradients_float64(monkeypatch):
+    model = with_lora(random_model("qwen3", torch.float64), ["q_proj", "v_proj", "lm_head"])
+    mb = collate(list(range(4)), PROMPTS, COMPLETIONS, pad_id=0)
+    want_lp, want_ent, want = entropy_grads(model, lambda: full_logits_entropy(model, mb, 0.7), ("logp", "entropy"))
+    monkeypatch.setattr(chunked_head, "REDUCE_BYTES", 3 * 103 * 8)  # 3 rows of a chunk at a time
+    assert chunked_head._reduce_rows(torch.empty(5, 103, dtype=torch.float64)) == 3
+    assert chunked_head._reduce_rows(torch.empty(5, 103, device="meta")) == 5  # off CPU: the whole chunk
+    got_lp, got_ent, got = entropy_grads(model, lambda: chunked_entropy(model, mb, 0.7, 5), ("logp", "entropy"))
+    assert (got_ent - want_ent).abs().max() <= 1e-10 and (got_lp - want_lp).abs().max() <= 1e-10
+    assert want.keys() == got.keys() and len(want) >= 4
+    for k, g in want.items():
+        assert (got[k] - g).abs().max() <= 1e-10 * max(1.0, g.abs().max().item()), k

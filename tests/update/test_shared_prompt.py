@@ -316,3 +316,34 @@ def test_a_long_completion_among_short_ones_gets_a_micro_batch_of_its_own():
     assert sorted(map(sorted, groups)) == [[0], [1, 2, 3, 4, 5, 6, 7]]
     padded = sum(70 + len(g) * max(lengths[i] for i in g) for g in groups)
     assert padded == (70 + 48) + (70 + 7 * 12) < 70 + 8 * 48  # 272 padded tokens instead of 454
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_largest_micro_batch_comes_first_and_a_split_groups_follow_each_other(seed):
+    g = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(2, 40, (4,), generator=g).tolist()
+    row_prompt = sorted(torch.randint(0, 4, (14,), generator=g).tolist())
+    lengths = torch.randint(1, 60, (14,), generator=g).tolist()
+    groups = pack_groups_by_token_budget(row_prompt, prompts, lengths, 150)
+
+    def cost(rows):
+        used = {row_prompt[i] for i in rows}
+        return len(used) * max(prompts[p] for p in used) + len(rows) * max(lengths[i] for i in rows)
+
+    assert sorted(i for rows in groups for i in rows) == list(range(14))
+    assert cost(groups[0]) == max(map(cost, groups))  # it runs before the first backward allocates the gradients
+    alone = {p: [k for k, rows in enumerate(groups) if {row_prompt[i] for i in rows} == {p}] for p in range(4)}
+    split = {p: ks for p, ks in alone.items() if len(ks) > 1}
+    assert split  # these shapes split some group
+    mbs = [
+        collate_shared(rows, row_prompt, [[5] * n for n in prompts], [[7] * n for n in lengths], 0) for rows in groups
+    ]
+    assert carried_prompts(mbs) == {p: len(ks) for p, ks in split.items()}  # each split group's prompt runs once
+    for ks in split.values():  # consecutive, the largest first
+        assert ks == list(range(ks[0], ks[-1] + 1))
+        assert [cost(groups[k]) for k in ks] == sorted((cost(groups[k]) for k in ks), reverse=True)
+
+
+def test_the_bench_steps_group_runs_its_fifteen_row_micro_batch_first():
+    # bench step --model qwen3-42m: one 20-token prompt x 16 completions of 512 tokens at token_budget 8192
+    assert [len(rows) for rows in pack_groups_by_token_budget([0] * 16, [20], [512] * 16, 8192)] == [15, 1]
