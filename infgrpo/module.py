@@ -298,7 +298,8 @@ class GRPOModule(L.LightningModule):
         checkpoint["infgrpo_sampler"] = self.sampler.state_dict()
         checkpoint["infgrpo_update"] = self.updater.state_dict()
         checkpoint["infgrpo_rng"] = gather_rng_state(self.ranks, self.device)
-        checkpoint["infgrpo_stream"] = gather_stream_positions(self.trainer.datamodule, self.ranks)
+        datamodule = self._trainer.datamodule if self._trainer is not None else None
+        checkpoint["infgrpo_stream"] = gather_stream_positions(datamodule, self.ranks)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Restores the sampler's state; keeps the random states for :meth:`on_train_start`.
