@@ -32,5 +32,6 @@ BENCHMARKS = {
     "learn": "infgrpo.bench.learn",
     "update": "infgrpo.bench.update",
     "dynamic": "infgrpo.bench.dynamic",
+    "skip": "infgrpo.bench.skip",
 }
 """Benchmark name -> module (with ``main(argv)``, ``tables(result)`` and, if it spawns, ``run_one``)."""
