@@ -1,6 +1,6 @@
 """Resident memory of the update by token_budget on configs/smollm2-cpu.yaml's job (issue #29, item 10).
 
-    HF_HUB_OFFLINE=1 python tools/update_default_rss.py default,4096,512,256 benchmarks/update_default_rss.json
+    HF_HUB_OFFLINE=1 python tools/update_default_rss.py default,4096,512,256 benchmarks/tools/update_default_rss.json
 
 Each budget in a fresh process: ``infgrpo.bench.step.measure_step`` runs two Lightning steps of the recipe's
 ``GRPOModule`` (its model, LoRA, sampler, rewards and data; one thread) and measures the second (resident-memory
@@ -42,7 +42,8 @@ def main(budgets: str, out: str) -> None:
             raise RuntimeError(f"{budget}: {run.stderr[-2000:]}")
         rows.append(json.loads(lines[0].removeprefix("RESULT ")))
         print(budget, {k: rows[-1].get(k) for k in KEYS}, flush=True)
-    Path(out).write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+    command = f"HF_HUB_OFFLINE=1 python tools/update_default_rss.py {budgets} {out}"
+    Path(out).write_text(json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

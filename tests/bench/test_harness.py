@@ -16,7 +16,8 @@ from infgrpo.bench.train_tiny import read_train_curves
 from infgrpo.models import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDED = sorted((ROOT / "benchmarks").rglob("*.json"))
+TOOLS = sorted((ROOT / "benchmarks/tools").glob("*.json"))  # written by tools/*.py, not by infgrpo.bench
+RECORDED = sorted(set((ROOT / "benchmarks").rglob("*.json")) - set(TOOLS))
 CFG = dict(model="tiny", prompts=1, group_size=2, decoder="engine", seed=0, num_slots=2, max_new_tokens=4, threads=1)
 
 
@@ -69,6 +70,8 @@ def test_threads_has_one_meaning_and_each_benchmark_keeps_its_recorded_default()
         "busy-cpu": "no flag",  # its --settings are the --model.threads values compared
         "learn": 2,  # the job of issue #19: 2 threads for both trainers
         "update": 0,
+        "dynamic": 1,  # counts (steps, tokens) are its result; one thread keeps its wall-clock ratios stable
+        "skip": 1,
     }
 
 
@@ -107,6 +110,13 @@ def test_every_recorded_json_reprints_and_its_command_parses(path):
         bench = importlib.import_module(BENCHMARKS[words[start + 1]]).BENCH
         parse = bench.parser().parse_known_args if bench.extra_args else bench.parser().parse_args
         parse(words[start + 2 :])  # an unknown flag or a bad value exits
+
+
+@pytest.mark.parametrize("path", TOOLS, ids=lambda p: p.name)
+def test_every_tool_json_names_the_script_and_arguments_that_wrote_it(path):
+    words = shlex.split(json.loads(path.read_text())["command"])
+    script = next(word for word in words if word.startswith("tools/"))
+    assert (ROOT / script).is_file() and words[-1] == f"benchmarks/tools/{path.name}"
 
 
 def test_the_fit_csv_log_is_read_once_for_its_training_steps(tmp_path):
