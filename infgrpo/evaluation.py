@@ -44,7 +44,8 @@ def score_heldout(
     reward_on_error: str = "raise",
     batch_size: int = 128,
 ) -> tuple[RewardScores, list[int]]:
-    """The rewards of one completion per item (``batch_size`` prompts decode at once), and their lengths.
+    """The rewards of one completion per item, and their lengths (at most ``batch_size`` decode at once, on
+    the slots :meth:`~infgrpo.sampler.MicroGroupSampler.generate_one` plans).
 
     ``items`` are ``{"prompt_ids": list[int], "meta": dict}`` as produced by the data module.
     """
@@ -73,8 +74,11 @@ def evaluate(
     batch_size: int = 128,
     reward_on_error: str = "raise",
 ) -> dict[str, float]:
-    """Mean reward (and accuracy: share with ``accuracy_reward >= 1``) over ``items``, and the mean length."""
-    cfg = SamplerConfig(max_new_tokens=max_new_tokens, temperature=temperature, keep_pool=False)
+    """Mean reward (and accuracy: share with ``accuracy_reward >= 1``) over ``items``, and the mean length.
+
+    ``batch_size`` prompts decode at once, each on its own slot.
+    """
+    cfg = SamplerConfig(num_slots=batch_size, max_new_tokens=max_new_tokens, temperature=temperature, keep_pool=False)
     scores, lengths = score_heldout(
         MicroGroupSampler(model, tokenizer, cfg), tokenizer, items, rewards, reward_on_error, batch_size
     )

@@ -107,7 +107,8 @@ class PromptDataModule(L.LightningDataModule):
         batch_size: prompts per optimization step *per rank* (each sampled ``group_size`` times);
             with N data-parallel ranks a step uses N x batch_size prompts.
         eval_size: number of held-out prompts evaluated (the first ones of the split).
-        eval_batch_size: prompts decoded at once during evaluation.
+        eval_batch_size: held-out prompts per evaluation batch; they decode on at most the rollout's
+            slots (``model.sampler.num_slots``, or its 'auto' plan), so evaluation fits where rollouts do.
         max_prompt_length: prompts longer than this many tokens are reported and handled by
             ``long_prompts``; they are never truncated.
         long_prompts: ``"error"`` (stop with a message) or ``"skip"`` (drop them, with a warning).

@@ -69,12 +69,30 @@ def prefill(
             f"{type(model).__name__} returned logits for {out.logits.shape[1]} positions with logits_to_keep=1; "
             "the engine needs a model that honours logits_to_keep"
         )
-    width = ids.shape[1]
-    keys = torch.stack([layer.keys for layer in out.cache.layers])  # (layers, P, kv_heads, L, head_dim)
-    values = torch.stack([layer.values for layer in out.cache.layers])
-    kv = [
-        torch.stack([keys[:, i, :, width - len(p) :], values[:, i, :, width - len(p) :]]).to(dtype)
-        for i, p in enumerate(prompts)
-    ]
     tokens, logps = sample_tokens(out.logits[:, -1], uniforms, temperature, top_k, top_p)  # (P, G) each
-    return kv, tokens, logps
+    return split_cache(out.cache.layers, [len(p) for p in prompts], dtype), tokens, logps
+
+
+def split_cache(layers: list, lengths: list[int], dtype: torch.dtype) -> list[torch.Tensor]:
+    """Each prompt's K/V cut out of a left-padded batch cache, freeing the cache layer by layer.
+
+    Args:
+        layers: the cache's layers, each with ``keys`` and ``values`` of shape (P, kv_heads, L, head_dim).
+        lengths: the P prompts' lengths (each <= L; prompt i is the last ``lengths[i]`` columns).
+
+    Returns:
+        one tensor per prompt, (2, layers, kv_heads, lengths[i], head_dim) in ``dtype``.
+
+    One copy of the prompts' K/V at any time (plus one layer of the batch's): each layer's columns
+    are copied into the per-prompt tensors, then the layer's batch tensors are dropped. Stacking all
+    layers first (and then each prompt) held three copies at the peak.
+    """
+    _, kv_heads, width, head_dim = layers[0].keys.shape
+    device = layers[0].keys.device
+    kv = [torch.empty(2, len(layers), kv_heads, n, head_dim, dtype=dtype, device=device) for n in lengths]
+    for index, layer in enumerate(layers):
+        for i, n in enumerate(lengths):
+            kv[i][0, index].copy_(layer.keys[i, :, width - n :])
+            kv[i][1, index].copy_(layer.values[i, :, width - n :])
+        layer.keys = layer.values = None  # the cache held the only reference: this layer's batch K/V is freed
+    return kv

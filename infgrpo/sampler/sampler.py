@@ -179,11 +179,18 @@ class MicroGroupSampler:
         return rollouts
 
     def generate_one(self, prompt_ids: list[list[int]], batch_size: int = 128) -> Rollouts:
-        """One completion per prompt, ``batch_size`` slots at once (evaluation, e.g. greedy)."""
+        """One completion per prompt (evaluation, e.g. greedy), on the slots a rollout of these prompts gets.
+
+        The slot count is the rollout's plan for ``prompt_ids`` (``num_slots``, or under 'auto' what
+        ``rollout_memory`` holds), at most ``batch_size``: evaluation never takes more memory than the
+        rollouts it sits between, whatever the evaluation batch.
+        """
         check_prompts(self.model, prompt_ids, self.config.max_new_tokens)
+        planned = self.sizer.slots(self.model, prompt_ids)
+        field = "data.eval_batch_size" if batch_size <= planned else "model.sampler.num_slots"
         with self._decoding():
             rollouts, retries = self._backoff(
-                lambda n: self._decode(prompt_ids, 1, 0, n), batch_size, "data.eval_batch_size"
+                lambda n: self._decode(prompt_ids, 1, 0, n), min(batch_size, planned), field
             )
         rollouts.stats["oom_retries"] = retries
         return rollouts

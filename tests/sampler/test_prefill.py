@@ -3,7 +3,7 @@ against the prompt prefilled alone by a plain forward (float64)."""
 
 import torch
 
-from infgrpo.sampler.prefill import padded_batch, prefill
+from infgrpo.sampler.prefill import padded_batch, prefill, split_cache
 from tests.helpers import random_model
 
 
@@ -38,3 +38,25 @@ def test_each_prompts_kv_and_first_tokens_equal_the_prompt_prefilled_alone():
         want = int(out.logits[0, -1].argmax())
         assert tokens[i].tolist() == [want, want]  # greedy: both samples
         torch.testing.assert_close(logps[i, 0], torch.log_softmax(out.logits[0, -1], -1)[want], rtol=0, atol=1e-12)
+
+
+def test_the_batch_cache_is_freed_layer_by_layer_into_one_tensor_per_prompt():
+    model = random_model("qwen3", torch.float64, seed=6)
+    prompts = [[5, 9, 11, 40], [7], [3, 30, 31]]
+    ids, positions, mask = padded_batch(prompts, 0, torch.float64, torch.device("cpu"))
+    out = model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True)
+    layers = out.cache.layers
+    want = [  # the reference cut: every layer's last len(p) columns of row i, stacked
+        torch.stack(
+            [
+                torch.stack([la.keys[i, :, -len(p) :] for la in layers]),
+                torch.stack([la.values[i, :, -len(p) :] for la in layers]),
+            ]
+        )
+        for i, p in enumerate(prompts)
+    ]
+    kv = split_cache(layers, [len(p) for p in prompts], torch.float32)
+    assert all(la.keys is None and la.values is None for la in layers)  # the batch's K/V is no longer held
+    for got, ref in zip(kv, want, strict=True):
+        assert got.dtype == torch.float32 and got.is_contiguous() and got.untyped_storage().nbytes() == got.nbytes
+        torch.testing.assert_close(got, ref.float(), rtol=0, atol=0)

@@ -156,3 +156,26 @@ def test_attention_implementations_the_engine_cannot_drive_are_refused():
         MicroGroupSampler(model, 2, SamplerConfig())
     with pytest.raises(ValueError, match="prompt_ids is empty"):
         MicroGroupSampler(random_model("llama"), 2, SamplerConfig()).sample([], 2)
+
+
+def test_evaluation_decodes_on_the_slots_a_rollout_of_its_prompts_gets_at_most(tiny_model, tokenizer, prompts):
+    from infgrpo.sampler.pool_sizing import PoolSizer, plan_pool, pool_shape
+
+    def evaluate(batch_size, **cfg):
+        config = SamplerConfig(max_new_tokens=20, temperature=0.0, **cfg)
+        return MicroGroupSampler(tiny_model, tokenizer, config).generate_one(prompts, batch_size=batch_size)
+
+    fixed, capped = evaluate(128, num_slots=2), evaluate(2, num_slots=64)
+    assert fixed.stats["num_slots"] == capped.stats["num_slots"] == 2
+    width = pool_width(max(map(len, prompts)) + 20)
+    one = plan_pool(10**9, pool_shape(tiny_model), width, sum(map(len, prompts)))
+    budget = one.prompt_kv_bytes + 2 * one.slot_bytes + 1  # what 'auto' plans as 2 slots for these prompts
+    assert PoolSizer("auto", budget, 20).slots(tiny_model, prompts) == 2
+    planned = evaluate(128, num_slots="auto", rollout_memory=budget)
+    assert planned.stats["num_slots"] == 2
+    assert (
+        fixed.completion_ids
+        == capped.completion_ids
+        == planned.completion_ids
+        == evaluate(128, num_slots=8).completion_ids
+    )
