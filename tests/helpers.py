@@ -26,7 +26,7 @@ def random_model(arch: str, dtype: torch.dtype = torch.float32, vocab: int = 103
     )
     common.update(config)
     if arch == "qwen3":
-        model = Qwen3ForCausalLM(Qwen3Config(head_dim=16, **common))
+        model = Qwen3ForCausalLM(Qwen3Config(**{"head_dim": 16, **common}))
     else:
         model = LlamaForCausalLM(LlamaConfig(**common))
     return model.to(dtype).eval()
@@ -48,10 +48,10 @@ def save_base(arch, tokenizer, folder):
     return str(folder)
 
 
-def trained_4bit_lora(arch, tokenizer, folder):
+def trained_4bit_lora(arch, tokenizer, folder, bnb_4bit_compute_dtype="float32"):
     """(4-bit policy with a LoRA r=4 adapter whose B is nonzero, the base folder): lora_A gets gradients too."""
     base = save_base(arch, tokenizer, folder)
-    policy = load_policy(base, lora_r=4, load_in_4bit=True, bnb_4bit_compute_dtype="float32")
+    policy = load_policy(base, lora_r=4, load_in_4bit=True, bnb_4bit_compute_dtype=bnb_4bit_compute_dtype)
     with torch.no_grad():
         for name, p in policy.named_parameters():
             if "lora_B" in name:

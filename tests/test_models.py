@@ -1,8 +1,11 @@
 """The real loading path: save_pretrained -> our loader (4-bit + LoRA) -> rollout + step -> peft adapter."""
 
+from pathlib import Path
+
 import lightning as L
 import pytest
 import torch
+import yaml
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
@@ -10,8 +13,11 @@ from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
 from infgrpo.models import export_merged, keep_4bit_trainable, load_policy, save_trained
 from infgrpo.sampler import MicroGroupSampler
+from infgrpo.sampler.model_support import kv_bytes_per_token, kv_dtype, kv_shape
+from infgrpo.sampler.pool_sizing import plan_pool, pool_shape
+from infgrpo.sampler.slot_pool import pool_width
 from infgrpo.update import collate, completion_logprobs
-from tests.helpers import dequantized_reference, save_base, trained_4bit_lora
+from tests.helpers import dequantized_reference, random_model, save_base, trained_4bit_lora
 
 
 def length_reward(completions, metadata):
@@ -89,6 +95,62 @@ def test_4bit_lora_gradients_match_a_dequantized_float64_reference_before_and_af
         assert g.norm() > 0, name
         for got in (before, after):
             assert torch.allclose(got[name], g, rtol=1e-4, atol=1e-6 * g.abs().max().item()), name
+
+
+@pytest.mark.parametrize("upcast", [False, True])
+def test_4bit_keeps_the_unquantized_weights_and_the_pool_in_the_compute_dtype_unless_upcast(
+    upcast, tokenizer, tmp_path
+):
+    base = save_base("qwen3", tokenizer, tmp_path / "base")
+    policy = load_policy(base, lora_r=4, load_in_4bit=True, bnb_4bit_compute_dtype="bfloat16", upcast_to_float32=upcast)
+    want = torch.float32 if upcast else torch.bfloat16
+    params = dict(policy.named_parameters())
+    frozen = {n: p.dtype for n, p in params.items() if "lora_" not in n and p.is_floating_point()}
+    assert "base_model.model.model.embed_tokens.weight" in frozen and set(frozen.values()) == {want}
+    assert {p.dtype for n, p in params.items() if "lora_" in n} == {torch.float32}  # peft's float32 adapters
+    assert {n for n, p in params.items() if p.requires_grad} == {n for n in params if "lora_" in n}
+    layers, kv_heads, head_dim = kv_shape(policy.config)
+    assert kv_dtype(policy) == want and kv_bytes_per_token(policy) == 2 * layers * kv_heads * head_dim * want.itemsize
+    sampler = MicroGroupSampler(policy, tokenizer, SamplerConfig(num_slots=2, max_new_tokens=6, keep_pool=True))
+    out = sampler.sample([[1, 5, 7]], 3, seed=0)
+    assert sampler.pools.pool.kv.dtype == want and all(1 <= n <= 6 for n in out.lengths)
+
+
+def test_4bit_lora_gradients_in_bfloat16_stay_close_to_the_dequantized_float64_reference(tokenizer, tmp_path):
+    # the default 4-bit path computes in bfloat16 end to end; its LoRA gradients differ from the exact
+    # float64 ones by bfloat16 rounding only (the float32 path is exact: the test above)
+    policy, base = trained_4bit_lora("qwen3", tokenizer, tmp_path / "base", bnb_4bit_compute_dtype="bfloat16")
+    ref = dequantized_reference(policy, base, lora_r=4)
+    ids = torch.tensor([[1, 5, 7, 90, 77, 73, 74, 80]])
+    expected, got = lora_grads(ref, ids), lora_grads(policy, ids)
+    assert len(expected) == len(got) == 28
+    errors = {name: ((got[name] - g).norm() / g.norm()).item() for name, g in expected.items()}
+    cosines = {
+        name: torch.nn.functional.cosine_similarity(got[name].flatten(), g.flatten(), 0).item()
+        for name, g in expected.items()
+    }
+    # bfloat16 keeps 8 bits of mantissa (~0.4% a rounding), compounded over the layers' activations: a few
+    # percent (seen: at most 6%); a wrong gradient (a missing scale, a detached path) is off by 100%
+    assert max(errors.values()) < 0.12 and min(cosines.values()) > 0.99, (errors, cosines)
+
+
+def test_the_qwen3_recipes_pool_holds_bfloat16_kv_as_its_comments_say(tokenizer, tmp_path):
+    # Qwen3-1.7B's attention shape (28 layers, 8 K/V heads of 128) on a small random model: the K/V bytes
+    # per position do not depend on the hidden or vocabulary sizes
+    recipe = yaml.safe_load(Path("configs/qwen3.yaml").read_text())["model"]
+    shape = dict(num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128)
+    folder = tmp_path / "qwen3-1.7b-shape"
+    random_model("qwen3", vocab=len(tokenizer), hidden_size=64, intermediate_size=64, **shape).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    q = recipe["quantization"]
+    policy = load_policy(str(folder), lora_r=4, load_in_4bit=True, bnb_4bit_compute_dtype=q["bnb_4bit_compute_dtype"])
+    assert pool_shape(policy).kv_bytes_per_token == 2 * 28 * 8 * 128 * 2 == 114_688  # bfloat16
+    positions = pool_width(384 + recipe["sampler"]["max_new_tokens"])  # data.max_prompt_length + completions
+    plan = plan_pool(10**12, pool_shape(policy), positions, 0)
+    pool_gb = recipe["sampler"]["num_slots"] * plan.kv_bytes_per_slot / 1e9
+    assert positions == 1152 and round(pool_gb, 1) == 2.1
+    header = " ".join(line.lstrip("# ") for line in Path("configs/qwen3.yaml").read_text().splitlines()[:12])
+    assert "16-slot pool (16 x ~1.15k tokens of K/V in bf16, ~2.1 GB; 114,688 bytes a position" in header
 
 
 def test_merged_export_loads_as_a_plain_model_with_the_same_logprobs(tokenizer, tmp_path):

@@ -29,7 +29,8 @@ def kv_shape(config) -> tuple[int, int, int]:  # noqa: ANN001 - a transformers P
 
 def kv_dtype(model: torch.nn.Module) -> torch.dtype:
     """The dtype attention produces K/V in: the hidden states', i.e. the input embeddings' (float32 if those
-    are not floating point). Under 4-bit weights it is that compute dtype, not the quantized storage."""
+    are not floating point). Under 4-bit weights it is the compute dtype the embeddings are kept in, not the
+    quantized storage; float32 with ``quantization.upcast_to_float32`` (peft casts the embeddings)."""
     emb = model.get_input_embeddings().weight
     return emb.dtype if emb.is_floating_point() else torch.float32
 
