@@ -102,7 +102,8 @@ class StepMeter(L.Callback):
             self.result["cuda_peak_allocated_bytes"] = max(phases.peak_allocated.values())
             self.result["cuda_peak_reserved_bytes"] = max(phases.peak_reserved.values())
         metrics = trainer.callback_metrics
-        for key in ("loss", "update/token_budget", "micro_batches", "completion_length", "rollout/decode_steps"):
+        logged = ("loss", "update/token_budget", "micro_batches", "completion_length", "rollout/decode_steps")
+        for key in (*logged, "rollout/logprob_mismatch_mean", "rollout/logprob_mismatch_max"):
             if f"train/{key}" in metrics:
                 self.result[key.split("/")[-1]] = float(metrics[f"train/{key}"])
         rollout = pl_module.last_step.rollouts.stats if pl_module.last_step is not None else None
@@ -147,7 +148,8 @@ def measure_step(module_kwargs: dict, data_kwargs: dict, measure: int = 1, seed:
     steps (the earlier ones pay one-time initialization) on the default accelerator and returns, for
     step ``measure``:
     ``step_time_s``, ``rollout_time_s``, ``update_time_s``; ``loss``, ``token_budget``,
-    ``micro_batches``, ``completion_length`` (as logged); ``first_loss`` and ``first_grad_norm`` (of
+    ``micro_batches``, ``completion_length``, ``logprob_mismatch_mean`` / ``_max`` (the rollout's log-probs
+    against the update's, where the decoder reports them) (as logged); ``first_loss`` and ``first_grad_norm`` (of
     step 0, where two configurations start equal); ``rss_rollout_rise_bytes``,
     ``rss_update_rise_bytes`` (resident memory, on any device); on CUDA also
     ``cuda_rollout_peak_allocated_bytes``, ``cuda_update_peak_allocated_bytes``,

@@ -36,3 +36,5 @@ def test_the_qwen3_recipe_runs_offline_as_a_measured_step():
     result = measure_step(module_kwargs, data_kwargs)
     assert result["device"] == "cpu" and result["token_budget"] > 0 and result["update_time_s"] > 0
     assert "cuda_update_peak_allocated_bytes" not in result  # CUDA figures only on CUDA
+    # the rollout's log-probs against the update's (float32 compute here: tiny)
+    assert 0 <= result["logprob_mismatch_mean"] <= result["logprob_mismatch_max"] < 0.05
