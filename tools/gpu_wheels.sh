@@ -14,8 +14,8 @@ python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --im
 # for CUDA 13, so only the cuda13x libraries stay (the wheel shrinks to a few MB and the carry fits 64 MiB)
 python3 - <<'PY'
 import glob, os, re, zipfile
+drop = re.compile(r"bitsandbytes/libbitsandbytes_(cuda1[0-2]\d|rocm)\w*\.so")
 for path in glob.glob(".whl/bitsandbytes-*.whl"):
-    drop = re.compile(r"bitsandbytes/libbitsandbytes_(cuda1[0-2]\d|rocm)\w*\.so")
     slim = path + ".slim"
     with zipfile.ZipFile(path) as src, zipfile.ZipFile(slim, "w", zipfile.ZIP_DEFLATED) as dst:
         for info in src.infolist():

@@ -102,8 +102,10 @@ class StepMeter(L.Callback):
             self.result["cuda_peak_allocated_bytes"] = max(phases.peak_allocated.values())
             self.result["cuda_peak_reserved_bytes"] = max(phases.peak_reserved.values())
         metrics = trainer.callback_metrics
-        logged = ("loss", "update/token_budget", "micro_batches", "completion_length", "rollout/decode_steps")
-        for key in (*logged, "rollout/logprob_mismatch_mean", "rollout/logprob_mismatch_max"):
+        for key in (
+            "loss", "update/token_budget", "micro_batches", "completion_length", "rollout/decode_steps",
+            "rollout/logprob_mismatch_mean", "rollout/logprob_mismatch_max",
+        ):  # fmt: skip
             if f"train/{key}" in metrics:
                 self.result[key.split("/")[-1]] = float(metrics[f"train/{key}"])
         rollout = pl_module.last_step.rollouts.stats if pl_module.last_step is not None else None
