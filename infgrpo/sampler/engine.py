@@ -1,16 +1,33 @@
-"""Engine: decodes many sequences over a fixed slot pool with continuous refill.
+"""Engine: decodes many sequences over a fixed slot pool with continuous refill, in one loop that a feed drives.
 
     engine = Engine(model, SamplerConfig(num_slots=16, max_new_tokens=256), stop_ids=[eos], pad_id=0)
-    finished, stats = engine.run(prompts, group_size=64, seed=0)
+    feed = FixedBatch(prompts, group_size=64, seed=0)
+    stats = engine.run(feed)                     # feed.sequences(): the completions, prompt-major
 
-One rollout reads schedule -> prefill -> decode -> postprocess, with no callbacks::
+One rollout reads schedule -> prefill -> decode -> postprocess, whatever decides what enters the pool::
 
-    while picks := sched.schedule():             # the refill policy fills the free slots, in rounds
+    feed.top_up(); admit()                       # the feed queues work; the free slots are filled
+    while not feed.done():
+        out = runner.decode()                    # one static forward + sampling over the whole pool, (S, 2)
+        ended = sched.postprocess(out)           # append, stop, free slots (host bookkeeping only)
+        runner.update(sched.running, ended)      # the next step's inputs
+        feed.ended(...)                          # the sequences that ended: a group may end, be judged, extend
+        feed.top_up(); admit()
+
+    admit():                                     # in rounds, while the refill policy fills free slots
+        picks = sched.schedule()
         runner.prefill(sched.to_prefill(picks))  # the round's new prompts in one forward: every sample's first token
         ...                                      # one-token completions end here; the others start in their slots
-    out = runner.decode()                        # one static forward + sampling over the whole pool, (S, 2)
-    ended = sched.postprocess(out)               # append, stop, free slots (host bookkeeping only)
-    runner.update(sched.running, ended)          # the next step's inputs
+
+A **feed** (:mod:`infgrpo.sampler.feed`) is what varies between rollouts: the fixed batch (these prompts x G,
+``MicroGroupSampler.sample``), draw-and-judge (dynamic sampling: prompts drawn as slots free up, each group
+judged when it ends) and verl's rounds (:mod:`infgrpo.sampler.dynamic`). The loop consults it at admission
+(:meth:`~infgrpo.sampler.feed.Feed.top_up`: queue more sequences into the refill policy) and when sequences
+end (:meth:`~infgrpo.sampler.feed.Feed.ended`, which calls ``group_ended(i)`` when a group's last queued sample
+ends); :meth:`~infgrpo.sampler.feed.Feed.done` says when to stop (what still runs is cancelled). A feed that
+asks for more samples of a prompt whose group ended without a reward spread queues them in ``group_ended``
+(``feed.add_samples(i, k)``: sample indices continue, so each keeps its own stream) and the loop is unchanged.
+No feed decodes.
 
 :class:`~infgrpo.sampler.scheduler.Scheduler` keeps the host side (who waits, who runs where, which
 prompt K/V are still needed, the timeline; the trace simulator drives the same object), and
@@ -33,15 +50,13 @@ import torch
 from transformers import PreTrainedModel
 
 from infgrpo.sampler.config import SamplerConfig
-from infgrpo.sampler.counter_rng import stream_key
 from infgrpo.sampler.decode_step import StepSettings
-from infgrpo.sampler.dynamic import DynamicResult, DynamicRun
+from infgrpo.sampler.feed import Feed
 from infgrpo.sampler.model_runner import ModelRunner
 from infgrpo.sampler.pool_keeper import PoolKeeper
 from infgrpo.sampler.refill import REFILL_POLICIES
 from infgrpo.sampler.schedule_metrics import lower_bound_steps
 from infgrpo.sampler.scheduler import Scheduler
-from infgrpo.sampler.sequence import Sequence
 
 
 @dataclass
@@ -121,94 +136,66 @@ class Engine:
         )  # fmt: skip
 
     @torch.no_grad()
-    def run(
-        self,
-        prompts: list[list[int]],
-        group_size: int,
-        seed: int,
-        predicted_lengths: list[float] | None = None,
-        prompt_offset: int = 0,
-        num_slots: int | None = None,
-    ) -> tuple[list[Sequence], EngineStats]:
-        """Decodes ``group_size`` samples of each prompt; returns them prompt-major, and stats.
+    def run(self, feed: Feed, num_slots: int | None = None) -> EngineStats:
+        """Decodes what ``feed`` queues until it is done or nothing is left to run; returns the stats of every
+        sequence decoded (the completions stay in ``feed.groups``).
 
-        ``predicted_lengths`` (one per prompt) order the work for the length-aware refill policies;
-        ``prompt_offset`` is added to each prompt's index in its random stream's key (the global
-        index of ``prompts[0]`` when a batch is split across ranks); ``num_slots`` overrides the
-        config's (the sampler's pool sizing and out-of-memory back-off choose it).
+        ``num_slots`` overrides the config's (the sampler's pool sizing and out-of-memory back-off choose it).
         """
         cfg = self.config
         num_slots = cfg.num_slots if num_slots is None else num_slots
         if not isinstance(num_slots, int):
             raise ValueError(f"num_slots={num_slots!r}: Engine.run needs an integer (the sampler resolves 'auto')")
-        # 1) every sequence, prompt-major, with its own random stream
-        seqs = [
-            Sequence(p, j, key=stream_key(seed, prompt_offset + p, j))
-            for p in range(len(prompts))
-            for j in range(group_size)
-        ]
-        if predicted_lengths is not None:
-            for s in seqs:
-                s.predicted_length = float(predicted_lengths[s.prompt_idx])
-        groups = [seqs[i * group_size : (i + 1) * group_size] for i in range(len(prompts))]
-        # 2) a pool no larger than the work, each slot long enough for any prompt + completion
-        slots = min(num_slots, len(seqs))
-        pool, step = self.pools.get(self.model, slots, max(map(len, prompts)) + cfg.max_new_tokens, self.settings)
-        # 3) the host side (schedule) and the device side (prefill, decode step) of this rollout
-        refill = cfg.refill if predicted_lengths is not None else "fifo"
-        policy = REFILL_POLICIES.get(refill)(seqs, slots, planner=cfg.planner, epsilon=cfg.planner_epsilon)
-        sched = Scheduler(policy, slots, group_size, cfg.max_new_tokens, self.stop_ids)
-        runner = ModelRunner(self.model, pool, step, self.settings, prompts, groups)
-        # 4) decode until every sequence finished
-        self.admit(sched, runner)
-        while sched.running:
+        # 1) a pool no larger than the work, each slot long enough for any prompt + completion
+        slots = min(num_slots, feed.max_sequences)
+        pool, step = self.pools.get(self.model, slots, feed.max_prompt_len + cfg.max_new_tokens, self.settings)
+        # 2) the host side (schedule) and the device side (prefill, decode step) of this rollout
+        refill = cfg.refill if feed.predicted else "fifo"
+        policy = REFILL_POLICIES.get(refill)(feed.initial(), slots, planner=cfg.planner, epsilon=cfg.planner_epsilon)
+        sched = Scheduler(policy, slots, feed.group_size, cfg.max_new_tokens, self.stop_ids)
+        runner = ModelRunner(self.model, pool, step, self.settings, feed.prompts, feed.groups)
+        feed.bind(sched)
+        # 3) decode until the feed is done, or nothing runs and nothing can be admitted
+        feed.top_up()
+        self.admit(sched, runner, feed)
+        while not feed.done():
+            if not sched.running:  # every queued sequence ended (or ended on its first token): queue again, or stop
+                feed.top_up()
+                self.admit(sched, runner, feed)
+                if not sched.running:
+                    break
+                continue
+            running = dict(sched.running)
             ended = sched.postprocess(runner.decode())
             runner.update(sched.running, ended)
-            self.admit(sched, runner)
-        stats = EngineStats(
-            num_slots=slots,
-            pool_positions=pool.max_len,
-            decode_steps=sched.now,
-            prefill_tokens=runner.prefill_tokens,
-            prefill_calls=runner.prefill_calls,
-            busy_slot_steps=sched.busy_slot_steps,
-            pool_bytes=pool.nbytes(),
-            prompt_kv_bytes_peak=runner.prompt_kv_bytes_peak,
-            replans=getattr(policy, "replans", 0),
-            graph_captures=step.captures,
-            graph_fallback=step.fallback or "",
-            timeline=sched.timeline,
-        )
-        return seqs, stats
-
-    @torch.no_grad()
-    def run_dynamic(self, run: DynamicRun) -> tuple[DynamicResult, EngineStats]:
-        """Decodes a dynamic rollout (:mod:`infgrpo.sampler.dynamic`) built on this engine; returns its result and
-        stats over every sequence decoded (kept, dropped and cancelled)."""
-        result = run.run()
-        sched, runner = run.sched, run.runner
-        stats = EngineStats(
-            num_slots=run.slots, pool_positions=run.pool.max_len, decode_steps=sched.now,
+            feed.ended([running[slot] for slot in ended])
+            if feed.done():
+                break
+            feed.top_up()
+            self.admit(sched, runner, feed)
+        return EngineStats(
+            num_slots=slots, pool_positions=pool.max_len, decode_steps=sched.now,
             prefill_tokens=runner.prefill_tokens, prefill_calls=runner.prefill_calls,
-            busy_slot_steps=sched.busy_slot_steps, pool_bytes=run.pool.nbytes(),
-            prompt_kv_bytes_peak=runner.prompt_kv_bytes_peak, replans=getattr(run.policy, "replans", 0),
-            graph_captures=run.step.captures, graph_fallback=run.step.fallback or "", timeline=sched.timeline,
+            busy_slot_steps=sched.busy_slot_steps, pool_bytes=pool.nbytes(),
+            prompt_kv_bytes_peak=runner.prompt_kv_bytes_peak, replans=getattr(policy, "replans", 0),
+            graph_captures=step.captures, graph_fallback=step.fallback or "", timeline=sched.timeline,
         )  # fmt: skip
-        return result, stats
 
     @staticmethod
-    def admit(sched: Scheduler, runner: ModelRunner) -> None:
+    def admit(sched: Scheduler, runner: ModelRunner, feed: Feed) -> None:
         """Fills the free slots: admission rounds of the scheduler, each round's new prompts prefilled together.
 
-        A sample that ends on its first token releases its prompt at once; the K/V of the others are
-        copied into their slots once the admission is over, and released then.
+        A sample that ends on its first token releases its prompt at once (and the feed hears of it); the
+        K/V of the others are copied into their slots once the admission is over, and released then.
         """
         started = []
         while picks := sched.schedule():
             runner.prefill(sched.to_prefill(picks))
             ends = [sched.append(seq, *runner.first_token(seq)) for _, seq in picks]
             started += sched.start(picks, ends)
-            runner.keep(sched.release(seq for (_, seq), end in zip(picks, ends, strict=True) if end))
+            done = [seq for (_, seq), end in zip(picks, ends, strict=True) if end]
+            runner.keep(sched.release(done))
+            feed.ended(done)
         for slot, seq in started:
             runner.load(slot, seq)
         runner.keep(sched.release(seq for _, seq in started))

@@ -28,6 +28,10 @@ distributed run stay identical when ``sync`` reduces them (see :meth:`update`).
 
     seen = predictor.look(model, prompt_ids)        # the same for a rollout: keys, features, predictions
     predictor.learn(seen, lengths, group_size)      # ... and its lengths, prompt-major
+
+    looks = Looks(predictor, model)                 # a rollout that sees its prompts in parts (dynamic sampling)
+    looks.one(prompt); looks.all(prompts)           # predicted lengths, each look recorded per prompt position
+    predictor.learn(looks.picked(trained), lengths, group_size)
 """
 
 from __future__ import annotations
@@ -256,3 +260,35 @@ class LengthPredictor:
             (k, (float(v[0]), int(v[1]))) for k, v in zip(state["history_keys"], state["history_values"], strict=True)
         )
         self._w = None
+
+
+class Looks:
+    """What a :class:`LengthPredictor` saw during one rollout, prompt position by position: a rollout may look at
+    all its prompts at once (a fixed batch: one forward) or one at a time as it draws them (dynamic sampling);
+    :meth:`picked` assembles the looks of the prompts it trained on for :meth:`LengthPredictor.learn`."""
+
+    def __init__(self, predictor: LengthPredictor, model: torch.nn.Module) -> None:
+        self.predictor, self.model = predictor, model
+        self.rows: list[tuple[Prediction, int]] = []  # prompt position -> (the look that saw it, its row there)
+
+    def all(self, prompt_ids: list[list[int]]) -> list[float]:
+        """One look at ``prompt_ids`` (the next positions); their predicted lengths."""
+        seen = self.predictor.look(self.model, prompt_ids)
+        self.rows += [(seen, r) for r in range(len(prompt_ids))]
+        return seen.lengths
+
+    def one(self, prompt_ids: list[int]) -> float:
+        """A look at one prompt (the next position); its predicted length."""
+        return self.all([prompt_ids])[0]
+
+    def picked(self, positions: list[int]) -> Prediction:
+        """The looks at ``positions`` as one :class:`Prediction` (features (len(positions), d) or None); its
+        seconds are those of every look of the rollout."""
+        rows = [self.rows[i] for i in positions]
+        with_features = rows[0][0].features is not None
+        feats = torch.cat([seen.features[r : r + 1] for seen, r in rows]) if with_features else None
+        looks = {id(seen): seen for seen, _ in self.rows}.values()
+        return Prediction(
+            [seen.keys[r] for seen, r in rows], feats, [seen.lengths[r] for seen, r in rows],
+            sum(seen.seconds for seen in looks),
+        )  # fmt: skip

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from infgrpo.sampler.sequence import Sequence
+
+if TYPE_CHECKING:
+    from infgrpo.sampler.dynamic import DynamicSummary
 
 
 @dataclass
@@ -29,6 +32,8 @@ class Rollouts:
     stats: dict[str, Any] = field(default_factory=dict)
     drawn: list[int] | None = None
     """Dynamic sampling: each prompt's position in the rollout's draw order (None: the prompts as given)."""
+    dynamic: DynamicSummary | None = None
+    """Dynamic sampling: what the rollout found (kept, dropped, capped, ...); None otherwise."""
 
     @classmethod
     def from_sequences(cls, prompt_ids: list[list[int]], group_size: int, seqs: list[Sequence]) -> Rollouts:

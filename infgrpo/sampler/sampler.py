@@ -27,9 +27,10 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler.baselines import BASELINES, generation_kwargs
 from infgrpo.sampler.config import SamplerConfig
-from infgrpo.sampler.dynamic import DynamicResult, DynamicRun, DynamicSpec, InformativeRate, Replay
-from infgrpo.sampler.engine import Engine
-from infgrpo.sampler.length_predictor import LengthPredictor, Prediction, pool_over_ranks
+from infgrpo.sampler.dynamic import DrawAndJudge, DynamicSpec, InformativeRate, Replay, dynamic_feed
+from infgrpo.sampler.engine import Engine, EngineStats
+from infgrpo.sampler.feed import Feed, FixedBatch
+from infgrpo.sampler.length_predictor import LengthPredictor, Looks, pool_over_ranks
 from infgrpo.sampler.model_support import check_engine_support, check_prompts, kv_bytes_per_token, stop_token_ids
 from infgrpo.sampler.pool_keeper import PoolKeeper
 from infgrpo.sampler.pool_sizing import PoolSizer
@@ -101,20 +102,18 @@ class MicroGroupSampler:
             raise ValueError(f"group_size={group_size} must be >= 1")
         check_prompts(self.model, prompt_ids, self.config.max_new_tokens)
         adapt_threads(self.model, rows=len(prompt_ids) * group_size)  # CPU threads: work size, free cores
-        if torch.cuda.is_available():
-            torch.cuda.reset_peak_memory_stats()
-        start = time.perf_counter()
+        start = self._start()
         with self._decoding():
-            if self.config.decoder == "engine":
-                rollouts = self._rollout(prompt_ids, group_size, seed, prompt_offset, ranks)
-            else:
+            if self.config.decoder != "engine":
                 rollouts = self._baseline(prompt_ids, group_size, seed, prompt_offset)
-        self.calls += 1
-        rollouts.stats["wall_time_s"] = wall = time.perf_counter() - start
-        rollouts.stats["tokens_per_s"] = rollouts.stats["generated_tokens"] / wall if wall > 0 else 0.0
-        if torch.cuda.is_available():
-            rollouts.stats["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
-        return rollouts
+            else:
+
+                def feed(looks: Looks | None) -> FixedBatch:
+                    preds = looks.all(prompt_ids) if looks is not None else None  # length-aware refill orders by them
+                    return FixedBatch(prompt_ids, group_size, seed, preds, prompt_offset)
+
+                rollouts = self._on_engine(feed, self.sizer.slots(self.model, prompt_ids), ranks)
+        return self._finish(rollouts, start)
 
     def sample_dynamic(
         self,
@@ -129,54 +128,27 @@ class MicroGroupSampler:
         """Dynamic sampling (:mod:`infgrpo.sampler.dynamic`): prompts drawn from ``source`` as the pool needs work,
         each finished group judged by ``spec.keep``, until ``spec.target_groups`` informative groups are found
         or ``spec.max_prompts`` are drawn. Returns the groups the step trains on (``Rollouts.drawn``: their
-        positions in the draw order) with ``dynamic/*`` statistics; ``max_prompt_len`` bounds every prompt the
-        source can yield (the pool's width). The admission's informative rate is the one observed in earlier
-        rollouts (checkpointed); the length predictor learns from the trained groups.
+        positions in the draw order; ``Rollouts.dynamic``: what was found) with ``dynamic/*`` statistics;
+        ``max_prompt_len`` bounds every prompt the source can yield (the pool's width). The admission's
+        informative rate is the one observed in earlier rollouts (checkpointed); the length predictor learns
+        from the trained groups.
         """
         if self.config.decoder != "engine":
             raise ValueError(f"dynamic sampling runs on decoder 'engine'; sampler.decoder={self.config.decoder!r}")
         adapt_threads(self.model, rows=spec.target_groups * group_size)
-        start, replay, seen = time.perf_counter(), Replay(source), {}
+        start, replay = self._start(), Replay(source)
         spec = dataclasses.replace(spec, informative_rate=self.rate.estimate())
 
-        def predict(prompt: list[int]) -> float:
-            look = self.predictor.look(self.model, [prompt])
-            seen[len(seen)] = look
-            return look.lengths[0]
-
-        def attempt(slots: int) -> tuple[DynamicResult, Any]:
-            seen.clear()
-            run = DynamicRun(
-                self.engine, replay.rewind(), group_size, seed, spec, slots, max_prompt_len,
-                predict if self.predictor is not None else None, prompt_offset,
-            )  # fmt: skip
-            return self.engine.run_dynamic(run)
+        def feed(looks: Looks | None) -> DrawAndJudge:
+            predict = looks.one if looks is not None else None
+            return dynamic_feed(replay.rewind(), group_size, seed, spec, max_prompt_len, predict, prompt_offset)
 
         with self._decoding():
             slots = self.sizer.slots(self.model, [[self.pad_id] * max_prompt_len])
-            (result, stats), retries = self._backoff(attempt, slots, "model.sampler.num_slots")
-        chosen = result.selected
-        rollouts = Rollouts.from_sequences(
-            [result.prompts[i] for i in chosen], group_size, [s for i in chosen for s in result.groups[i]]
-        )
-        rollouts.drawn = list(chosen)
-        rollouts.stats = stats.to_stats([len(s) for group in result.groups for s in group])
-        rollouts.stats.update({f"dynamic/{k}": v for k, v in result.stats.items()}, oom_retries=retries)
-        self.rate.observe(result.stats["groups_kept"], result.stats["groups_kept"] + result.stats["groups_dropped"])
-        if self.predictor is not None and chosen:
-            looks = [seen[i] for i in chosen]
-            feats = [lk.features for lk in looks]
-            picked = Prediction(
-                [lk.keys[0] for lk in looks], torch.cat(feats) if feats[0] is not None else None,
-                [lk.lengths[0] for lk in looks], sum(lk.seconds for lk in seen.values()),
-            )  # fmt: skip
-            rollouts.stats.update(prediction_stats(picked.lengths, rollouts.lengths, group_size))
-            self.predictor.sync = pool_over_ranks(ranks.gather) if ranks is not None and ranks.world_size > 1 else None
-            self.predictor.learn(picked, rollouts.lengths, group_size)
-        self.calls += 1
-        rollouts.stats["wall_time_s"] = wall = time.perf_counter() - start
-        rollouts.stats["tokens_per_s"] = rollouts.stats["generated_tokens"] / wall if wall > 0 else 0.0
-        return rollouts
+            rollouts = self._on_engine(feed, slots, ranks)
+        found = rollouts.dynamic
+        self.rate.observe(found.groups_kept, found.groups_kept + found.groups_dropped)
+        return self._finish(rollouts, start)
 
     def generate_one(self, prompt_ids: list[list[int]], batch_size: int = 128) -> Rollouts:
         """One completion per prompt (evaluation, e.g. greedy), on the slots a rollout of these prompts gets.
@@ -217,41 +189,55 @@ class MicroGroupSampler:
         keep = self.config.keep_pool
         return keep if isinstance(keep, bool) else next(self.model.parameters()).device.type == "cuda"
 
-    def _rollout(
-        self, prompt_ids: list[list[int]], group_size: int, seed: int, prompt_offset: int, ranks: Ranks | None
-    ) -> Rollouts:
-        """The engine's rollout: predict lengths and decode (both again with half the slots on OOM), then learn."""
+    def _on_engine(self, feed_of: Callable[[Looks | None], Feed], slots: int, ranks: Ranks | None) -> Rollouts:
+        """Decodes ``feed_of(looks)`` on the engine (a new feed, and new looks, again with half the slots on OOM);
+        returns the groups the feed trains on, prompt-major, and teaches the length predictor their lengths."""
         predictor = self.predictor
 
-        def attempt(slots: int) -> tuple[Rollouts, Prediction | None]:
-            seen = predictor.look(self.model, prompt_ids) if predictor is not None else None
-            preds = seen.lengths if seen is not None else None  # the length-aware refill policies order by them
-            return self._decode(prompt_ids, group_size, seed, slots, preds, prompt_offset), seen
+        def attempt(n: int) -> tuple[Feed, EngineStats, Looks | None]:
+            looks = Looks(predictor, self.model) if predictor is not None else None
+            feed = feed_of(looks)
+            return feed, self.engine.run(feed, n), looks
 
-        slots = self.sizer.slots(self.model, prompt_ids)  # first: under 'auto' it may measure the free memory
-        (rollouts, seen), retries = self._backoff(attempt, slots, "model.sampler.num_slots")
-        if seen is not None:
-            rollouts.stats.update(prediction_stats(seen.lengths, rollouts.lengths, group_size))
+        (feed, stats, looks), retries = self._backoff(attempt, slots, "model.sampler.num_slots")
+        chosen = feed.trained()
+        rollouts = Rollouts.from_sequences(
+            [feed.prompts[i] for i in chosen], feed.group_size, [s for i in chosen for s in feed.groups[i]]
+        )
+        rollouts.stats = stats.to_stats([len(s) for group in feed.groups for s in group])  # all decoded
+        rollouts.stats.update(feed.stats(), oom_retries=retries)
+        if isinstance(feed, DrawAndJudge):
+            rollouts.drawn, rollouts.dynamic = chosen, feed.summary()
+        if looks is not None and chosen:
+            seen = looks.picked(chosen)
+            rollouts.stats.update(prediction_stats(seen.lengths, rollouts.lengths, feed.group_size))
             # every data-parallel rank learns the pooled update, so their predictors stay identical
             predictor.sync = pool_over_ranks(ranks.gather) if ranks is not None and ranks.world_size > 1 else None
-            predictor.learn(seen, rollouts.lengths, group_size)
+            predictor.learn(seen, rollouts.lengths, feed.group_size)
             rollouts.stats["predict_time_s"] = seen.seconds
-        rollouts.stats["oom_retries"] = retries
         return rollouts
 
-    def _decode(
-        self,
-        prompt_ids: list[list[int]],
-        group_size: int,
-        seed: int,
-        num_slots: int,
-        preds: list[float] | None = None,
-        prompt_offset: int = 0,
-    ) -> Rollouts:
-        """One engine run on ``num_slots`` slots, as :class:`Rollouts` with the engine's stats."""
-        seqs, stats = self.engine.run(prompt_ids, group_size, seed, preds, prompt_offset, num_slots)
-        rollouts = Rollouts.from_sequences(prompt_ids, group_size, seqs)
+    def _decode(self, prompt_ids: list[list[int]], group_size: int, seed: int, num_slots: int) -> Rollouts:
+        """One engine run of a fixed batch on ``num_slots`` slots, no length prediction, as :class:`Rollouts`."""
+        feed = FixedBatch(prompt_ids, group_size, seed)
+        stats = self.engine.run(feed, num_slots)
+        rollouts = Rollouts.from_sequences(prompt_ids, group_size, feed.sequences())
         rollouts.stats = stats.to_stats(rollouts.lengths)
+        return rollouts
+
+    def _start(self) -> float:
+        """A rollout starts: the device's peak memory reset; returns the start time."""
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        return time.perf_counter()
+
+    def _finish(self, rollouts: Rollouts, start: float) -> Rollouts:
+        """A rollout ended: counted (it seeds the next), timed, and its device peak memory recorded."""
+        self.calls += 1
+        rollouts.stats["wall_time_s"] = wall = time.perf_counter() - start
+        rollouts.stats["tokens_per_s"] = rollouts.stats["generated_tokens"] / wall if wall > 0 else 0.0
+        if torch.cuda.is_available():
+            rollouts.stats["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
         return rollouts
 
     def _backoff(self, decode: Callable[[int], T], slots: int, field: str) -> tuple[T, int]:

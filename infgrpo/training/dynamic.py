@@ -27,7 +27,7 @@ import torch
 from infgrpo.registry import Registry
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import MicroGroupSampler, Rollouts
-from infgrpo.sampler.dynamic import DynamicSpec, Scheme
+from infgrpo.sampler.dynamic import DynamicSpec, DynamicSummary, Scheme
 from infgrpo.settings import ConfigError, check_types
 from infgrpo.training.scoring import Scores, score_rollouts
 
@@ -166,17 +166,17 @@ class DynamicSampling:
         rollouts = self.sampler.sample_dynamic(
             source(), self.g, seed, spec, datamodule.longest_prompt(), prompt_offset=ranks.rank * cap, ranks=ranks
         )
-        self.warn_if_capped(rollouts.stats, cap)
+        self.warn_if_capped(rollouts.dynamic, cap)
         chosen = rollouts.drawn or []
         return rollouts, concat_scores([scored[i] for i in chosen]), [items[i] for i in chosen]
 
-    def warn_if_capped(self, stats: dict[str, Any], cap: int) -> None:
+    def warn_if_capped(self, found: DynamicSummary, cap: int) -> None:
         """Warns once the cap was hit :data:`WARN_AFTER` steps in a row (a reward that rarely varies)."""
-        self.capped_in_a_row = self.capped_in_a_row + 1 if stats["dynamic/capped"] else 0
+        self.capped_in_a_row = self.capped_in_a_row + 1 if found.capped else 0
         if self.capped_in_a_row == WARN_AFTER:
             warnings.warn(
                 f"[infgrpo] dynamic sampling hit dynamic_sampling.max_prompts={cap} {WARN_AFTER} steps in a row: "
-                f"only {stats['dynamic/informative_rate']:.0%} of the groups had a reward spread in the last step "
+                f"only {found.informative_rate:.0%} of the groups had a reward spread in the last step "
                 "(a reward that never varies on these prompts, or a task too hard or too easy for the model); "
                 "those steps trained on dropped groups, which carry no gradient",
                 stacklevel=3,

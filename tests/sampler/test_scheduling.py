@@ -8,6 +8,7 @@ import torch
 
 from infgrpo.sampler import SamplerConfig
 from infgrpo.sampler.engine import Engine
+from infgrpo.sampler.feed import FixedBatch
 from infgrpo.sampler.schedule_metrics import lower_bound_steps
 from infgrpo.sampler.simulate import naive_micro_group_steps, simulate
 from tests.helpers import random_model
@@ -19,8 +20,9 @@ PROMPTS = [[5, 9, 11, 40], [7], [3, 30, 31, 32, 33, 34, 35], [60, 61]]
 def run_engine(model, policy, preds, num_slots=3, group_size=5, max_new=12, seed=4, planner="auto"):
     cfg = SamplerConfig(num_slots=num_slots, max_new_tokens=max_new, temperature=1.0, refill=policy, planner=planner)
     engine = Engine(model, cfg, stop_ids=[2], pad_id=0)
-    seqs, stats = engine.run(PROMPTS, group_size, seed, preds)
-    return seqs, stats
+    feed = FixedBatch(PROMPTS, group_size, seed, preds)
+    stats = engine.run(feed)
+    return feed.sequences(), stats
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,147 @@
+"""Feeds: what enters the slot pool, and what happens when a group ends. The engine's one loop asks; a feed decides.
+
+    feed = FixedBatch(prompts, group_size=8, seed=0)        # these prompts x G, queued at once (``sample``)
+    stats = engine.run(feed, num_slots=16)                   # decodes until ``feed.done()`` or nothing runs
+    feed.groups[i]                                           # prompt i's sequences, in sample order
+
+A feed owns the rollout's prompts and their groups of :class:`~infgrpo.sampler.sequence.Sequence` (sample j of
+prompt i has the random stream (seed, prompt_offset + i, j), whoever queues it and whenever). The engine calls:
+
+1. :meth:`Feed.initial` once: the sequences the refill policy starts with (the fixed batch: all of them);
+2. :meth:`Feed.bind` once: the rollout's :class:`~infgrpo.sampler.scheduler.Scheduler` (its refill policy is
+   the queue: a feed queues work with ``sched.policy.extend(seqs, sched.now)``);
+3. :meth:`Feed.top_up` before every admission: queue more work if the feed wants to (dynamic sampling draws
+   prompts here);
+4. :meth:`Feed.ended` with the sequences that finished (after each decode step, and for one-token
+   completions during admission); it counts each group's samples and calls :meth:`Feed.group_ended` the
+   moment a group's last queued sample ends (groups in prompt order) -- where dynamic sampling judges a
+   group, and where a feed may queue more samples of the same prompt (the next sample indices; a group is
+   "ended" again when those end);
+5. :meth:`Feed.done` after every step: whether the rollout may stop now (sequences still running are
+   cancelled). The loop also stops when nothing runs and nothing can be admitted.
+
+Afterwards :meth:`Feed.trained` names the prompts the step trains on and :meth:`Feed.stats` adds the feed's
+counters to the rollout's statistics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infgrpo.sampler.counter_rng import stream_key
+from infgrpo.sampler.scheduler import Scheduler
+from infgrpo.sampler.sequence import Sequence
+
+
+class Feed:
+    """The base of every feed: prompts, groups, and each group's samples still to end (see the module docstring).
+
+    Args:
+        group_size: samples each prompt starts with (also how many need its prefilled K/V at first).
+        seed, prompt_offset: the random streams: sample j of the i-th prompt fed draws from
+            (seed, prompt_offset + i, j).
+        max_sequences: the most sequences the rollout can hold (the pool is never larger).
+        max_prompt_len: the longest prompt the feed can yield (the pool's width is this + max_new_tokens).
+        predicted: whether sequences carry predicted lengths (the length-aware refill policies need them;
+            without, the engine runs ``fifo``).
+    """
+
+    def __init__(
+        self, group_size: int, seed: int, prompt_offset: int, max_sequences: int, max_prompt_len: int, predicted: bool
+    ) -> None:
+        self.group_size, self.seed, self.prompt_offset = group_size, seed, prompt_offset
+        self.max_sequences, self.max_prompt_len, self.predicted = max_sequences, max_prompt_len, predicted
+        self.prompts: list[list[int]] = []
+        self.groups: list[list[Sequence]] = []
+        self.left: list[int] = []  # samples of each prompt queued, running or waiting, not ended yet
+        self.sched: Scheduler | None = None
+
+    # -- what the engine calls ----------------------------------------------------------------
+    def initial(self) -> list[Sequence]:
+        """The sequences the refill policy starts with (default: none; :meth:`top_up` queues the work)."""
+        return []
+
+    def bind(self, sched: Scheduler) -> None:
+        """The rollout's scheduler: its ``policy`` is the queue, ``free`` and ``running`` the pool's state."""
+        self.sched = sched
+
+    def top_up(self) -> None:
+        """Before an admission: queues more work, if any (default: nothing)."""
+
+    def ended(self, seqs: list[Sequence]) -> None:
+        """Counts ``seqs`` as finished; each group whose last queued sample this was ends (in prompt order)."""
+        done = []
+        for seq in seqs:
+            self.left[seq.prompt_idx] -= 1
+            if self.left[seq.prompt_idx] == 0:
+                done.append(seq.prompt_idx)
+        for i in sorted(done):
+            self.group_ended(i)
+
+    def group_ended(self, i: int) -> None:
+        """Every queued sample of prompt ``i`` ended (default: nothing to decide)."""
+
+    def done(self) -> bool:
+        """Whether the rollout may stop now (default: once every queued sample ended)."""
+        return not any(self.left)
+
+    def trained(self) -> list[int]:
+        """The prompts the step trains on, ascending (default: every prompt fed)."""
+        return list(range(len(self.prompts)))
+
+    def stats(self) -> dict[str, Any]:
+        """The feed's counters for ``Rollouts.stats`` (default: none)."""
+        return {}
+
+    # -- for feeds ----------------------------------------------------------------------------
+    def add_prompt(self, prompt: list[int], predicted_length: float | None = None) -> int:
+        """Feeds a prompt with its first ``group_size`` samples (not queued); returns its index."""
+        i = len(self.prompts)
+        self.prompts.append(prompt)
+        self.groups.append([])
+        self.left.append(0)
+        self.add_samples(i, self.group_size, predicted_length)
+        return i
+
+    def add_samples(self, i: int, k: int, predicted_length: float | None = None) -> list[Sequence]:
+        """``k`` more samples of prompt ``i``, their sample indices continuing its group's; returns them (the
+        caller queues them)."""
+        group = self.groups[i]
+        key = self.prompt_offset + i
+        new = [Sequence(i, j, key=stream_key(self.seed, key, j)) for j in range(len(group), len(group) + k)]
+        if predicted_length is not None:
+            for s in new:
+                s.predicted_length = predicted_length
+        group.extend(new)
+        self.left[i] += k
+        return new
+
+
+class FixedBatch(Feed):
+    """``group_size`` samples of each of ``prompts``, all queued at the start (``MicroGroupSampler.sample``).
+
+    ``predicted_lengths`` (one per prompt) order the work for the length-aware refill policies.
+    """
+
+    def __init__(
+        self,
+        prompts: list[list[int]],
+        group_size: int,
+        seed: int,
+        predicted_lengths: list[float] | None = None,
+        prompt_offset: int = 0,
+    ) -> None:
+        super().__init__(
+            group_size, seed, prompt_offset, len(prompts) * group_size, max(map(len, prompts)),
+            predicted_lengths is not None,
+        )  # fmt: skip
+        for i, prompt in enumerate(prompts):
+            self.add_prompt(prompt, None if predicted_lengths is None else float(predicted_lengths[i]))
+
+    def initial(self) -> list[Sequence]:
+        """Every sequence, prompt-major."""
+        return [s for group in self.groups for s in group]
+
+    def sequences(self) -> list[Sequence]:
+        """Every sequence, prompt-major (the rollout's entries)."""
+        return self.initial()
