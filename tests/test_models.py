@@ -13,9 +13,9 @@ from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
 from infgrpo.models import export_merged, keep_4bit_trainable, load_policy, save_trained
 from infgrpo.sampler import MicroGroupSampler
+from infgrpo.sampler.engine.slot_pool import pool_width
 from infgrpo.sampler.model_support import kv_bytes_per_token, kv_dtype, kv_shape
 from infgrpo.sampler.pool_sizing import plan_pool, pool_shape
-from infgrpo.sampler.slot_pool import pool_width
 from infgrpo.update import collate, completion_logprobs
 from tests.helpers import dequantized_reference, random_model, save_base, trained_4bit_lora
 

@@ -28,8 +28,8 @@ def child() -> dict:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     import infgrpo
+    from infgrpo.sampler.engine.prefill import prefill
     from infgrpo.sampler.model_support import kv_bytes_per_token
-    from infgrpo.sampler.prefill import prefill
 
     torch.manual_seed(0)
     torch.set_num_threads(1)

@@ -31,7 +31,7 @@ import torch
 from infgrpo.bench.harness import Benchmark
 from infgrpo.bench.table import markdown_table, ratio
 from infgrpo.runtime.seeds import derive_seed
-from infgrpo.sampler.dynamic import DynamicSpec
+from infgrpo.sampler.engine.dynamic import DynamicSpec
 
 SCHEMES = ("rounds", "continuous")
 JOBS = {  # model -> (data module settings, reward)

@@ -99,7 +99,7 @@ def run_step(cfg: dict) -> dict:
 def run_checks(cfg: dict) -> dict:
     """On CUDA: device hash == CPU hash; graph replay == eager step (same completions)."""
     from infgrpo.sampler import MicroGroupSampler, SamplerConfig
-    from infgrpo.sampler.counter_rng import mix32
+    from infgrpo.sampler.engine.counter_rng import mix32
 
     if not torch.cuda.is_available():
         return {**cfg, "skipped": "no CUDA device"}

@@ -36,9 +36,9 @@ from infgrpo.bench.models import NAMES_HELP, bench_setup
 from infgrpo.bench.table import Column, cell, markdown_table, ratio
 from infgrpo.registry import choices
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
-from infgrpo.sampler.baselines import Decoder
-from infgrpo.sampler.decode_step import DecodeWidth
-from infgrpo.sampler.hf_continuous import refusal
+from infgrpo.sampler.engine.decode_step import DecodeWidth
+from infgrpo.sampler.hf.baselines import Decoder
+from infgrpo.sampler.hf.hf_continuous import refusal
 
 
 def run_one(cfg: dict) -> dict:

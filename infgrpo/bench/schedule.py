@@ -7,7 +7,7 @@
    ``--warmup`` batches, then every policy decodes the next ``--batches`` batches with its
    predictions (identical completions, different order). The oracle rows replay the actual lengths
    through the trace simulator; each engine run is also checked against the simulator.
-2. **Trace simulator** (:mod:`infgrpo.sampler.simulate`, no model), for scale: distributions
+2. **Trace simulator** (:mod:`infgrpo.sampler.schedule.simulate`, no model), for scale: distributions
    uniform / long-tailed / bimodal (:mod:`infgrpo.bench.traces`) and ``trace`` (groups resampled
    from part 1's real rollouts), prediction levels from oracle to useless, and sizes from the
    paper's (one prompt, G=32, 8 slots, 1,024 tokens) to 65,536 sequences on 1,024 slots.
@@ -33,9 +33,9 @@ from infgrpo.bench.harness import Benchmark
 from infgrpo.bench.table import Column, cell, markdown_table
 from infgrpo.bench.traces import DISTRIBUTIONS, NOISE_LEVELS, noisy_predictions, synthetic_lengths
 from infgrpo.runtime.threads import adapt_threads
-from infgrpo.sampler.planner import plan
-from infgrpo.sampler.schedule_metrics import lower_bound_steps, prediction_errors
-from infgrpo.sampler.simulate import naive_micro_group_steps, simulate
+from infgrpo.sampler.schedule.planner import plan
+from infgrpo.sampler.schedule.schedule_metrics import lower_bound_steps, prediction_errors
+from infgrpo.sampler.schedule.simulate import naive_micro_group_steps, simulate
 
 POLICIES = ("fifo", "sjf", "lpt", "planned")
 SIZES = (  # (prompts, G, slots, max_new_tokens)
@@ -52,8 +52,8 @@ def tiny_rollouts(warmup: int, batches: int, seed: int = 0) -> dict:
     from infgrpo.data import PromptDataModule
     from infgrpo.models import load_policy, load_tokenizer
     from infgrpo.sampler import SamplerConfig
-    from infgrpo.sampler.engine import Engine
-    from infgrpo.sampler.length_predictor import LengthPredictor, prompt_features, prompt_key
+    from infgrpo.sampler.engine.engine import Engine
+    from infgrpo.sampler.schedule.length_predictor import LengthPredictor, prompt_features, prompt_key
 
     B, G, S, T = 8, 8, 8, 96
     tok = load_tokenizer("tiny")

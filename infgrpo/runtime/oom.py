@@ -3,7 +3,7 @@
 Three places shrink their work when a CUDA allocation fails, and share :func:`retry_on_oom`:
 the rollout halves its slots (:class:`~infgrpo.MicroGroupSampler`; also when warming up or capturing
 the decode step's CUDA graph runs out, which raises this error too and leaves the allocator able to
-free its cache, :mod:`~infgrpo.sampler.graph_capture`), the update re-packs its
+free its cache, :mod:`~infgrpo.sampler.engine.graph_capture`), the update re-packs its
 micro-batches at half the token budget before the frozen log-probs, and splits every micro-batch in
 two during an optimizer step (:class:`~infgrpo.update.runner.PolicyUpdate`). Each passes a
 ``shrink`` that says what half means for it, and raises when halving cannot help.

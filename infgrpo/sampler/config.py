@@ -13,11 +13,11 @@ from typing import Literal
 
 from infgrpo.registry import check_choice, choices
 from infgrpo.runtime.memory import parse_memory
-from infgrpo.sampler.baselines import Decoder
-from infgrpo.sampler.decode_step import CudaGraphs, DecodeAttention, DecodeWidth
-from infgrpo.sampler.length_predictor import LengthPrediction
-from infgrpo.sampler.planner import Planner
-from infgrpo.sampler.refill import Refill
+from infgrpo.sampler.engine.decode_step import CudaGraphs, DecodeAttention, DecodeWidth
+from infgrpo.sampler.hf.baselines import Decoder
+from infgrpo.sampler.schedule.length_predictor import LengthPrediction
+from infgrpo.sampler.schedule.planner import Planner
+from infgrpo.sampler.schedule.refill import Refill
 from infgrpo.settings import ConfigError, check_types
 
 

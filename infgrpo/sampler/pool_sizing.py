@@ -8,7 +8,7 @@ With ``T = longest prompt + max_new_tokens`` positions per slot, ``V`` the vocab
     prompt_kv          = 2 * layers * kv_heads * head_dim * dtype_bytes * sum(prompt lengths)
     S = floor((budget - prompt_kv) / (kv_per_slot + workspace_per_slot))
 
-The decode-step workspace is the live set at the sampling peak (:func:`~infgrpo.sampler.sampling.
+The decode-step workspace is the live set at the sampling peak (:func:`~infgrpo.sampler.engine.sampling.
 sample_tokens` on the (S, V) logits): the model's logits and their gather to the running slots
 (``2 * logits_bytes``), then ``n_vocab`` vectors of the sampling dtype (float32, float64 for float64
 models): the upcast or tempered logits, the softmax cumulated in place into the CDF, the
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import torch
 
 from infgrpo.runtime.memory import budget_bytes
+from infgrpo.sampler.engine.slot_pool import pool_width
 from infgrpo.sampler.model_support import kv_bytes_per_token, kv_dtype, text_config
-from infgrpo.sampler.slot_pool import pool_width
 
 SAMPLING_VECTORS = 4
 TOP_K_VECTORS = 1

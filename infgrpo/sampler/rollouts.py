@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from infgrpo.sampler.sequence import Sequence
+from infgrpo.sampler.schedule.sequence import Sequence
 
 if TYPE_CHECKING:
-    from infgrpo.sampler.dynamic import DynamicSummary
+    from infgrpo.sampler.engine.dynamic import DynamicSummary
 
 
 @dataclass

@@ -25,17 +25,17 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from infgrpo.runtime.oom import first_line, retry_on_oom
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
-from infgrpo.sampler.baselines import BASELINES, generation_kwargs
 from infgrpo.sampler.config import SamplerConfig
-from infgrpo.sampler.dynamic import DrawAndJudge, DynamicSpec, InformativeRate, Replay, dynamic_feed
-from infgrpo.sampler.engine import Engine, EngineStats
-from infgrpo.sampler.feed import Feed, FixedBatch
-from infgrpo.sampler.length_predictor import LengthPredictor, Looks, pool_over_ranks
+from infgrpo.sampler.engine.dynamic import DrawAndJudge, DynamicSpec, InformativeRate, Replay, dynamic_feed
+from infgrpo.sampler.engine.engine import Engine, EngineStats
+from infgrpo.sampler.engine.feed import Feed, FixedBatch
+from infgrpo.sampler.engine.pool_keeper import PoolKeeper
+from infgrpo.sampler.hf.baselines import BASELINES, generation_kwargs
 from infgrpo.sampler.model_support import check_engine_support, check_prompts, kv_bytes_per_token, stop_token_ids
-from infgrpo.sampler.pool_keeper import PoolKeeper
 from infgrpo.sampler.pool_sizing import PoolSizer
 from infgrpo.sampler.rollouts import Rollouts
-from infgrpo.sampler.schedule_metrics import prediction_stats
+from infgrpo.sampler.schedule.length_predictor import LengthPredictor, Looks, pool_over_ranks
+from infgrpo.sampler.schedule.schedule_metrics import prediction_stats
 
 T = TypeVar("T")
 
@@ -125,9 +125,9 @@ class MicroGroupSampler:
         prompt_offset: int = 0,
         ranks: Ranks | None = None,
     ) -> Rollouts:
-        """Dynamic sampling (:mod:`infgrpo.sampler.dynamic`): prompts drawn from ``source`` as the pool needs work,
-        each finished group judged by ``spec.keep``, until ``spec.target_groups`` informative groups are found
-        or ``spec.max_prompts`` are drawn. Returns the groups the step trains on (``Rollouts.drawn``: their
+        """Dynamic sampling (:mod:`infgrpo.sampler.engine.dynamic`): prompts drawn from ``source`` as the pool needs
+        work, each finished group judged by ``spec.keep``, until ``spec.target_groups`` informative groups are
+        found or ``spec.max_prompts`` are drawn. Returns the groups the step trains on (``Rollouts.drawn``: their
         positions in the draw order; ``Rollouts.dynamic``: what was found) with ``dynamic/*`` statistics;
         ``max_prompt_len`` bounds every prompt the source can yield (the pool's width). The admission's
         informative rate is the one observed in earlier rollouts (checkpointed); the length predictor learns
@@ -272,7 +272,7 @@ class MicroGroupSampler:
         return result, retries
 
     def _baseline(self, prompt_ids: list[list[int]], group_size: int, seed: int, prompt_offset: int) -> Rollouts:
-        """The configured HF decoder (:data:`~infgrpo.sampler.baselines.BASELINES`) over the rollout."""
+        """The configured HF decoder (:data:`~infgrpo.sampler.hf.baselines.BASELINES`) over the rollout."""
         cfg = self.config
         decode = BASELINES.get(cfg.decoder)
         slots = group_size if decode.whole_group else self.sizer.slots(self.model, prompt_ids)

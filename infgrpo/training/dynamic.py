@@ -5,7 +5,7 @@
 
 The step's batch (``data.batch_size`` prompts) comes first, then the data module's prompt stream
 (:meth:`~infgrpo.data.PromptDataModule.prompt_stream`); the sampler draws from them as its slots free up
-(:mod:`infgrpo.sampler.dynamic`). When a group's last completion ends, its rewards are computed right there
+(:mod:`infgrpo.sampler.engine.dynamic`). When a group's last completion ends, its rewards are computed right there
 and ``criterion`` says whether it carries a gradient; a dropped group's place goes to the next prompt, until
 the step holds ``data.batch_size`` informative groups or ``max_prompts`` prompts were drawn. **What a step
 means then:** an optimizer step (``num_iterations`` of them) on ``data.batch_size`` groups, the informative
@@ -26,8 +26,8 @@ import torch
 
 from infgrpo.registry import Registry
 from infgrpo.runtime.ranks import Ranks
-from infgrpo.sampler import MicroGroupSampler, Rollouts
-from infgrpo.sampler.dynamic import DynamicSpec, DynamicSummary, Scheme
+from infgrpo.sampler import DynamicSpec, DynamicSummary, MicroGroupSampler, Rollouts
+from infgrpo.sampler.engine.dynamic import Scheme
 from infgrpo.settings import ConfigError, check_types
 from infgrpo.training.scoring import Scores, score_rollouts
 

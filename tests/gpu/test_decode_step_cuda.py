@@ -10,8 +10,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from infgrpo import MicroGroupSampler, SamplerConfig
-from infgrpo.sampler.decode_step import DecodeStep, StepSettings
-from infgrpo.sampler.slot_pool import SlotPool
+from infgrpo.sampler.engine.decode_step import DecodeStep, StepSettings
+from infgrpo.sampler.engine.slot_pool import SlotPool
 from tests.helpers import random_model
 
 pytestmark = pytest.mark.gpu

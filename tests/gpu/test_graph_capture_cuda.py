@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from infgrpo import MicroGroupSampler, SamplerConfig
-from infgrpo.sampler.graph_capture import GraphRuntime, capture_graph
+from infgrpo.sampler.engine.graph_capture import GraphRuntime, capture_graph
 from tests.helpers import random_model
 
 pytestmark = pytest.mark.gpu

@@ -8,8 +8,7 @@ import torch
 
 from infgrpo.registry import choices
 from infgrpo.sampler import SamplerConfig
-from infgrpo.sampler.baselines import BASELINES, Decoder
-from infgrpo.sampler.decode_step import (
+from infgrpo.sampler.engine.decode_step import (
     ATTENTION_BACKENDS,
     CudaGraphs,
     DecodeAttention,
@@ -17,10 +16,11 @@ from infgrpo.sampler.decode_step import (
     DecodeWidth,
     StepSettings,
 )
-from infgrpo.sampler.length_predictor import LengthPrediction, LengthPredictor, Mode
-from infgrpo.sampler.planner import ALIASES, Planner, plan
-from infgrpo.sampler.refill import REFILL_POLICIES, Refill
-from infgrpo.sampler.slot_pool import SlotPool
+from infgrpo.sampler.engine.slot_pool import SlotPool
+from infgrpo.sampler.hf.baselines import BASELINES, Decoder
+from infgrpo.sampler.schedule.length_predictor import LengthPrediction, LengthPredictor, Mode
+from infgrpo.sampler.schedule.planner import ALIASES, Planner, plan
+from infgrpo.sampler.schedule.refill import REFILL_POLICIES, Refill
 from tests.helpers import random_model
 
 

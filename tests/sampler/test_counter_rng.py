@@ -4,7 +4,7 @@ import random
 
 import torch
 
-from infgrpo.sampler.counter_rng import MASK32, MUL1, MUL2, counter_bits, counter_uniform, mix32, stream_key
+from infgrpo.sampler.engine.counter_rng import MASK32, MUL1, MUL2, counter_bits, counter_uniform, mix32, stream_key
 
 
 def mix32_int(x: int) -> int:

@@ -7,9 +7,9 @@ of the counter-based uniform.
 
 import torch
 
-from infgrpo.sampler.counter_rng import counter_uniform
-from infgrpo.sampler.decode_step import DecodeStep, StepSettings, model_fingerprint
-from infgrpo.sampler.slot_pool import SlotPool
+from infgrpo.sampler.engine.counter_rng import counter_uniform
+from infgrpo.sampler.engine.decode_step import DecodeStep, StepSettings, model_fingerprint
+from infgrpo.sampler.engine.slot_pool import SlotPool
 from tests.helpers import random_model
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from infgrpo import MicroGroupSampler, SamplerConfig
-from infgrpo.sampler.decode_step import MIN_BUSY_WIDTH
+from infgrpo.sampler.engine.decode_step import MIN_BUSY_WIDTH
 from tests.helpers import random_model
 
 PROMPTS = [[5, 9, 11, 40], [7], [3, 30, 31, 32, 33, 34, 35], [60, 61]]

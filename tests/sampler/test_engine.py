@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from infgrpo import MicroGroupSampler, SamplerConfig
-from infgrpo.sampler.counter_rng import counter_uniform, stream_key
+from infgrpo.sampler.engine.counter_rng import counter_uniform, stream_key
+from infgrpo.sampler.engine.slot_pool import pool_width
 from infgrpo.sampler.model_support import kv_bytes_per_token
-from infgrpo.sampler.slot_pool import pool_width
 from tests.helpers import random_model
 
 PROMPTS = [[5, 9, 11, 40], [7], [3, 30, 31, 32, 33, 34, 35], [60, 61]]

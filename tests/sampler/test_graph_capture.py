@@ -3,7 +3,7 @@ current stream and the allocator's pools are as before, and a capture that faile
 again for the same model.
 
 CPUs have no streams or graphs, so :class:`FakeDevice` stands in for the CUDA calls of
-:class:`~infgrpo.sampler.graph_capture.GraphRuntime` with their semantics (a stream context restores
+:class:`~infgrpo.sampler.engine.graph_capture.GraphRuntime` with their semantics (a stream context restores
 the previous stream, a capture needs a side stream, a capture whose work failed cannot end cleanly and
 leaves its pool routed, like ``CUDAGraph.capture_end``), and failures are injected where CUDA raises
 them, as the out-of-memory tests do: a forward pre-hook on the real model, or the fake's own calls.
@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from infgrpo import MicroGroupSampler, SamplerConfig
-from infgrpo.sampler.decode_step import DecodeStep, StepSettings
-from infgrpo.sampler.graph_capture import MAX_REMEMBERED, CaptureFailures, GraphRuntime, capture_graph
-from infgrpo.sampler.slot_pool import SlotPool
+from infgrpo.sampler.engine.decode_step import DecodeStep, StepSettings
+from infgrpo.sampler.engine.graph_capture import MAX_REMEMBERED, CaptureFailures, GraphRuntime, capture_graph
+from infgrpo.sampler.engine.slot_pool import SlotPool
 from tests.helpers import random_model
 
 NOT_PERMITTED = "operation not permitted when stream is capturing"

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from infgrpo import MicroGroupSampler, SamplerConfig
-from infgrpo.sampler.baselines import BASELINES, generation_kwargs
-from infgrpo.sampler.hf_continuous import PAGE_SIZE
+from infgrpo.sampler.hf.baselines import BASELINES, generation_kwargs
+from infgrpo.sampler.hf.hf_continuous import PAGE_SIZE
 from infgrpo.sampler.model_support import kv_bytes_per_token
 from tests.helpers import random_model
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from infgrpo import MicroGroupSampler, SamplerConfig
-from infgrpo.sampler.length_predictor import LengthPredictor, pool_over_ranks, prompt_features, prompt_key
-from infgrpo.sampler.schedule_metrics import prediction_errors, spearman
+from infgrpo.sampler.schedule.length_predictor import LengthPredictor, pool_over_ranks, prompt_features, prompt_key
+from infgrpo.sampler.schedule.schedule_metrics import prediction_errors, spearman
 
 
 def fake_batches(n_batches, prompts=8, d=48, seed=0):

@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from infgrpo.sampler import planner
-from infgrpo.sampler.planner import PlanTooLarge, estimate_fptas_work, fptas, lower_bound, lpt, makespan, plan
+from infgrpo.sampler.schedule import planner
+from infgrpo.sampler.schedule.planner import PlanTooLarge, estimate_fptas_work, fptas, lower_bound, lpt, makespan, plan
 
 EPSILONS = (0.05, 0.2, 0.5)
 
@@ -277,7 +277,7 @@ def test_budget_exceeded_raises_in_fptas_and_falls_back_in_plan(monkeypatch: pyt
 def test_ptas_is_an_alias_of_fptas_in_plan_config_and_refill() -> None:
     """'ptas' (the scheme's first name) plans exactly as 'fptas', from the planner up to the refill policy."""
     from infgrpo.sampler import SamplerConfig
-    from infgrpo.sampler.simulate import simulate
+    from infgrpo.sampler.schedule.simulate import simulate
 
     rng = random.Random(4)
     for _ in range(20):

@@ -5,8 +5,8 @@ import torch
 
 from infgrpo.runtime.memory import budget_bytes, parse_memory
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
+from infgrpo.sampler.engine.slot_pool import SlotPool
 from infgrpo.sampler.pool_sizing import plan_pool, pool_shape
-from infgrpo.sampler.slot_pool import SlotPool
 from tests.helpers import random_model
 
 VOCAB = 1000

@@ -3,7 +3,7 @@ against the prompt prefilled alone by a plain forward (float64)."""
 
 import torch
 
-from infgrpo.sampler.prefill import padded_batch, prefill, split_cache
+from infgrpo.sampler.engine.prefill import padded_batch, prefill, split_cache
 from tests.helpers import random_model
 
 

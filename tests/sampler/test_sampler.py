@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from infgrpo import MicroGroupSampler, SamplerConfig
+from infgrpo.sampler.engine.slot_pool import pool_width
 from infgrpo.sampler.model_support import kv_bytes_per_token
-from infgrpo.sampler.slot_pool import pool_width
 from infgrpo.update import collate, completion_logprobs
 from tests.helpers import random_model
 

@@ -1,7 +1,7 @@
 import torch
 
-from infgrpo.sampler.counter_rng import counter_uniform, stream_key
-from infgrpo.sampler.sampling import filter_logits, sample_tokens
+from infgrpo.sampler.engine.counter_rng import counter_uniform, stream_key
+from infgrpo.sampler.engine.sampling import filter_logits, sample_tokens
 
 
 def uniforms(n: int) -> torch.Tensor:

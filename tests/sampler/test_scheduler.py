@@ -3,9 +3,9 @@ prompt K/V references, and the free-slot stack. Every expectation is written out
 
 import numpy as np
 
-from infgrpo.sampler.refill import REFILL_POLICIES, RefillPolicy
-from infgrpo.sampler.scheduler import FreeSlots, Scheduler
-from infgrpo.sampler.sequence import Sequence, SequenceStatus
+from infgrpo.sampler.schedule.refill import REFILL_POLICIES, RefillPolicy
+from infgrpo.sampler.schedule.scheduler import FreeSlots, Scheduler
+from infgrpo.sampler.schedule.sequence import Sequence, SequenceStatus
 
 
 def sequences(prompts, group_size):

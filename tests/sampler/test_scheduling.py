@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from infgrpo.sampler import SamplerConfig
-from infgrpo.sampler.engine import Engine
-from infgrpo.sampler.feed import FixedBatch
-from infgrpo.sampler.schedule_metrics import lower_bound_steps
-from infgrpo.sampler.simulate import naive_micro_group_steps, simulate
+from infgrpo.sampler.engine.engine import Engine
+from infgrpo.sampler.engine.feed import FixedBatch
+from infgrpo.sampler.schedule.schedule_metrics import lower_bound_steps
+from infgrpo.sampler.schedule.simulate import naive_micro_group_steps, simulate
 from tests.helpers import random_model
 
 POLICIES = ["fifo", "sjf", "lpt", "planned"]

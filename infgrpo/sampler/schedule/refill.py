@@ -1,7 +1,7 @@
 """Refill policies: which waiting sequence takes a slot that just became free.
 
 A policy owns the waiting queue of one rollout. The engine (and the trace simulator in
-:mod:`infgrpo.sampler.simulate`, which must make the same decisions) talks to it in three calls::
+:mod:`infgrpo.sampler.schedule.simulate`, which must make the same decisions) talks to it in three calls::
 
     policy = REFILL_POLICIES.get("lpt")(seqs, num_slots)   # seqs carry .predicted_length
     seq = policy.pop(slot, now)        # a slot is free at decode step `now`: who runs in it? (or None)
@@ -15,14 +15,14 @@ Policies, by name (``SamplerConfig.refill``):
 - ``lpt``: longest predicted first. Online this *is* Graham's LPT list schedule: with exact lengths
   its makespan is within 4/3 - 1/(3m) of the optimum (m slots); with wrong predictions it self-corrects,
   since a slot is refilled when it actually frees.
-- ``planned``: follows the planner's global assignment (:func:`infgrpo.sampler.planner.plan`), each
+- ``planned``: follows the planner's global assignment (:func:`infgrpo.sampler.schedule.planner.plan`), each
   slot working through its own queue; a slot whose queue ran dry takes the longest job of the most
   loaded queue; when a prediction proves wrong (a sequence runs past its prediction or ends far
   before it) the waiting sequences are re-planned around the slots' remaining work.
 
 Ties (e.g. every prediction equal, or no predictor) keep prompt-major order, so every policy is then
 ``fifo``. The choice changes the order of work only: each sequence's tokens come from its own random
-stream (:mod:`infgrpo.sampler.sampling`), so every policy yields the same completions.
+stream (:mod:`infgrpo.sampler.engine.sampling`), so every policy yields the same completions.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from collections import deque
 from typing import Literal
 
 from infgrpo.registry import Registry
-from infgrpo.sampler.planner import Planner, plan
-from infgrpo.sampler.sequence import Sequence
+from infgrpo.sampler.schedule.planner import Planner, plan
+from infgrpo.sampler.schedule.sequence import Sequence
 
 Refill = Literal["fifo", "sjf", "lpt", "planned"]
 """``SamplerConfig.refill``: the names of :data:`REFILL_POLICIES`."""
@@ -107,7 +107,7 @@ class Planned(RefillPolicy):
     """Each slot follows its queue of a global plan; re-planned when predictions prove wrong.
 
     Args:
-        planner: planning method, see :func:`infgrpo.sampler.planner.plan`.
+        planner: planning method, see :func:`infgrpo.sampler.schedule.planner.plan`.
         epsilon: the planner's approximation slack.
         tolerance: a prediction "proves wrong" when the actual length leaves
             [pred / (1 + tolerance), pred * (1 + tolerance)].

@@ -4,11 +4,11 @@
     stats = engine.run(feed, num_slots=16)                   # decodes until ``feed.done()`` or nothing runs
     feed.groups[i]                                           # prompt i's sequences, in sample order
 
-A feed owns the rollout's prompts and their groups of :class:`~infgrpo.sampler.sequence.Sequence` (sample j of
+A feed owns the rollout's prompts and their groups of :class:`~infgrpo.sampler.schedule.sequence.Sequence` (sample j of
 prompt i has the random stream (seed, prompt_offset + i, j), whoever queues it and whenever). The engine calls:
 
 1. :meth:`Feed.initial` once: the sequences the refill policy starts with (the fixed batch: all of them);
-2. :meth:`Feed.bind` once: the rollout's :class:`~infgrpo.sampler.scheduler.Scheduler` (its refill policy is
+2. :meth:`Feed.bind` once: the rollout's :class:`~infgrpo.sampler.schedule.scheduler.Scheduler` (its refill policy is
    the queue: a feed queues work with ``sched.policy.extend(seqs, sched.now)``);
 3. :meth:`Feed.top_up` before every admission: queue more work if the feed wants to (dynamic sampling draws
    prompts here);
@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from infgrpo.sampler.counter_rng import stream_key
-from infgrpo.sampler.scheduler import Scheduler
-from infgrpo.sampler.sequence import Sequence
+from infgrpo.sampler.engine.counter_rng import stream_key
+from infgrpo.sampler.schedule.scheduler import Scheduler
+from infgrpo.sampler.schedule.sequence import Sequence
 
 
 class Feed:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from infgrpo.sampler.sampling import sample_tokens
+from infgrpo.sampler.engine.sampling import sample_tokens
 
 
 def padded_batch(

@@ -23,7 +23,7 @@ class Sequence:
     prompt_idx: int
     sample_idx: int
     key: tuple[int, int] = (0, 0)
-    """Its random stream's key words (k0, k1): see :mod:`infgrpo.sampler.counter_rng`."""
+    """Its random stream's key words (k0, k1): see :mod:`infgrpo.sampler.engine.counter_rng`."""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] | torch.Tensor = field(default_factory=list)
     """Per-token log-probs; a float32 tensor once finished (4 bytes a token instead of 32)."""

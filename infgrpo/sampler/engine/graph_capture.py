@@ -134,7 +134,7 @@ def capture_graph(
 class CaptureFailures:
     """Why captures failed, by what a capture depends on (the model's fingerprint and the step's settings).
 
-    Kept by the :class:`~infgrpo.sampler.pool_keeper.PoolKeeper`, so a decode step rebuilt for the next
+    Kept by the :class:`~infgrpo.sampler.engine.pool_keeper.PoolKeeper`, so a decode step rebuilt for the next
     rollout (``keep_pool: false``, another slot count) does not try a capture that already failed.
     Holds at most :data:`MAX_REMEMBERED` entries.
     """

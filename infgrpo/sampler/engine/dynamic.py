@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from infgrpo.sampler.feed import Feed
-from infgrpo.sampler.sequence import Sequence
+from infgrpo.sampler.engine.feed import Feed
+from infgrpo.sampler.schedule.sequence import Sequence
 
 Scheme = Literal["continuous", "rounds"]
 
@@ -124,7 +124,7 @@ class DrawAndJudge(Feed):
 
     Args:
         source: the prompts (token ids), drawn in order.
-        group_size, seed, prompt_offset: as for every feed (:class:`~infgrpo.sampler.feed.Feed`).
+        group_size, seed, prompt_offset: as for every feed (:class:`~infgrpo.sampler.engine.feed.Feed`).
         spec: the target, the cap and the judge.
         max_prompt_len: the longest prompt ``source`` may yield (a longer one is an error).
         predict: a drawn prompt's predicted completion length (for the length-aware refill policies), or None.

@@ -1,7 +1,7 @@
 """Trace simulator: the engine's schedule for known lengths, without a model.
 
 ``simulate`` makes exactly the engine's decisions for sequences whose lengths are given: it drives
-the engine's :class:`~infgrpo.sampler.scheduler.Scheduler` (the same refill policy, free-slot stack,
+the engine's :class:`~infgrpo.sampler.schedule.scheduler.Scheduler` (the same refill policy, free-slot stack,
 admission rounds and timeline) with known lengths in place of a model. So a policy can be measured
 on 65,536 sequences x 1,024 slots in seconds: it jumps from one finishing event to the next instead
 of stepping, O(n log S) plus the policy's own cost.
@@ -19,9 +19,9 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from infgrpo.sampler.refill import REFILL_POLICIES
-from infgrpo.sampler.scheduler import Scheduler
-from infgrpo.sampler.sequence import Sequence
+from infgrpo.sampler.schedule.refill import REFILL_POLICIES
+from infgrpo.sampler.schedule.scheduler import Scheduler
+from infgrpo.sampler.schedule.sequence import Sequence
 
 
 @dataclass

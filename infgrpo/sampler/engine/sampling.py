@@ -1,7 +1,7 @@
 """Token sampling from given uniforms, every row at once (schedule invariance).
 
 The t-th token of a sequence is drawn by inverse CDF with one uniform that depends only on
-(seed, prompt index, sample index, t) (:mod:`infgrpo.sampler.counter_rng`). A completion therefore
+(seed, prompt index, sample index, t) (:mod:`infgrpo.sampler.engine.counter_rng`). A completion therefore
 depends only on (seed, prompt, sample index), never on the slot, the round or the other sequences
 in the batch, and sampling needs no random-number kernel of its own: no host synchronization, no
 per-sequence work, the same operators whatever the batch.

@@ -9,7 +9,7 @@
 The step reads its inputs from one int64 state tensor (5, S, 1), one column per slot, written only
 through the four operations above (the rows are this file's business): the token to feed, its
 position (= the slot's length: its K/V are written there; the one copy of it), the sequence's
-stream key words k0, k1 (:mod:`infgrpo.sampler.counter_rng`) and an offset, the position of the
+stream key words k0, k1 (:mod:`infgrpo.sampler.engine.counter_rng`) and an offset, the position of the
 prompt's last token (so ``t = position - offset`` is the index in the completion of the token this
 step samples, computed on the device). It writes one float64 tensor (S, 2): the sampled token ids and
 their log-probs. Per step the host makes **one** copy in (state, from pinned memory, asynchronous)
@@ -23,12 +23,12 @@ on CUDA it is captured once as a CUDA graph (``cuda_graphs``: 'auto' or 'on') an
 launch a step instead of ~1,500. The graph is recaptured when the model's parameters or buffers
 move to other storage, or when peft adapters are toggled, merged or switched (a graph replays raw
 memory and the Python branches taken at capture). Capturing runs through
-:func:`~infgrpo.sampler.graph_capture.capture_graph` (whatever fails, the current stream and the
+:func:`~infgrpo.sampler.engine.graph_capture.capture_graph` (whatever fails, the current stream and the
 allocator are as before). Running out of memory while warming up or capturing raises
 ``torch.OutOfMemoryError``, as an eager step would, so the rollout retries with half the slots. Any
 other failure falls back to eager execution with one warning saying why ('on' raises instead) and
 is remembered for that model fingerprint and those settings in a
-:class:`~infgrpo.sampler.graph_capture.CaptureFailures` the pool keeper holds, so a step rebuilt
+:class:`~infgrpo.sampler.engine.graph_capture.CaptureFailures` the pool keeper holds, so a step rebuilt
 for the next rollout does not try again; ``fallback`` then says why the step runs eagerly.
 
 Off CUDA the step computes only the busy slots (``decode_width``: 'auto' or 'busy'): the runner keeps
@@ -55,10 +55,10 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import PreTrainedModel
 
-from infgrpo.sampler.counter_rng import counter_uniform
-from infgrpo.sampler.graph_capture import CaptureFailures, GraphRuntime, capture_graph, is_memory_error, one_line
-from infgrpo.sampler.sampling import sample_tokens
-from infgrpo.sampler.slot_pool import SlotPool
+from infgrpo.sampler.engine.counter_rng import counter_uniform
+from infgrpo.sampler.engine.graph_capture import CaptureFailures, GraphRuntime, capture_graph, is_memory_error, one_line
+from infgrpo.sampler.engine.sampling import sample_tokens
+from infgrpo.sampler.engine.slot_pool import SlotPool
 
 CudaGraphs = Literal["auto", "on", "off"]
 """``SamplerConfig.cuda_graphs``: capture the step on CUDA devices ('auto'), insist on it ('on'), or never."""

@@ -6,11 +6,11 @@
 
 A rollout asks for a pool of ``num_slots`` slots of at least ``positions`` positions. The kept pool
 serves it when its slot count, K/V dtype and device are the ones asked for and its slots are long
-enough (widths are rounded up to 128, :func:`~infgrpo.sampler.slot_pool.pool_width`); otherwise the
+enough (widths are rounded up to 128, :func:`~infgrpo.sampler.engine.slot_pool.pool_width`); otherwise the
 old pool and step are released first, then a new pool allocated, so the two never coexist. The
 step (and its CUDA graph) is reused while it belongs to that pool, that model and those settings,
 and drops its graph when the model's storage or adapters changed (:meth:`DecodeStep.prepare`).
-The keeper also holds the captures that failed (:class:`~infgrpo.sampler.graph_capture.CaptureFailures`):
+The keeper also holds the captures that failed (:class:`~infgrpo.sampler.engine.graph_capture.CaptureFailures`):
 they outlive :meth:`release`, so a capture that failed is not tried again by the next step of
 that model and those settings.
 """
@@ -21,10 +21,10 @@ import torch
 from transformers import PreTrainedModel
 
 from infgrpo.runtime.oom import free_cached
-from infgrpo.sampler.decode_step import DecodeStep, StepSettings
-from infgrpo.sampler.graph_capture import CaptureFailures, GraphRuntime
+from infgrpo.sampler.engine.decode_step import DecodeStep, StepSettings
+from infgrpo.sampler.engine.graph_capture import CaptureFailures, GraphRuntime
+from infgrpo.sampler.engine.slot_pool import SlotPool, pool_width
 from infgrpo.sampler.model_support import kv_dtype
-from infgrpo.sampler.slot_pool import SlotPool, pool_width
 
 
 def same_device(a: torch.device, b: torch.device) -> bool:

@@ -11,7 +11,7 @@ Chosen by ``SamplerConfig.decoder`` (:data:`Decoder`: the slot-pool ``engine``, 
 - ``hf_micro``: naive micro-groups, the prompt prefilled each round.
 - ``hf_full``: the whole group in one ``generate`` call (memory grows with the group size).
 - ``hf_cb``: transformers' own continuous batching (``generate_batch``, as TRL runs it), in
-  :mod:`infgrpo.sampler.hf_continuous`. Unlike every other decoder its log-probs are taken after
+  :mod:`infgrpo.sampler.hf.hf_continuous`. Unlike every other decoder its log-probs are taken after
   top-k / top-p filtering, and its completions depend on the schedule (``num_slots``, the other prompts).
 
 Each ``generate`` round draws from its own seeded generator state, derived from (seed, prompt, round).
@@ -28,7 +28,7 @@ from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, Pre
 
 from infgrpo.registry import Registry
 from infgrpo.runtime.seeds import derive_seed
-from infgrpo.sampler.hf_continuous import ContinuousBatching
+from infgrpo.sampler.hf.hf_continuous import ContinuousBatching
 from infgrpo.sampler.rollouts import Rollouts
 
 Decoder = Literal["engine", "micro_groups", "hf_micro", "hf_full", "hf_cb"]

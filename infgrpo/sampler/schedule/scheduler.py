@@ -1,6 +1,6 @@
 """Scheduler: the host side of one rollout, shared by the engine and the trace simulator.
 
-It owns who waits (the refill policy, :mod:`infgrpo.sampler.refill`), who runs in which slot (the
+It owns who waits (the refill policy, :mod:`infgrpo.sampler.schedule.refill`), who runs in which slot (the
 running map and the free-slot stack), which prefilled prompts some sample still needs (prompt K/V
 references), and the timeline. It does no device work: the engine's model runner prefills and
 decodes, the simulator knows the lengths. One rollout in the engine::
@@ -30,8 +30,8 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from infgrpo.sampler.refill import RefillPolicy
-from infgrpo.sampler.sequence import Sequence, SequenceStatus
+from infgrpo.sampler.schedule.refill import RefillPolicy
+from infgrpo.sampler.schedule.sequence import Sequence, SequenceStatus
 
 
 class FreeSlots:

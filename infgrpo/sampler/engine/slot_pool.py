@@ -10,7 +10,7 @@ slot writes its new K/V at ``positions[slot]`` (one ``scatter_`` per layer and K
 indices, no per-slot loop) and attends through an additive mask (S, 1, 1, T) built on the device
 from ``positions`` (:meth:`SlotPool.prepare_step`: 0 on ``0 .. positions[s]``, the dtype's finite
 minimum elsewhere, never -inf). An idle slot runs at position 0 and sees only that position: its
-output is finite and unused. A busy-width step (off CUDA, see :mod:`infgrpo.sampler.decode_step`)
+output is finite and unused. A busy-width step (off CUDA, see :mod:`infgrpo.sampler.engine.decode_step`)
 runs over the first ``n`` slots only: ``positions`` then has ``n`` rows and the layers return the
 K/V of those slots (views of the same storage).
 
@@ -21,9 +21,9 @@ unchanged. Sliding-window layers are exact only below their window (the sampler 
 sequences); other attention implementations are refused
 (:func:`~infgrpo.sampler.model_support.check_engine_support`).
 
-The pool is storage only: which slot is free is the scheduler's (:mod:`infgrpo.sampler.scheduler`),
-each slot's position the decode step's (:mod:`infgrpo.sampler.decode_step`), and the pool with its
-step is kept between rollouts by :class:`~infgrpo.sampler.pool_keeper.PoolKeeper`. The device
+The pool is storage only: which slot is free is the scheduler's (:mod:`infgrpo.sampler.schedule.scheduler`),
+each slot's position the decode step's (:mod:`infgrpo.sampler.engine.decode_step`), and the pool with its
+step is kept between rollouts by :class:`~infgrpo.sampler.engine.pool_keeper.PoolKeeper`. The device
 tensors ``positions`` and ``kv`` are only written by copies and by the step itself, so nothing is read back.
 """
 

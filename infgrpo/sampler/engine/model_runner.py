@@ -7,7 +7,7 @@
     out = runner.decode()                   # one static step over the whole pool: (S, 2) tokens, log-probs
     runner.update(running, ended)           # the next step's inputs: running slots advance, ended ones idle
 
-It decides nothing: :class:`~infgrpo.sampler.scheduler.Scheduler` says which prompts to prefill,
+It decides nothing: :class:`~infgrpo.sampler.schedule.scheduler.Scheduler` says which prompts to prefill,
 which slot a sequence takes and which prompt K/V are still needed (:meth:`ModelRunner.keep`). The
 scheduler's slots are where the pool keeps a sequence unless the step computes only the busy slots
 (``decode_width``: 'busy', the default on CPU): then the runner keeps the busy sequences packed at
@@ -15,7 +15,7 @@ the front of the pool, in places of its own (a new sequence takes the first free
 moves down only into a place nobody took: one K/V copy), so a step computes as many rows as sequences
 run, and hands the scheduler each slot's row. A
 prefill draws every sample's first token at once from the prompt's last logits, each with its own
-uniform (its stream at token 0, :mod:`infgrpo.sampler.counter_rng`), so no sample needs a decode
+uniform (its stream at token 0, :mod:`infgrpo.sampler.engine.counter_rng`), so no sample needs a decode
 step or a prefill of its own; those tokens are the prefill's one read-back.
 """
 
@@ -28,11 +28,11 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel
 
-from infgrpo.sampler.counter_rng import counter_uniform
-from infgrpo.sampler.decode_step import DecodeStep, StepSettings
-from infgrpo.sampler.prefill import prefill
-from infgrpo.sampler.sequence import Sequence
-from infgrpo.sampler.slot_pool import SlotPool
+from infgrpo.sampler.engine.counter_rng import counter_uniform
+from infgrpo.sampler.engine.decode_step import DecodeStep, StepSettings
+from infgrpo.sampler.engine.prefill import prefill
+from infgrpo.sampler.engine.slot_pool import SlotPool
+from infgrpo.sampler.schedule.sequence import Sequence
 
 
 @dataclass

@@ -19,44 +19,46 @@ One rollout reads schedule -> prefill -> decode -> postprocess, whatever decides
         runner.prefill(sched.to_prefill(picks))  # the round's new prompts in one forward: every sample's first token
         ...                                      # one-token completions end here; the others start in their slots
 
-A **feed** (:mod:`infgrpo.sampler.feed`) is what varies between rollouts: the fixed batch (these prompts x G,
+A **feed** (:mod:`infgrpo.sampler.engine.feed`) is what varies between rollouts: the fixed batch (these prompts x G,
 ``MicroGroupSampler.sample``), draw-and-judge (dynamic sampling: prompts drawn as slots free up, each group
-judged when it ends) and verl's rounds (:mod:`infgrpo.sampler.dynamic`). The loop consults it at admission
-(:meth:`~infgrpo.sampler.feed.Feed.top_up`: queue more sequences into the refill policy) and when sequences
-end (:meth:`~infgrpo.sampler.feed.Feed.ended`, which calls ``group_ended(i)`` when a group's last queued sample
-ends); :meth:`~infgrpo.sampler.feed.Feed.done` says when to stop (what still runs is cancelled). A feed that
+judged when it ends) and verl's rounds (:mod:`infgrpo.sampler.engine.dynamic`). The loop consults it at admission
+(:meth:`~infgrpo.sampler.engine.feed.Feed.top_up`: queue more sequences into the refill policy) and when sequences
+end (:meth:`~infgrpo.sampler.engine.feed.Feed.ended`, which calls ``group_ended(i)`` when a group's last queued sample
+ends); :meth:`~infgrpo.sampler.engine.feed.Feed.done` says when to stop (what still runs is cancelled). A feed that
 asks for more samples of a prompt whose group ended without a reward spread queues them in ``group_ended``
 (``feed.add_samples(i, k)``: sample indices continue, so each keeps its own stream) and the loop is unchanged.
 No feed decodes.
 
-:class:`~infgrpo.sampler.scheduler.Scheduler` keeps the host side (who waits, who runs where, which
+:class:`~infgrpo.sampler.schedule.scheduler.Scheduler` keeps the host side (who waits, who runs where, which
 prompt K/V are still needed, the timeline; the trace simulator drives the same object), and
-:class:`~infgrpo.sampler.model_runner.ModelRunner` the device side (prefill, the K/V copy into a
-slot, the static :class:`~infgrpo.sampler.decode_step.DecodeStep`, a CUDA graph on CUDA). Each
+:class:`~infgrpo.sampler.engine.model_runner.ModelRunner` the device side (prefill, the K/V copy into a
+slot, the static :class:`~infgrpo.sampler.engine.decode_step.DecodeStep`, a CUDA graph on CUDA). Each
 prompt is prefilled **once** (batched with the other prompts admitted in the same round), its K/V
 kept while some of its samples still wait and copied into every slot that runs one of them.
 Micro sampling groups are the special case of a pool smaller than the group; groups of several
 prompts interleave in the pool. Sequence j of prompt i samples its t-th token with the uniform of
-(seed, prompt_offset + i, j, t) (:mod:`infgrpo.sampler.counter_rng`), so its tokens do not depend
+(seed, prompt_offset + i, j, t) (:mod:`infgrpo.sampler.engine.counter_rng`), so its tokens do not depend
 on the slot, the neighbours or the schedule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import PreTrainedModel
 
-from infgrpo.sampler.config import SamplerConfig
-from infgrpo.sampler.decode_step import StepSettings
-from infgrpo.sampler.feed import Feed
-from infgrpo.sampler.model_runner import ModelRunner
-from infgrpo.sampler.pool_keeper import PoolKeeper
-from infgrpo.sampler.refill import REFILL_POLICIES
-from infgrpo.sampler.schedule_metrics import lower_bound_steps
-from infgrpo.sampler.scheduler import Scheduler
+from infgrpo.sampler.engine.decode_step import StepSettings
+from infgrpo.sampler.engine.feed import Feed
+from infgrpo.sampler.engine.model_runner import ModelRunner
+from infgrpo.sampler.engine.pool_keeper import PoolKeeper
+from infgrpo.sampler.schedule.refill import REFILL_POLICIES
+from infgrpo.sampler.schedule.schedule_metrics import lower_bound_steps
+from infgrpo.sampler.schedule.scheduler import Scheduler
+
+if TYPE_CHECKING:  # the facade's settings: read here, never imported at run time (imports run facade -> engine)
+    from infgrpo.sampler.config import SamplerConfig
 
 
 @dataclass
