@@ -14,6 +14,7 @@ so a type hint, ``--help`` and the error message list the same names.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, get_args
 
@@ -48,6 +49,25 @@ class Registry:
         """Validates ``name`` early (config time) and returns it."""
         self.get(name)
         return name
+
+    def resolve(self, name: str) -> Callable[..., Any]:
+        """A registered name, or ``module.path:function`` of any importable callable (user code: rewards, criteria);
+        a ConfigError naming the field, the value and what is valid otherwise."""
+        if name in self._items:
+            return self._items[name]
+        if ":" in name:
+            module, _, attr = name.partition(":")
+            try:
+                fn = getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError) as err:
+                raise ConfigError(f"{self.field}: cannot import {name!r} ({err})") from err
+            if not callable(fn):
+                raise ConfigError(f"{self.field}: {name!r} is not callable")
+            return fn
+        raise ConfigError(
+            f"{self.field}: {name!r} is not known; valid: {', '.join(self.names())} or an importable "
+            "'module.path:function'"
+        )
 
     def names(self) -> list[str]:
         """Registered names, sorted."""

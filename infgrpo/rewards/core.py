@@ -26,7 +26,6 @@ In every mode the completions with a failed reward are counted in ``train/reward
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 from collections.abc import Callable, Sequence
@@ -69,20 +68,7 @@ def info_for(fn: RewardFn, info: dict) -> dict:
 
 def resolve_reward(name: str) -> RewardFn:
     """A registered name, or ``"module.path:function"`` of any importable callable."""
-    if name in REWARDS:
-        return REWARDS.get(name)
-    if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            fn = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as err:
-            raise ValueError(f"rewards: cannot import {name!r} ({err})") from err
-        if not callable(fn):
-            raise ValueError(f"rewards: {name!r} is not callable")
-        return fn
-    raise ValueError(
-        f"rewards: {name!r} is not known; valid: {', '.join(REWARDS.names())} or an importable 'module.path:function'"
-    )
+    return REWARDS.resolve(name)
 
 
 def check_rewards(rewards: dict[str, float]) -> dict[str, float]:

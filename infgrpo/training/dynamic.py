@@ -83,21 +83,7 @@ class DynamicSamplingConfig:
 
 def resolve_criterion(name: str) -> Callable[[Scores], bool]:
     """The criterion called ``name``: a registered one or ``module.path:function``; a ConfigError otherwise."""
-    if name in CRITERIA:
-        return CRITERIA.get(name)
-    if ":" in name:
-        import importlib
-
-        module, _, attr = name.partition(":")
-        try:
-            fn = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as err:
-            raise ConfigError(f"criterion={name!r} cannot be imported ({err})") from err
-        if callable(fn):
-            return fn
-    raise ConfigError(
-        f"criterion={name!r} is not known; valid: {', '.join(CRITERIA.names())} or 'module.path:function'"
-    )
+    return CRITERIA.resolve(name)
 
 
 def concat_scores(parts: list[Scores]) -> Scores:
