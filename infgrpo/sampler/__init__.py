@@ -12,8 +12,9 @@ Three rooms and a facade; imports run facade -> {engine, hf} -> schedule:
 """
 
 from infgrpo.sampler.config import SamplerConfig
+from infgrpo.sampler.engine.adaptive import AdaptiveSpec
 from infgrpo.sampler.engine.dynamic import DynamicSpec, DynamicSummary
 from infgrpo.sampler.rollouts import Rollouts
 from infgrpo.sampler.sampler import MicroGroupSampler
 
-__all__ = ["DynamicSpec", "DynamicSummary", "MicroGroupSampler", "Rollouts", "SamplerConfig"]
+__all__ = ["AdaptiveSpec", "DynamicSpec", "DynamicSummary", "MicroGroupSampler", "Rollouts", "SamplerConfig"]

@@ -26,6 +26,7 @@ from infgrpo.runtime.oom import first_line, retry_on_oom
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler.config import SamplerConfig
+from infgrpo.sampler.engine.adaptive import AdaptiveBatch, AdaptiveDrawAndJudge, AdaptiveSpec, RescueRates
 from infgrpo.sampler.engine.dynamic import DrawAndJudge, DynamicSpec, InformativeRate, Replay, dynamic_feed
 from infgrpo.sampler.engine.engine import Engine, EngineStats
 from infgrpo.sampler.engine.feed import Feed, FixedBatch
@@ -81,6 +82,7 @@ class MicroGroupSampler:
             else None
         )
         self.rate = InformativeRate()  # dynamic sampling: the share of groups kept, observed over rollouts
+        self.rescue = RescueRates()  # adaptive groups: how often an extension found a spread, per reward level
 
     # -- sampling ---------------------------------------------------------------------------
     def sample(
@@ -90,13 +92,16 @@ class MicroGroupSampler:
         seed: int = 0,
         prompt_offset: int = 0,
         ranks: Ranks | None = None,
+        adaptive: AdaptiveSpec | None = None,
     ) -> Rollouts:
         """``group_size`` completions of each prompt, prompt-major (see :class:`Rollouts`).
 
         Sample j of ``prompt_ids[i]`` draws from the random stream (seed, prompt_offset + i, j):
         ``prompt_offset`` is the global index of ``prompt_ids[0]`` when a batch is split over ranks.
         ``ranks``: the data-parallel ranks sharing the batch; what the rollout teaches the length
-        predictor is pooled over them, so every rank's predictor stays identical.
+        predictor is pooled over them, so every rank's predictor stays identical. ``adaptive``: groups
+        without a reward spread grow (:mod:`infgrpo.sampler.engine.adaptive`); each prompt still returns
+        ``group_size`` completions, the ones ``adaptive.select`` picks, with ``adaptive/*`` statistics.
         """
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1")
@@ -105,11 +110,18 @@ class MicroGroupSampler:
         start = self._start()
         with self._decoding():
             if self.config.decoder != "engine":
+                if adaptive is not None:
+                    raise ValueError(
+                        f"adaptive groups run on decoder 'engine'; sampler.decoder={self.config.decoder!r}"
+                    )
                 rollouts = self._baseline(prompt_ids, group_size, seed, prompt_offset)
             else:
+                grow = self._with_rates(adaptive)
 
                 def feed(looks: Looks | None) -> FixedBatch:
                     preds = looks.all(prompt_ids) if looks is not None else None  # length-aware refill orders by them
+                    if grow is not None:
+                        return AdaptiveBatch(prompt_ids, group_size, seed, grow, preds, prompt_offset)
                     return FixedBatch(prompt_ids, group_size, seed, preds, prompt_offset)
 
                 rollouts = self._on_engine(feed, self.sizer.slots(self.model, prompt_ids), ranks)
@@ -124,6 +136,7 @@ class MicroGroupSampler:
         max_prompt_len: int,
         prompt_offset: int = 0,
         ranks: Ranks | None = None,
+        adaptive: AdaptiveSpec | None = None,
     ) -> Rollouts:
         """Dynamic sampling (:mod:`infgrpo.sampler.engine.dynamic`): prompts drawn from ``source`` as the pool needs
         work, each finished group judged by ``spec.keep``, until ``spec.target_groups`` informative groups are
@@ -131,16 +144,24 @@ class MicroGroupSampler:
         positions in the draw order; ``Rollouts.dynamic``: what was found) with ``dynamic/*`` statistics;
         ``max_prompt_len`` bounds every prompt the source can yield (the pool's width). The admission's
         informative rate is the one observed in earlier rollouts (checkpointed); the length predictor learns
-        from the trained groups.
+        from the trained groups. ``adaptive``: a group without spread grows first and is dropped only when it
+        cannot grow (:class:`~infgrpo.sampler.engine.adaptive.AdaptiveDrawAndJudge`; not with ``rounds``).
         """
         if self.config.decoder != "engine":
             raise ValueError(f"dynamic sampling runs on decoder 'engine'; sampler.decoder={self.config.decoder!r}")
         adapt_threads(self.model, rows=spec.target_groups * group_size)
         start, replay = self._start(), Replay(source)
         spec = dataclasses.replace(spec, informative_rate=self.rate.estimate())
+        if adaptive is not None and spec.scheme != "continuous":
+            raise ValueError(f"adaptive groups grow inside the continuous scheme; got scheme={spec.scheme!r}")
+        grow = self._with_rates(adaptive)
 
         def feed(looks: Looks | None) -> DrawAndJudge:
             predict = looks.one if looks is not None else None
+            if grow is not None:
+                return AdaptiveDrawAndJudge(
+                    replay.rewind(), group_size, seed, spec, grow, max_prompt_len, predict, prompt_offset
+                )
             return dynamic_feed(replay.rewind(), group_size, seed, spec, max_prompt_len, predict, prompt_offset)
 
         with self._decoding():
@@ -202,7 +223,7 @@ class MicroGroupSampler:
         (feed, stats, looks), retries = self._backoff(attempt, slots, "model.sampler.num_slots")
         chosen = feed.trained()
         rollouts = Rollouts.from_sequences(
-            [feed.prompts[i] for i in chosen], feed.group_size, [s for i in chosen for s in feed.groups[i]]
+            [feed.prompts[i] for i in chosen], feed.group_size, [s for i in chosen for s in feed.rows(i)]
         )
         rollouts.stats = stats.to_stats([len(s) for group in feed.groups for s in group])  # all decoded
         rollouts.stats.update(feed.stats(), oom_retries=retries)
@@ -224,6 +245,10 @@ class MicroGroupSampler:
         rollouts = Rollouts.from_sequences(prompt_ids, group_size, feed.sequences())
         rollouts.stats = stats.to_stats(rollouts.lengths)
         return rollouts
+
+    def _with_rates(self, adaptive: AdaptiveSpec | None) -> AdaptiveSpec | None:
+        """``adaptive`` with the rescue rates this sampler learned over its rollouts (the value rule's prior)."""
+        return None if adaptive is None else dataclasses.replace(adaptive, rates=self.rescue)
 
     def _start(self) -> float:
         """A rollout starts: the device's peak memory reset; returns the start time."""
@@ -285,6 +310,7 @@ class MicroGroupSampler:
     def state_dict(self) -> dict[str, Any]:
         """Checkpoint state: the number of calls (it seeds the next rollout), the config, and the length predictor's."""
         state = {"calls": self.calls, "config": asdict(self.config), "informative_rate": self.rate.state_dict()}
+        state["rescue_rates"] = self.rescue.state_dict()
         if self.predictor is not None:
             state["predictor"] = self.predictor.state_dict()
         return state
@@ -294,5 +320,7 @@ class MicroGroupSampler:
         self.calls = int(state["calls"])
         if "informative_rate" in state:
             self.rate.load_state_dict(state["informative_rate"])
+        if "rescue_rates" in state:
+            self.rescue.load_state_dict(state["rescue_rates"])
         if self.predictor is not None and "predictor" in state:
             self.predictor.load_state_dict(state["predictor"])

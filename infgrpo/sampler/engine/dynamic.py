@@ -178,8 +178,13 @@ class DrawAndJudge(Feed):
             and len(self.prompts) < spec.max_prompts
             and len(self.kept) + spec.informative_rate * self.in_flight() < spec.target_groups
             and len(sched.policy) < len(sched.free)
+            and self.can_draw()
         ):
             self.draw()
+
+    def can_draw(self) -> bool:
+        """Whether another prompt may be drawn now (always: the cap is ``max_prompts``)."""
+        return True
 
     # -- judging ------------------------------------------------------------------------------
     def group_ended(self, i: int) -> None:

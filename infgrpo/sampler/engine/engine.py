@@ -154,7 +154,7 @@ class Engine:
         # 2) the host side (schedule) and the device side (prefill, decode step) of this rollout
         refill = cfg.refill if feed.predicted else "fifo"
         policy = REFILL_POLICIES.get(refill)(feed.initial(), slots, planner=cfg.planner, epsilon=cfg.planner_epsilon)
-        sched = Scheduler(policy, slots, feed.group_size, cfg.max_new_tokens, self.stop_ids)
+        sched = Scheduler(policy, slots, feed.group_size, cfg.max_new_tokens, self.stop_ids, feed.waiting)
         runner = ModelRunner(self.model, pool, step, self.settings, feed.prompts, feed.groups)
         feed.bind(sched)
         # 3) decode until the feed is done, or nothing runs and nothing can be admitted

@@ -20,7 +20,8 @@ prompt i has the random stream (seed, prompt_offset + i, j), whoever queues it a
 5. :meth:`Feed.done` after every step: whether the rollout may stop now (sequences still running are
    cancelled). The loop also stops when nothing runs and nothing can be admitted.
 
-Afterwards :meth:`Feed.trained` names the prompts the step trains on and :meth:`Feed.stats` adds the feed's
+Afterwards :meth:`Feed.trained` names the prompts the step trains on, :meth:`Feed.rows` the ``group_size``
+samples of each (a group that grew beyond it is down-selected there) and :meth:`Feed.stats` adds the feed's
 counters to the rollout's statistics.
 """
 
@@ -88,6 +89,14 @@ class Feed:
     def trained(self) -> list[int]:
         """The prompts the step trains on, ascending (default: every prompt fed)."""
         return list(range(len(self.prompts)))
+
+    def rows(self, i: int) -> list[Sequence]:
+        """The ``group_size`` samples of prompt ``i`` the step trains on (default: its group)."""
+        return self.groups[i]
+
+    def waiting(self, i: int) -> int:
+        """Samples of prompt ``i`` that have not started (each needs its prefilled K/V)."""
+        return sum(1 for s in self.groups[i] if not s.token_ids)
 
     def stats(self) -> dict[str, Any]:
         """The feed's counters for ``Rollouts.stats`` (default: none)."""

@@ -37,11 +37,11 @@ from infgrpo.sampler.schedule.sequence import Sequence
 
 @dataclass
 class PromptState:
-    """A prefilled prompt: K/V (2, layers, kv_heads, L, head_dim), and every sample's first token and log-prob."""
+    """A prefilled prompt: K/V (2, layers, kv_heads, L, head_dim), and the first token and log-prob of each sample
+    that waited for it (``first[sample_idx]``)."""
 
     kv: torch.Tensor
-    first_tokens: list[int]
-    first_logps: list[float]
+    first: dict[int, tuple[int, float]]
 
 
 class ModelRunner:
@@ -72,11 +72,15 @@ class ModelRunner:
         self.held: list[int | None] = [None] * pool.num_slots  # the scheduler slot each pool slot holds
 
     def prefill(self, prompt_indices: list[int]) -> None:
-        """Prefills these prompts in one forward; keeps their K/V and all their samples' first tokens."""
+        """Prefills these prompts in one forward; keeps their K/V and the first tokens of their waiting samples."""
         if not prompt_indices:
             return
         prompts = [self.prompts[i] for i in prompt_indices]
-        keys = torch.tensor([[s.key for s in self.groups[i]] for i in prompt_indices])  # (P, G, 2)
+        # the samples not started yet: a prompt's whole group at first, an extension's new samples later
+        waiting = [[seq for seq in self.groups[i] if not seq.token_ids] for i in prompt_indices]
+        width = max(map(len, waiting))
+        # (P, K, 2); a row shorter than K repeats its last key (a draw nobody reads)
+        keys = torch.tensor([[seq.key for seq in w] + [w[-1].key] * (width - len(w)) for w in waiting])
         t0 = torch.zeros(keys.shape[:2], dtype=torch.long)
         u_dtype = torch.float64 if self.pool.dtype == torch.float64 else torch.float32
         uniforms = counter_uniform(keys[..., 0], keys[..., 1], t0, u_dtype).to(self.pool.kv.device)  # (P, G)
@@ -85,8 +89,9 @@ class ModelRunner:
             self.model, prompts, uniforms, self.pool.dtype, s.temperature, s.top_k, s.top_p, s.pad_id
         )
         tokens, logps = tokens.cpu().numpy().tolist(), logps.double().cpu().numpy().tolist()  # its read-back
-        for k, i in enumerate(prompt_indices):
-            self.prompt_kv[i] = PromptState(kv[k], tokens[k], logps[k])
+        for k, (i, w) in enumerate(zip(prompt_indices, waiting, strict=True)):
+            first = {seq.sample_idx: (tokens[k][j], logps[k][j]) for j, seq in enumerate(w)}
+            self.prompt_kv[i] = PromptState(kv[k], first)
         self.prefill_tokens += sum(map(len, prompts))
         self.prefill_calls += 1
         held = sum(st.kv.numel() * st.kv.element_size() for st in self.prompt_kv.values())
@@ -94,8 +99,7 @@ class ModelRunner:
 
     def first_token(self, seq: Sequence) -> tuple[int, float]:
         """``seq``'s first token and its log-prob, drawn by its prompt's prefill."""
-        state = self.prompt_kv[seq.prompt_idx]
-        return state.first_tokens[seq.sample_idx], state.first_logps[seq.sample_idx]
+        return self.prompt_kv[seq.prompt_idx].first[seq.sample_idx]
 
     def keep(self, prompts: Container[int]) -> None:
         """Drops the prefilled K/V of every prompt not in ``prompts`` (the scheduler's ``held``)."""

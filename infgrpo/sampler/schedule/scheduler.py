@@ -25,7 +25,7 @@ exactly (tests compare every decode step and the timeline).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -74,6 +74,7 @@ class Scheduler:
         group_size: int = 1,
         max_new_tokens: int = 0,
         stop_ids: Iterable[int] = (),
+        waiting: Callable[[int], int] | None = None,
     ) -> None:
         self.policy = policy
         self.free = FreeSlots(num_slots)
@@ -88,6 +89,7 @@ class Scheduler:
         """Decode steps so far (the simulator jumps it from one finishing event to the next)."""
         self.busy_slot_steps = 0
         self.group_size, self.max_new_tokens, self.stop_ids = group_size, max_new_tokens, set(stop_ids)
+        self.waiting = waiting
         self._idle: list[int] = []  # slots the policy leaves empty until this admission ends
 
     # -- admission ----------------------------------------------------------------------------
@@ -112,7 +114,7 @@ class Scheduler:
     def to_prefill(self, picks: list[tuple[int, Sequence]]) -> list[int]:
         """The prompts of ``picks`` not prefilled yet, ascending (the round's prefill); from now on held."""
         new = sorted({seq.prompt_idx for _, seq in picks if seq.prompt_idx not in self.held})
-        self.held.update(dict.fromkeys(new, self.group_size))
+        self.held.update({i: self.waiting(i) if self.waiting is not None else self.group_size for i in new})
         return new
 
     def start(self, picks: list[tuple[int, Sequence]], ends: list[bool]) -> list[tuple[int, Sequence]]:
