@@ -24,7 +24,7 @@ from infgrpo.rewards.reasoning_tasks import reasoning_gym_reward
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout: benchmarks/ is a folder there, not installed
-from benchmarks.learn_job import ANSWER_ONLY, CHAIN_SUM, job_data  # noqa: E402
+from benchmarks.learn_job import ANSWER_ONLY, CHAIN_SUM, job_data
 
 
 def kind(meta: dict) -> str:

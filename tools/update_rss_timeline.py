@@ -31,8 +31,8 @@ from infgrpo.update import LossConfig, chunked_head, prompt_carry, shared_batchi
 from infgrpo.update.runner import PolicyUpdate
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout: benchmarks/ is a folder there, not installed
-from benchmarks.memory import RSSTimeline  # noqa: E402
-from benchmarks.models import random_qwen3  # noqa: E402
+from benchmarks.memory import RSSTimeline
+from benchmarks.models import random_qwen3
 
 MARKS: list[tuple[float, str, int]] = []
 
