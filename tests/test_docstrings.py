@@ -1,15 +1,20 @@
-"""Every public module, class, function and method of the package has a docstring."""
+"""Every public module, class, function and method of the package (and of the checkout's benchmarks) has a docstring."""
 
 import importlib
 import inspect
 import pkgutil
 
+import benchmarks
 import infgrpo
 
 
 def public_objects():
     """(qualified name, object) for every public module, and the classes, functions and methods it defines."""
-    for info in pkgutil.walk_packages(infgrpo.__path__, "infgrpo."):
+    packages = [
+        *pkgutil.walk_packages(infgrpo.__path__, "infgrpo."),
+        *pkgutil.walk_packages(benchmarks.__path__, "benchmarks."),
+    ]
+    for info in packages:
         if any(part.startswith("_") and part != "__main__" for part in info.name.split(".")):
             continue
         module = importlib.import_module(info.name)

@@ -2,7 +2,7 @@
 
     python tools/fingerprint.py rollout OUT.json   # every default configuration of bench rollout --model tiny
     python tools/fingerprint.py train OUT.json     # fit configs/tiny.yaml for 5 steps: sha256 of every parameter
-    python tools/fingerprint.py dynamic OUT.json   # dynamic sampling: both schemes, 5 fit steps, bench dynamic
+    python tools/fingerprint.py dynamic OUT.json   # dynamic sampling: both schemes, 5 fit steps, bench dynamic's rows
 
 Two commits whose fingerprints agree sample the same completions and train to the same parameters
 (issues #17 and #28 compared the commits before and after their restructurings this way; threads fixed at 1).
@@ -15,8 +15,11 @@ import json
 import random
 import sys
 import tempfile
+from pathlib import Path
 
 import torch
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout: benchmarks/ is a folder there, not installed
 
 TASKS = ("count", "rev", "dup")
 
@@ -122,7 +125,7 @@ def dynamic(out: str) -> None:
                 print(key, res[key], flush=True)
     res["fit_params_sha256"] = fit_params("--model.dynamic_sampling.enabled", "true")
     print("fit", res["fit_params_sha256"], flush=True)
-    from infgrpo.bench.dynamic import main as bench_dynamic
+    from benchmarks.dynamic import main as bench_dynamic
 
     argv = ["--model", "tiny", "--steps", "2", "--prompts", "2", "--group-size", "4", "--num-slots", "8"]
     bench = bench_dynamic(argv)

@@ -22,5 +22,5 @@ missing = [m for m in ("pytest", "bitsandbytes", "peft", "lightning", "datasets"
 print(f"torch {torch.__version__} cuda {torch.cuda.is_available()} transformers {transformers.__version__} missing {missing}")
 PY
 # the suite stops starting parts at --budget; timeout is the last guard (the run tool's limit is 600 s)
-timeout "${GPU_CALL_TIMEOUT_S:-560}" python3 -m infgrpo.bench paper --parts checks b a --budget "${GPU_CALL_BUDGET_S:-500}" \
+timeout "${GPU_CALL_TIMEOUT_S:-560}" python3 -m benchmarks paper --parts checks b a --budget "${GPU_CALL_BUDGET_S:-500}" \
   --json-dir "$OUT" "$@"

@@ -3,7 +3,7 @@
     python tools/probe_chain_sum.py                          # the untrained SmolLM2, first 60 held-out prompts
     python tools/probe_chain_sum.py --adapter runs/smollm2-cpu/adapter --prompts 200
 
-The held-out prompts are the job's (:func:`infgrpo.bench.learn_job.job_data`: 200 never trained on); each
+The held-out prompts are the job's (:func:`benchmarks.learn_job.job_data`: 200 never trained on); each
 answer is put in one kind: ``add2`` (a sum below 100), ``add3`` (a sum of 100 or more), ``sub+`` (a
 difference >= 0) and ``neg`` (a negative difference). Per kind: how many greedy answers are right, the mean
 number of right samples out of ``--group-size`` at ``--temperature`` (what GRPO's groups see), and how many
@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import argparse
 import collections
+import sys
+from pathlib import Path
 
 import torch
 
-from infgrpo.bench.learn_job import ANSWER_ONLY, CHAIN_SUM, job_data
 from infgrpo.models import load_policy, load_tokenizer
 from infgrpo.rewards.reasoning_tasks import reasoning_gym_reward
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout: benchmarks/ is a folder there, not installed
+from benchmarks.learn_job import ANSWER_ONLY, CHAIN_SUM, job_data
 
 
 def kind(meta: dict) -> str:

@@ -2,7 +2,7 @@
 
     HF_HUB_OFFLINE=1 python tools/update_default_rss.py default,4096,512,256 benchmarks/tools/update_default_rss.json
 
-Each budget in a fresh process: ``infgrpo.bench.step.measure_step`` runs two Lightning steps of the recipe's
+Each budget in a fresh process: ``benchmarks.step.measure_step`` runs two Lightning steps of the recipe's
 ``GRPOModule`` (its model, LoRA, sampler, rewards and data; one thread) and measures the second (resident-memory
 rise within the rollout's and the update's windows). ``default``: the recipe without its ``token_budget``, so
 ``UpdateConfig``'s default applies.
@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout: benchmarks/ is a folder there, not installed
 KEYS = ("token_budget", "micro_batches", "rss_update_rise_bytes", "rss_before_update_bytes", "rss_rollout_rise_bytes")
 
 
@@ -20,7 +21,7 @@ def child(budget: str) -> dict:
     """The measured step of the recipe with ``budget`` (``default``, ``auto`` or an integer), in this process."""
     import yaml
 
-    from infgrpo.bench.step import measure_step
+    from benchmarks.step import measure_step
 
     recipe = yaml.safe_load(Path("configs/smollm2-cpu.yaml").read_text())
     model = {k: v for k, v in recipe["model"].items() if k not in ("output_dir", "logging")}

@@ -7,7 +7,7 @@
 The update of ``bench step --model qwen3-42m`` without the rollout: a random 42M Qwen3 (151,936-token vocabulary,
 float32, full fine-tuning), one 20-token prompt x 16 completions of 512 random ids, ``token_budget`` 8192, AdamW
 and clipping as the module runs them. A first update creates the optimizer's state; the second is measured (RSS
-polled every 2 ms, :class:`~infgrpo.bench.memory.RSSTimeline`). Marks: the chunked head's forward and backward
+polled every 2 ms, :class:`~benchmarks.memory.RSSTimeline`). Marks: the chunked head's forward and backward
 (start, end), each ``backward`` call and the optimizer step. Prints one JSON line (the rise, the micro-batches'
 rows, the rise over the float32 logits of 8 x 512 positions and of the largest micro-batch), then per interval
 between marks its start (s), the RSS there and the peak inside it, MiB above the level at the update's start.
@@ -18,17 +18,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import torch
 
-from infgrpo.bench.memory import RSSTimeline
-from infgrpo.bench.models import random_qwen3
 from infgrpo.runtime.host_memory import release_host_memory
 from infgrpo.sampler import Rollouts
 from infgrpo.update import LossConfig, chunked_head, prompt_carry, shared_batching
 from infgrpo.update.runner import PolicyUpdate
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout: benchmarks/ is a folder there, not installed
+from benchmarks.memory import RSSTimeline
+from benchmarks.models import random_qwen3
 
 MARKS: list[tuple[float, str, int]] = []
 

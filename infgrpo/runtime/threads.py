@@ -4,7 +4,7 @@ Why: torch's intra-op pool (OpenMP) makes every thread of an operation wait at a
 others, spinning first. With more threads than free cores, one of them is descheduled behind another
 process, and every small operation of a decode step waits a scheduler time slice for it: on a 2-core
 machine with one core kept busy, the tiny default decoded 28x slower with torch's default 2 threads
-than with 1 (``python -m infgrpo.bench busy-cpu`` measures it). Small models gain nothing from a
+than with 1 (``python -m benchmarks busy-cpu`` in a checkout measures it). Small models gain nothing from a
 second thread anyway: their matrices are too small to split.
 
 ``threads: auto`` (the default) therefore decides before each rollout and each update::

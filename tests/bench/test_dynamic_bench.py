@@ -1,6 +1,6 @@
 """bench dynamic: continuous dynamic sampling against verl's rounds on the same engine (figures: benchmarks/)."""
 
-from infgrpo.bench.dynamic import main
+from benchmarks.dynamic import main
 
 
 def test_both_schemes_reach_the_target_on_the_same_prompts_and_their_costs_add_up(capsys):

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from infgrpo.bench import BENCHMARKS, harness, rollout
-from infgrpo.bench.models import TINY_VOCAB, random_prompt_stop_ids, save_bench_model, tokenizer_stop_ids
-from infgrpo.bench.results import logged_steps
-from infgrpo.bench.table import cell, markdown_table, render
-from infgrpo.bench.train_tiny import read_train_curves
+from benchmarks import BENCHMARKS, harness, rollout
+from benchmarks.models import TINY_VOCAB, random_prompt_stop_ids, save_bench_model, tokenizer_stop_ids
+from benchmarks.results import logged_steps
+from benchmarks.table import cell, markdown_table, render
+from benchmarks.train_tiny import read_train_curves
 from infgrpo.models import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = sorted((ROOT / "benchmarks/tools").glob("*.json"))  # written by tools/*.py, not by infgrpo.bench
+TOOLS = sorted((ROOT / "benchmarks/tools").glob("*.json"))  # written by tools/*.py, not by benchmarks
 RECORDED = sorted(set((ROOT / "benchmarks").rglob("*.json")) - set(TOOLS))
 CFG = dict(model="tiny", prompts=1, group_size=2, decoder="engine", seed=0, num_slots=2, max_new_tokens=4, threads=1)
 
@@ -44,7 +44,7 @@ def test_spawn_all_keeps_rows_left_out_and_starts_none_without_time_left():
 def test_the_recorded_command_reparses_to_the_same_arguments(tmp_path):
     argv = ["--model", "tiny", "--group-sizes", "4", "8", "--json", str(tmp_path / "a b.json"), "--threads", "auto"]
     words = shlex.split(harness.recorded_command("rollout", argv))
-    assert words[:4] == ["python", "-m", "infgrpo.bench", "rollout"]
+    assert words[:4] == ["python", "-m", "benchmarks", "rollout"]
     parser = rollout.BENCH.parser()
     assert parser.parse_args(words[4:]) == parser.parse_args(argv)
     assert parser.parse_args(argv).json == str(tmp_path / "a b.json") and parser.parse_args(argv).threads == 0
@@ -105,7 +105,7 @@ def test_every_recorded_json_reprints_and_its_command_parses(path):
     command = json.loads(path.read_text()).get("command")
     if command:
         words = shlex.split(command)
-        start = words.index("infgrpo.bench")
+        start = words.index("benchmarks")
         assert words[start - 2 : start] == ["python", "-m"]
         bench = importlib.import_module(BENCHMARKS[words[start + 1]]).BENCH
         parse = bench.parser().parse_known_args if bench.extra_args else bench.parser().parse_args

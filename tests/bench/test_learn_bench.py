@@ -12,10 +12,10 @@ import json
 import pytest
 import torch
 
-from infgrpo.bench.learn import BENCH, job_of, main, runs_of, same_job, tables
-from infgrpo.bench.learn_infgrpo import module_kwargs
-from infgrpo.bench.learn_job import CHAIN_SUM, TrainingMemory, digest
-from infgrpo.bench.table import render
+from benchmarks.learn import BENCH, job_of, main, runs_of, same_job, tables
+from benchmarks.learn_infgrpo import module_kwargs
+from benchmarks.learn_job import CHAIN_SUM, TrainingMemory, digest
+from benchmarks.table import render
 from infgrpo.data import PromptDataModule
 from infgrpo.data.resumable import ResumableBatchSampler
 from infgrpo.evaluation import evaluate
@@ -115,7 +115,7 @@ def test_each_trainer_and_setting_is_one_run():
 
 
 def test_trl_sees_prompts_times_g_completions_per_optimizer_step(tmp_path):
-    from infgrpo.bench.learn_trl import trl_config
+    from benchmarks.learn_trl import trl_config
 
     for argv, micro, accumulate in (([], 8, 4), (["--group-size", "32"], 8, 16), ([*TINY], 4, 1)):
         cfg = dict(job(*argv), gradient_checkpointing=True)

@@ -2,7 +2,7 @@
 
 import json
 
-from infgrpo.bench import decode_step, gpu_tests, paper
+from benchmarks import decode_step, gpu_tests, paper
 
 
 def test_paper_suite_small_runs_the_parts_in_the_order_given_and_writes_each_json(tmp_path, capsys):

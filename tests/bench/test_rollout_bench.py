@@ -2,7 +2,7 @@
 
 import json
 
-from infgrpo.bench.rollout import decoder_table, main
+from benchmarks.rollout import decoder_table, main
 
 
 def test_rollout_benchmark_runs_each_decoder_in_a_fresh_process(tmp_path, capsys):

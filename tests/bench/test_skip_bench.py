@@ -1,6 +1,6 @@
 """bench skip: both updates of each step from the same state, with and without the zero-advantage skip."""
 
-from infgrpo.bench.skip import main
+from benchmarks.skip import main
 
 
 def test_both_updates_run_from_the_same_state_and_agree():

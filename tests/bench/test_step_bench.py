@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from infgrpo.bench.step import main, measure_step, recipe_kwargs
+from benchmarks.step import main, measure_step, recipe_kwargs
 
 
 def test_step_benchmark_runs_both_logprob_paths_in_fresh_processes(tmp_path, capsys):

@@ -1,11 +1,11 @@
 """bench update runs shrunk: both paths on the same rollout compute the same loss, the shared one fewer tokens.
 
-Smoke test by design: the figures live in benchmarks/ (python -m infgrpo.bench update).
+Smoke test by design: the figures live in benchmarks/ (python -m benchmarks update).
 """
 
 import pytest
 
-from infgrpo.bench.update import main
+from benchmarks.update import main
 
 
 def test_shared_and_unshared_updates_run_side_by_side_on_the_same_rollout(tmp_path):

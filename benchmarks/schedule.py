@@ -1,6 +1,6 @@
 """Benchmark: decode steps of each refill policy against the lower bound, and the planner's time.
 
-    python -m infgrpo.bench schedule [--json PATH] [--quick]
+    python -m benchmarks schedule [--json PATH] [--quick]
 
 1. **Real rollouts through the engine on the tiny default** (8 prompts x G=8, 8 slots, <= 96 new
    tokens, as ``configs/tiny.yaml``): the learned :class:`LengthPredictor` is trained online on
@@ -8,7 +8,7 @@
    predictions (identical completions, different order). The oracle rows replay the actual lengths
    through the trace simulator; each engine run is also checked against the simulator.
 2. **Trace simulator** (:mod:`infgrpo.sampler.schedule.simulate`, no model), for scale: distributions
-   uniform / long-tailed / bimodal (:mod:`infgrpo.bench.traces`) and ``trace`` (groups resampled
+   uniform / long-tailed / bimodal (:mod:`benchmarks.traces`) and ``trace`` (groups resampled
    from part 1's real rollouts), prediction levels from oracle to useless, and sizes from the
    paper's (one prompt, G=32, 8 slots, 1,024 tokens) to 65,536 sequences on 1,024 slots.
    Accounting as the paper's: one decode step per token.
@@ -29,9 +29,9 @@ import time
 
 import torch
 
-from infgrpo.bench.harness import Benchmark
-from infgrpo.bench.table import Column, cell, markdown_table
-from infgrpo.bench.traces import DISTRIBUTIONS, NOISE_LEVELS, noisy_predictions, synthetic_lengths
+from benchmarks.harness import Benchmark
+from benchmarks.table import Column, cell, markdown_table
+from benchmarks.traces import DISTRIBUTIONS, NOISE_LEVELS, noisy_predictions, synthetic_lengths
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler.schedule.planner import plan
 from infgrpo.sampler.schedule.schedule_metrics import lower_bound_steps, prediction_errors
@@ -53,6 +53,7 @@ def tiny_rollouts(warmup: int, batches: int, seed: int = 0) -> dict:
     from infgrpo.models import load_policy, load_tokenizer
     from infgrpo.sampler import SamplerConfig
     from infgrpo.sampler.engine.engine import Engine
+    from infgrpo.sampler.engine.feed import FixedBatch
     from infgrpo.sampler.schedule.length_predictor import LengthPredictor, prompt_features, prompt_key
 
     B, G, S, T = 8, 8, 8, 96
@@ -78,7 +79,9 @@ def tiny_rollouts(warmup: int, batches: int, seed: int = 0) -> dict:
             cfg = SamplerConfig(num_slots=S, max_new_tokens=T, temperature=1.0, refill=policy)
             engine = Engine(model, cfg, stop_ids=stop, pad_id=tok.pad_token_id)
             start = time.perf_counter()
-            seqs, st = engine.run(prompts, G, seed=1000 + k, predicted_lengths=preds)
+            feed = FixedBatch(prompts, G, seed=1000 + k, predicted_lengths=preds)
+            st = engine.run(feed)
+            seqs = feed.sequences()
             decode_s += time.perf_counter() - start if policy == "fifo" and k >= warmup else 0.0
             lengths = [len(s) for s in seqs]
             per_seq = [preds[i // G] for i in range(len(seqs))]

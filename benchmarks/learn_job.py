@@ -8,7 +8,7 @@
     snapshot_steps(job), snapshot_dir(d, k)    # the held-out curve's adapters: after which steps, where
 
 Everything a trainer needs to run the same job lives here, so the infgrpo child
-(:mod:`~infgrpo.bench.learn_infgrpo`), the TRL child (:mod:`~infgrpo.bench.learn_trl`) and the
+(:mod:`~benchmarks.learn_infgrpo`), the TRL child (:mod:`~benchmarks.learn_trl`) and the
 evaluation children build it with one function each: the same :class:`~infgrpo.data.PromptDataModule`
 (so the same held-out prompts are left out of training), the same reward by name, the same hashes.
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from infgrpo.bench.memory import PeakRSS
+from benchmarks.memory import PeakRSS
 from infgrpo.data import PromptDataModule
 from infgrpo.evaluation import evaluate
 from infgrpo.models import load_policy, load_tokenizer

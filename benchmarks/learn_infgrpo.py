@@ -1,6 +1,6 @@
 """The infgrpo side of ``bench learn``: ``GRPOModule``, ``PromptDataModule`` and a Lightning ``Trainer`` here.
 
-    result = train_infgrpo(job)      # job: see infgrpo.bench.learn; writes the adapter to job["adapter_dir"]
+    result = train_infgrpo(job)      # job: see benchmarks.learn; writes the adapter to job["adapter_dir"]
 
 Per step (:class:`StepLog`): the reward, the wall seconds of the step and its rollout / update split
 as the module logs them (``train/reward``, ``train/time/rollout_s``, ``train/time/update_s``), and
@@ -19,8 +19,8 @@ from typing import Any
 import lightning as L
 import torch
 
-from infgrpo.bench.harness import threads_setting
-from infgrpo.bench.learn_job import (
+from benchmarks.harness import threads_setting
+from benchmarks.learn_job import (
     VARIANTS,
     TrainingMemory,
     adapter_sha,

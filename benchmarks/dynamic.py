@@ -1,7 +1,7 @@
 """Dynamic sampling against verl's rounds, on the same engine, prompts and random streams.
 
-    python -m infgrpo.bench dynamic --model smollm2 --steps 8 --threads 1 --json benchmarks/dynamic_smollm2.json
-    python -m infgrpo.bench dynamic --model tiny --steps 2 --prompts 2 --group-size 4 --num-slots 8   # seconds
+    python -m benchmarks dynamic --model smollm2 --steps 8 --threads 1 --json benchmarks/dynamic_smollm2.json
+    python -m benchmarks dynamic --model tiny --steps 2 --prompts 2 --group-size 4 --num-slots 8   # seconds
 
 Each step needs ``--prompts`` informative groups (rewards not all equal) of ``--group-size`` completions.
 Both schemes get the same prompts in the same order (the step's batch, then a seeded stream of the task's
@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from infgrpo.bench.harness import Benchmark
-from infgrpo.bench.table import markdown_table, ratio
+from benchmarks.harness import Benchmark
+from benchmarks.table import markdown_table, ratio
 from infgrpo.runtime.seeds import derive_seed
 from infgrpo.sampler.engine.dynamic import DynamicSpec
 
@@ -166,5 +166,5 @@ BENCH = Benchmark("dynamic", __doc__, add_args, run, tables, threads=1)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """``python -m infgrpo.bench dynamic``."""
+    """``python -m benchmarks dynamic``."""
     return BENCH.main(argv)

@@ -1,7 +1,7 @@
 """Benchmark: memory and time of one GRPO step by phase (rollout, update), chunked LM head vs full logits.
 
-    python -m infgrpo.bench step --model tiny --json benchmarks/step_tiny.json
-    python -m infgrpo.bench step --model qwen3-42m --json benchmarks/step_qwen3_42m.json
+    python -m benchmarks step --model tiny --json benchmarks/step_tiny.json
+    python -m benchmarks step --model qwen3-42m --json benchmarks/step_qwen3_42m.json
 
 Each configuration (a loading variant: 4-bit + LoRA, LoRA, full fine-tuning; and a log-prob path:
 ``logit_chunk_tokens`` N, or 0 = full logits) runs in a fresh process: a Lightning ``Trainer`` runs
@@ -10,7 +10,7 @@ Memory by phase: on GPU the CUDA allocator's peak in the rollout and in the upda
 and the most it reserved; on CPU the rise of resident memory within each phase's time window above
 its level at the phase's start (polled every 2 ms). Both paths of a variant draw the same rollout, so
 their losses must agree. ``qwen3-42m`` (and ``qwen3-1.7b-shape``) are saved to a temporary folder
-first (:func:`~infgrpo.bench.models.save_bench_model`), so they go through the same ``from_pretrained``
+first (:func:`~benchmarks.models.save_bench_model`), so they go through the same ``from_pretrained``
 path as a hub model; their random weights never stop early, so completions run to max_new_tokens.
 ``--threads`` becomes ``GRPOModule(threads=...)`` in each process.
 
@@ -30,10 +30,10 @@ import lightning as L
 import psutil
 import torch
 
-from infgrpo.bench.harness import Benchmark, spawn_all, threads_setting
-from infgrpo.bench.memory import RSSTimeline, mib
-from infgrpo.bench.models import save_bench_model
-from infgrpo.bench.table import Column, cell, markdown_table, ratio
+from benchmarks.harness import Benchmark, spawn_all, threads_setting
+from benchmarks.memory import RSSTimeline, mib
+from benchmarks.models import save_bench_model
+from benchmarks.table import Column, cell, markdown_table, ratio
 from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 
 VARIANTS = {
@@ -189,7 +189,7 @@ def measure_step(module_kwargs: dict, data_kwargs: dict, measure: int = 1, seed:
 
 
 def run_one(cfg: dict) -> dict:
-    """One configuration, in this process (the child of :func:`~infgrpo.bench.harness.spawn`): :func:`measure_step`."""
+    """One configuration, in this process (the child of :func:`~benchmarks.harness.spawn`): :func:`measure_step`."""
     with tempfile.TemporaryDirectory() as tmp:
         model = save_bench_model(cfg["model"], Path(tmp) / cfg["model"])
         module_kwargs = dict(

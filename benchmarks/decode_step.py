@@ -1,6 +1,6 @@
 """Benchmark: what one decode step of the engine asks of the machine, counted on any device.
 
-    python -m infgrpo.bench decode-step --model tiny --prompts 1 --group-size 64 --num-slots 16 --threads 1
+    python -m benchmarks decode-step --model tiny --prompts 1 --group-size 64 --num-slots 16 --threads 1
 
 A GPU decode step is fast only when it has a static shape, no host synchronizations, no
 per-sequence kernels and few operators beyond the model's own forward. Those properties do not need
@@ -34,9 +34,9 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from infgrpo.bench.harness import Benchmark
-from infgrpo.bench.models import NAMES_HELP, bench_setup
-from infgrpo.bench.table import Column, cell, markdown_table
+from benchmarks.harness import Benchmark
+from benchmarks.models import NAMES_HELP, bench_setup
+from benchmarks.table import Column, cell, markdown_table
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 
 RANDOM_OPS = {"rand", "rand_like", "uniform", "normal", "exponential", "multinomial", "random", "bernoulli", "randint"}

@@ -9,7 +9,7 @@
 calls ``run(args)`` for the result (a dict), puts ``benchmark`` and the recorded ``command`` in front of
 it, prints ``tables(result)`` and writes ``--json``. The shared arguments:
 
-- ``--json PATH``: the result as JSON; ``python -m infgrpo.bench table PATH`` re-prints its tables.
+- ``--json PATH``: the result as JSON; ``python -m benchmarks table PATH`` re-prints its tables.
 - ``--threads N``: torch CPU threads, with one meaning in every benchmark that has it: **0 = infgrpo's
   auto policy** (:mod:`infgrpo.runtime.threads`: decided before each rollout and update from the work
   size and the cores other processes leave free), **N >= 1 = exactly N** (``auto`` is accepted for 0).
@@ -19,14 +19,16 @@ it, prints ``tables(result)`` and writes ``--json``. The shared arguments:
 - ``--one CFG`` (hidden): the child side of :func:`spawn`.
 
 :func:`spawn` runs one configuration (a JSON-able dict) in a fresh Python process,
-``python -m infgrpo.bench <name> --one CFG``, under a time box: the child applies ``cfg["threads"]``,
-runs ``run_one(cfg)`` and prints its result as the last line of stdout. A child over its time box, or
-one that fails, comes back as ``{**cfg, "skipped": reason}`` (for a failure, the last line of its
-stderr), which :func:`~infgrpo.bench.table.markdown_table` shows as a skipped row. A fresh process a
-configuration keeps one configuration's memory (peak RSS, the CUDA allocator, lazy initializations)
-out of the next one's figures.
+``python -m benchmarks <name> --one CFG``, under a time box: the child applies ``cfg["threads"]``,
+runs ``run_one(cfg)`` and prints its result as the last line of stdout. The child keeps this working
+directory, and the checkout's root is added to its ``PYTHONPATH`` (``benchmarks`` is a folder of the
+checkout, not an installed package). A child over its time box, or one that fails, comes back as
+``{**cfg, "skipped": reason}`` (for a failure, the last line of its stderr), which
+:func:`~benchmarks.table.markdown_table` shows as a skipped row. A fresh process a configuration keeps
+one configuration's memory (peak RSS, the CUDA allocator, lazy initializations) out of the next one's
+figures.
 
-The recorded command is ``python -m infgrpo.bench <name> <the arguments as given>``, shell-quoted, so it
+The recorded command is ``python -m benchmarks <name> <the arguments as given>``, shell-quoted, so it
 runs as written from the repository root.
 """
 
@@ -34,20 +36,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from infgrpo.bench.results import write_json
+from benchmarks.results import write_json
 from infgrpo.runtime.threads import Threads, check_threads, set_threads
 
 THREADS_HELP = (
     "torch CPU threads: 0 (or 'auto') = infgrpo's auto policy (infgrpo.runtime.threads: from the work size and "
     "the cores other processes leave free, before each rollout and update), N >= 1 = exactly N"
 )
+CHECKOUT = Path(__file__).resolve().parents[1]
+"""The repository root: ``benchmarks`` is a folder of the checkout, not an installed package."""
 MIN_BOX_S = 5.0
 """A configuration is not started with less than this many seconds left of its time box."""
 
@@ -76,8 +82,16 @@ def apply_threads(threads: int | None) -> None:
 
 
 def recorded_command(name: str, argv: Sequence[str]) -> str:
-    """``python -m infgrpo.bench <name> <argv>``, shell-quoted: the command that reruns this benchmark as written."""
-    return "python -m infgrpo.bench " + shlex.join([name, *argv])
+    """``python -m benchmarks <name> <argv>``, shell-quoted: the command that reruns this benchmark as written."""
+    return "python -m benchmarks " + shlex.join([name, *argv])
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment with :data:`CHECKOUT` at the end of ``PYTHONPATH`` (if it is not there yet)."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if str(CHECKOUT) not in paths:
+        paths.append(str(CHECKOUT))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def spawn(name: str, cfg: dict, timeout: float | None = None) -> dict:
@@ -86,9 +100,9 @@ def spawn(name: str, cfg: dict, timeout: float | None = None) -> dict:
     Over ``timeout`` seconds the child is killed and ``{**cfg, "skipped": "over <timeout> s"}`` returned;
     a child that fails (or prints no result) gives ``{**cfg, "skipped": "failed: <last line of stderr>"}``.
     """
-    cmd = [sys.executable, "-m", "infgrpo.bench", name, "--one", json.dumps(cfg)]
+    cmd = [sys.executable, "-m", "benchmarks", name, "--one", json.dumps(cfg)]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env())
     except subprocess.TimeoutExpired:
         return {**cfg, "skipped": f"over {timeout:g} s"}
     out = proc.stdout.strip().splitlines()
@@ -138,10 +152,10 @@ def run_child(one: str, run_one: Callable[[dict], dict]) -> dict:
 
 @dataclass(frozen=True)
 class Benchmark:
-    """One benchmark: what ``python -m infgrpo.bench <name>`` runs (see the module docstring)."""
+    """One benchmark: what ``python -m benchmarks <name>`` runs (see the module docstring)."""
 
     name: str
-    """As on the command line: ``python -m infgrpo.bench <name>``."""
+    """As on the command line: ``python -m benchmarks <name>``."""
     doc: str
     """Its ``--help`` text (the module docstring)."""
     add_args: Callable[[argparse.ArgumentParser], None]
@@ -160,12 +174,12 @@ class Benchmark:
     def parser(self) -> argparse.ArgumentParser:
         """The benchmark's arguments and the shared ones."""
         ap = argparse.ArgumentParser(
-            prog=f"python -m infgrpo.bench {self.name}",
+            prog=f"python -m benchmarks {self.name}",
             description=self.doc,
             formatter_class=argparse.RawTextHelpFormatter,
         )
         self.add_args(ap)
-        json_help = "write the result here (its tables re-print with: python -m infgrpo.bench table PATH)"
+        json_help = "write the result here (its tables re-print with: python -m benchmarks table PATH)"
         ap.add_argument("--json", default=None, metavar="PATH", help=json_help)
         if self.threads is not None:
             ap.add_argument(

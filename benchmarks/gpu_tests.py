@@ -3,12 +3,13 @@
     row = run_gpu_tests(box_s=120, log="benchmarks/paper/paper_tests.log")
     # {"kind": "tests", "passed": 15, "failed": 0, "errors": 0, "skipped_tests": 0, "seconds": 41.2, "failures": []}
 
-The tests run in a fresh process from the repository root (the checkout this package is imported from),
+The tests run in a fresh process from the repository root (the checkout ``benchmarks/`` is part of),
 with the project's pytest settings but none of its ``addopts`` (they name plugins a GPU machine may lack).
 Counts and each failure's first line come from pytest's JUnit XML; pytest's whole output goes to
 ``log``. A run over its box is killed and comes back as ``skipped: over <box> s`` with what finished
 before (from the verbose output), a run that cannot start as ``skipped: failed: ...``, and no
-``tests/gpu`` beside the package (an installed copy) or no pytest as a ``skipped`` row that says so.
+``tests/gpu`` beside ``benchmarks/`` (a partial copy of the checkout) or no pytest as a ``skipped`` row
+that says so.
 Without CUDA every test is skipped (``tests/conftest.py``), so the row counts them all in
 ``skipped_tests`` (``skipped`` is the field of a row that did not run, as in every benchmark).
 """
@@ -24,8 +25,8 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-TESTS_DIR = Path(__file__).resolve().parents[2] / "tests" / "gpu"
-"""Where the CUDA-only tests are in a checkout (absent in an installed copy of the package)."""
+TESTS_DIR = Path(__file__).resolve().parents[1] / "tests" / "gpu"
+"""Where the CUDA-only tests are: ``tests/gpu`` beside ``benchmarks/`` in the checkout."""
 COMMAND = "python -m pytest -m gpu tests/gpu"
 """How the row names what ran."""
 OUTCOMES = ("passed", "failed", "errors", "skipped_tests")

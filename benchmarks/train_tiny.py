@@ -1,6 +1,6 @@
 """Benchmark: held-out accuracy of the tiny default before and after GRPO, and the run's wall time.
 
-    python -m infgrpo.bench train-tiny [--config configs/tiny.yaml] [--json PATH] [overrides ...]
+    python -m benchmarks train-tiny [--config configs/tiny.yaml] [--json PATH] [overrides ...]
 
 Evaluates the shipped model greedily on the held-out split, runs ``python -m infgrpo.fit`` with the
 config (extra arguments are passed through as LightningCLI overrides), then evaluates the trained
@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from infgrpo.bench.harness import Benchmark
-from infgrpo.bench.results import logged_steps
-from infgrpo.bench.table import Column, cell, markdown_table
+from benchmarks.harness import Benchmark
+from benchmarks.results import logged_steps
+from benchmarks.table import Column, cell, markdown_table
 from infgrpo.data import PromptDataModule
 from infgrpo.evaluation import evaluate
 from infgrpo.fit import main as fit_main

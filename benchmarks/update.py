@@ -1,9 +1,9 @@
 """Benchmark: the policy update with each prompt once per group (``share_prompt``) against prompt + completion rows.
 
-    python -m infgrpo.bench update --json benchmarks/update_qwen3_42m.json
-    python -m infgrpo.bench update --prompt-lengths 64 --completion-lengths 32 --group-sizes 8 --token-budgets 0
+    python -m benchmarks update --json benchmarks/update_qwen3_42m.json
+    python -m benchmarks update --prompt-lengths 64 --completion-lengths 32 --group-sizes 8 --token-budgets 0
 
-One configuration per fresh process: a model of :data:`~infgrpo.bench.models.BENCH_MODELS` (default
+One configuration per fresh process: a model of :data:`~benchmarks.models.BENCH_MODELS` (default
 ``qwen3-42m``: random weights, the real 151,936-id vocabulary, float32) with LoRA r=16 on every linear
 layer; a rollout of ``--prompts`` prompts of P tokens x G completions of C tokens (random ids, as the
 sampler returns them) with advantages of alternating sign; and one :class:`~infgrpo.update.runner.PolicyUpdate`
@@ -26,10 +26,10 @@ import time
 
 import torch
 
-from infgrpo.bench.harness import Benchmark, spawn_all
-from infgrpo.bench.memory import PeakRSS, mib
-from infgrpo.bench.models import BENCH_MODELS, NAMES_HELP, default_device
-from infgrpo.bench.table import cell, markdown_table, ratio
+from benchmarks.harness import Benchmark, spawn_all
+from benchmarks.memory import PeakRSS, mib
+from benchmarks.models import BENCH_MODELS, NAMES_HELP, default_device
+from benchmarks.table import cell, markdown_table, ratio
 from infgrpo.sampler import Rollouts
 from infgrpo.update import LossConfig
 from infgrpo.update.runner import PolicyUpdate
@@ -186,7 +186,7 @@ BENCH = Benchmark("update", __doc__, add_args, run, tables, run_one=run_one)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """``python -m infgrpo.bench update``; see the module docstring."""
+    """``python -m benchmarks update``; see the module docstring."""
     return BENCH.main(argv)
 
 

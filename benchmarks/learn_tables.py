@@ -1,4 +1,4 @@
-"""The tables of ``bench learn``, rendered from its result alone (``python -m infgrpo.bench table`` re-prints them).
+"""The tables of ``bench learn``, rendered from its result alone (``python -m benchmarks table`` re-prints them).
 
 print(tables(result))     # summary, held-out curve by step and by training seconds, settings, steps
 """
@@ -10,8 +10,8 @@ import math
 import statistics
 from typing import Any
 
-from infgrpo.bench.memory import mib
-from infgrpo.bench.table import Column, markdown_table
+from benchmarks.memory import mib
+from benchmarks.table import Column, markdown_table
 
 
 def same_job(rows: list[dict]) -> dict[str, Any]:

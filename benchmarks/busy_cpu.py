@@ -1,6 +1,6 @@
 """Benchmark: the tiny default's first steps on a quiet CPU and beside a process that keeps one core busy.
 
-    python -m infgrpo.bench busy-cpu [--steps 6] [--repeats 2] [--json PATH]
+    python -m benchmarks busy-cpu [--steps 6] [--repeats 2] [--json PATH]
 
 Each run is a fresh ``python -m infgrpo.fit --config configs/tiny.yaml --trainer.max_steps 6`` (so
 torch's thread pool starts as a user's would), once with ``--model.threads <all cores>`` (torch's
@@ -24,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from infgrpo.bench.harness import Benchmark
-from infgrpo.bench.results import logged_steps
-from infgrpo.bench.table import Column, cell, markdown_table
+from benchmarks.harness import Benchmark
+from benchmarks.results import logged_steps
+from benchmarks.table import Column, cell, markdown_table
 from infgrpo.runtime.threads import usable_cores
 
 SPIN = "import time\nend = time.monotonic() + {limit}\nwhile time.monotonic() < end:\n    pass\n"

@@ -1,6 +1,6 @@
 """The TRL side of ``bench learn``: TRL 1.16's ``GRPOTrainer`` on infgrpo's job, in this process.
 
-    result = train_trl(job)          # job: see infgrpo.bench.learn; writes the adapter to job["adapter_dir"]
+    result = train_trl(job)          # job: see benchmarks.learn; writes the adapter to job["adapter_dir"]
 
 What is shared with the infgrpo side, so the job is the same:
 
@@ -33,7 +33,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from infgrpo.bench.learn_job import (
+from benchmarks.learn_job import (
     TrainingMemory,
     adapter_sha,
     device_info,
