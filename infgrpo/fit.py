@@ -36,8 +36,8 @@ from infgrpo.callbacks.plain_progress import PlainProgress
 from infgrpo.callbacks.progress_bar import StepProgressBar
 from infgrpo.data import PromptDataModule
 from infgrpo.data.datamodule import check_data_settings
-from infgrpo.model_source import check_model_source
 from infgrpo.module import GRPOModule
+from infgrpo.policy.source import check_model_source
 from infgrpo.runtime.hardware import check_accelerator
 from infgrpo.settings import ConfigError
 from infgrpo.training.checkpoint_check import check_checkpoint_path

@@ -26,9 +26,9 @@ from torchmetrics import MeanMetric
 from infgrpo.algo import ADVANTAGES, Objective
 from infgrpo.callbacks.completion_table import CompletionTable, LoggingConfig
 from infgrpo.evaluation import EvaluationConfig, score_heldout
-from infgrpo.model_config import LoRAConfig, PolicyConfig, QuantizationConfig, load_kwargs
-from infgrpo.model_source import check_model_source
-from infgrpo.models import frozen_reference, load_policy, load_tokenizer, resolve_output_dir, save_trained
+from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig, load_kwargs
+from infgrpo.policy.load import frozen_reference, load_policy, load_tokenizer, resolve_output_dir, save_trained
+from infgrpo.policy.source import check_model_source
 from infgrpo.rewards import correct_answers
 from infgrpo.rewards.config import RewardConfig
 from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype

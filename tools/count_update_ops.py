@@ -14,7 +14,7 @@ import argparse
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from infgrpo.models import load_policy
+from infgrpo.policy.load import load_policy
 from infgrpo.sampler import Rollouts
 from infgrpo.update import LossConfig
 from infgrpo.update.runner import PolicyUpdate

@@ -2,7 +2,7 @@
 
     python tools/fingerprint.py rollout OUT.json   # every default configuration of bench rollout --model tiny
     python tools/fingerprint.py train OUT.json     # fit configs/tiny.yaml for 5 steps: sha256 of every parameter
-    python tools/fingerprint.py dynamic OUT.json   # dynamic sampling: rollouts of both schemes, 5 fit steps, bench dynamic
+    python tools/fingerprint.py dynamic OUT.json   # dynamic sampling: both schemes, 5 fit steps, bench dynamic
 
 Two commits whose fingerprints agree sample the same completions and train to the same parameters
 (issues #17 and #28 compared the commits before and after their restructurings this way; threads fixed at 1).
@@ -30,7 +30,7 @@ def rollout(out: str) -> None:
     """Hashes of every (prompts x G x decoder) configuration of ``bench rollout --model tiny``, to ``out``."""
     from infgrpo import MicroGroupSampler, SamplerConfig
     from infgrpo.data.datamodule import encode_prompt, load_rows
-    from infgrpo.models import load_policy, load_tokenizer
+    from infgrpo.policy.load import load_policy, load_tokenizer
     from infgrpo.runtime.threads import set_threads
 
     set_threads(1)
@@ -91,7 +91,7 @@ def dynamic(out: str) -> None:
     policies; the parameters after 5 fit steps with ``dynamic_sampling.enabled``; ``bench dynamic``'s rows."""
     from infgrpo import MicroGroupSampler, SamplerConfig
     from infgrpo.data.datamodule import encode_prompt, load_rows
-    from infgrpo.models import load_policy, load_tokenizer
+    from infgrpo.policy.load import load_policy, load_tokenizer
     from infgrpo.rewards.synthetic import synthetic_reward
     from infgrpo.runtime.threads import set_threads
     from infgrpo.sampler.dynamic import DynamicSpec
@@ -124,7 +124,8 @@ def dynamic(out: str) -> None:
     print("fit", res["fit_params_sha256"], flush=True)
     from infgrpo.bench.dynamic import main as bench_dynamic
 
-    bench = bench_dynamic(["--model", "tiny", "--steps", "2", "--prompts", "2", "--group-size", "4", "--num-slots", "8"])
+    args = ["--model", "tiny", "--steps", "2", "--prompts", "2", "--group-size", "4", "--num-slots", "8"]
+    bench = bench_dynamic(args)
     res["bench_rows"] = digest([{k: v for k, v in r.items() if k != "wall_s"} for r in bench["rows"]])
     print("bench dynamic rows", res["bench_rows"])
     with open(out, "w") as f:

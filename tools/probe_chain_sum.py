@@ -18,7 +18,7 @@ import collections
 import torch
 
 from infgrpo.bench.learn_job import ANSWER_ONLY, CHAIN_SUM, job_data
-from infgrpo.models import load_policy, load_tokenizer
+from infgrpo.policy.load import load_policy, load_tokenizer
 from infgrpo.rewards.reasoning_tasks import reasoning_gym_reward
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 

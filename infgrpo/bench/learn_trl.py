@@ -47,7 +47,7 @@ from infgrpo.bench.learn_job import (
     snapshot_steps,
     step_record,
 )
-from infgrpo.models import load_policy, load_tokenizer
+from infgrpo.policy.load import load_policy, load_tokenizer
 from infgrpo.rewards import score_rewards
 
 

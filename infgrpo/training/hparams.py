@@ -22,7 +22,7 @@ from infgrpo.algo import Objective
 from infgrpo.algo.zero_advantage import skip_reason
 from infgrpo.callbacks.completion_table import LoggingConfig
 from infgrpo.evaluation import EvaluationConfig
-from infgrpo.model_config import LoRAConfig, PolicyConfig, QuantizationConfig, check_policy
+from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig, check_policy
 from infgrpo.rewards.config import RewardConfig
 from infgrpo.runtime.seeds import run_seed
 from infgrpo.runtime.threads import Threads, check_threads

@@ -13,7 +13,7 @@ from infgrpo.bench.models import TINY_VOCAB, random_prompt_stop_ids, save_bench_
 from infgrpo.bench.results import logged_steps
 from infgrpo.bench.table import cell, markdown_table, render
 from infgrpo.bench.train_tiny import read_train_curves
-from infgrpo.models import load_tokenizer
+from infgrpo.policy.load import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = sorted((ROOT / "benchmarks/tools").glob("*.json"))  # written by tools/*.py, not by infgrpo.bench

@@ -15,7 +15,7 @@ import torch
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.algo import Objective
 from infgrpo.data import PromptDataModule
-from infgrpo.models import load_policy
+from infgrpo.policy.load import load_policy
 from infgrpo.sampler import Rollouts
 from infgrpo.update import LossConfig
 from infgrpo.update.logprobs import causal_lm_parts

@@ -247,7 +247,7 @@ def test_the_probe_turns_sharing_off_for_attention_that_ignores_the_cache():
 def test_4bit_lora_with_checkpointing_shares_prompts_and_keeps_their_gradients(tokenizer, tmp_path):
     # peft's k-bit preparation used to leave torch's default, reentrant checkpointing, under which the prompt's
     # K/V reach the completions without their autograd history: same loss, prompt gradients silently lost
-    from infgrpo.models import load_policy
+    from infgrpo.policy.load import load_policy
     from tests.helpers import save_base
 
     base = save_base("qwen3", tokenizer, tmp_path / "base")
