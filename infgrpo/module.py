@@ -24,7 +24,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES, Objective
-from infgrpo.callbacks.completion_table import CompletionTable, LoggingConfig
+from infgrpo.callbacks.completion_table import CompletionTable
 from infgrpo.evaluation import EvaluationConfig, score_heldout
 from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig, load_kwargs
 from infgrpo.policy.load import frozen_reference, load_policy, load_tokenizer, resolve_output_dir, save_trained
@@ -40,7 +40,7 @@ from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.training.checkpoint_hparams import grouped_checkpoint
 from infgrpo.training.dynamic import DynamicSampling, DynamicSamplingConfig
 from infgrpo.training.fit_ranks import trainer_ranks
-from infgrpo.training.hparams import check_settings, resolve_skip, resumed_seed
+from infgrpo.training.hparams import LoggingConfig, check_settings, resolve_skip, resumed_seed
 from infgrpo.training.metrics import progress_bar, step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_optimizer_steps
 from infgrpo.training.prompt_check import check_data_prompts

@@ -20,17 +20,39 @@ from typing import Any
 
 from infgrpo.algo import Objective
 from infgrpo.algo.zero_advantage import skip_reason
-from infgrpo.callbacks.completion_table import LoggingConfig
 from infgrpo.evaluation import EvaluationConfig
 from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig, check_policy
 from infgrpo.rewards.config import RewardConfig
 from infgrpo.runtime.seeds import run_seed
 from infgrpo.runtime.threads import Threads, check_threads
 from infgrpo.sampler import SamplerConfig
-from infgrpo.settings import ConfigError, build_group
+from infgrpo.settings import ConfigError, build_group, check_types
 from infgrpo.training.dynamic import DynamicSamplingConfig
 from infgrpo.training.optim import OptimizerConfig
 from infgrpo.update.config import UpdateConfig
+
+
+@dataclass
+class LoggingConfig:
+    """What a run logs besides its metrics (``model.logging``).
+
+    Read by ``GRPOModule.configure_callbacks``, which attaches the
+    :class:`~infgrpo.callbacks.completion_table.CompletionTable`; kept here, with the groups, so that settings
+    never import a callback (nor Lightning through it).
+    """
+
+    log_completions_every_n_steps: int = 0
+    """Every N steps, log a table of prompts, completions and rewards to the loggers and the console
+    (0 = never; TRL's ``log_completions``)."""
+    num_completions_to_log: int = 4
+    """Rows of that table (TRL's ``num_completions_to_print``)."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        for name in ("log_completions_every_n_steps", "num_completions_to_log"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be an integer >= 0")
+
 
 GROUPS: dict[str, type] = {
     "policy": PolicyConfig,
