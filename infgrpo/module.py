@@ -37,7 +37,7 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.seeds import derive_seed
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
-from infgrpo.training.checkpoint_hparams import grouped_checkpoint
+from infgrpo.training.compat_v01 import grouped_checkpoint
 from infgrpo.training.dynamic import DynamicSampling, DynamicSamplingConfig
 from infgrpo.training.fit_ranks import trainer_ranks
 from infgrpo.training.hparams import LoggingConfig, check_settings, resolve_skip, resumed_seed
@@ -154,7 +154,7 @@ class GRPOModule(L.LightningModule):
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> GRPOModule:  # noqa: D417
         """Lightning's ``load_from_checkpoint``; a checkpoint of infgrpo 0.1 (flat hyper-parameters) has them
-        moved into the groups first (:func:`~infgrpo.training.hparams.group_flat_hparams`)."""
+        moved into the groups first (:mod:`~infgrpo.training.compat_v01`, until 0.4)."""
         return super().load_from_checkpoint(grouped_checkpoint(checkpoint_path), *args, **kwargs)
 
     @property
