@@ -40,7 +40,7 @@ from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.training.compat_v01 import grouped_checkpoint
 from infgrpo.training.dynamic import DynamicSampling, DynamicSamplingConfig
 from infgrpo.training.fit_ranks import trainer_ranks
-from infgrpo.training.hparams import LoggingConfig, check_settings, resolve_skip, resumed_seed
+from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
 from infgrpo.training.metrics import progress_bar, step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_optimizer_steps
 from infgrpo.training.prompt_check import check_data_prompts
@@ -48,7 +48,6 @@ from infgrpo.training.record import StepRecord
 from infgrpo.training.rng_state import gather_rng_state, restore_rng_state
 from infgrpo.training.scoring import Scores, score_rollouts
 from infgrpo.training.stream_state import gather_stream_positions, restore_stream_position
-from infgrpo.update import LossConfig
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import check_chunked_head
 from infgrpo.update.runner import PolicyUpdate
@@ -130,12 +129,10 @@ class GRPOModule(L.LightningModule):
         self.eval_sampler = MicroGroupSampler(self.policy, self.tokenizer, eval_cfg)
         # 4) the update, and the state of a run
         temperature = s.sampler.temperature if s.sampler.temperature > 0 else 1.0
-        loss = LossConfig(s.objective, temperature, s.sampler.max_new_tokens, s.update.logit_chunk_tokens)
         shared = resolve_share_prompt(self.policy, s.update.share_prompt)  # probed on the loaded model
         self.updater = PolicyUpdate(
-            loss, num_iterations=s.update.num_iterations, token_budget=s.update.token_budget,
-            update_memory=s.update.update_memory, mask_truncated_completions=s.objective.mask_truncated_completions,
-            pad_id=self.sampler.pad_id, share_prompt=shared, skip_zero_advantage=resolve_skip(s),
+            s.update, s.objective, temperature=temperature, max_completion_length=s.sampler.max_new_tokens,
+            pad_id=self.sampler.pad_id, share_prompt=shared,
         )  # fmt: skip
         self.rewards = s.rewards.functions
         self.scoring = dict(

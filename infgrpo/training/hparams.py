@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infgrpo.algo import Objective
-from infgrpo.algo.zero_advantage import skip_reason
+from infgrpo.algo.zero_advantage import resolve_skip
 from infgrpo.evaluation import EvaluationConfig
 from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig, check_policy
 from infgrpo.rewards.config import RewardConfig
@@ -121,26 +121,12 @@ def check_settings(
     except ValueError as err:
         raise ConfigError(str(err)) from err
     check_policy(built["lora"], built["quantization"])
-    reason = skip_reason(built["objective"])
-    if built["update"].skip_zero_advantage == "on" and reason is not None:
-        raise ConfigError(f"update.skip_zero_advantage='on' cannot be exact here: {reason}; use 'auto' or 'off'")
+    resolve_skip(built["update"].skip_zero_advantage, built["objective"], warn=False)  # 'on' where not exact
     warn_filtered_behaviour_logprobs(built["sampler"], built["objective"])
     return ModuleSettings(
         group_size=group_size, output_dir=output_dir, seed=run_seed(seed),
         threads=threads, **built,
     )  # fmt: skip
-
-
-def resolve_skip(settings: ModuleSettings) -> bool:
-    """Whether the update skips zero-advantage rows (``update.skip_zero_advantage``); 'auto' says in one line why
-    it is off where the objective makes it inexact."""
-    setting, reason = settings.update.skip_zero_advantage, skip_reason(settings.objective)
-    if setting == "off":
-        return False
-    if reason is not None:
-        warnings.warn(f"[infgrpo] update.skip_zero_advantage: off, because {reason}", stacklevel=3)
-        return False
-    return True
 
 
 def resumed_seed(settings: ModuleSettings, given: bool, saved: Mapping[str, Any] | None) -> ModuleSettings:
