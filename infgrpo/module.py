@@ -29,7 +29,7 @@ from infgrpo.evaluation import EvaluationConfig, score_heldout
 from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig, load_kwargs
 from infgrpo.policy.load import frozen_reference, load_policy, load_tokenizer, resolve_output_dir, save_trained
 from infgrpo.policy.source import check_model_source
-from infgrpo.rewards import correct_answers
+from infgrpo.rewards import correct_rows
 from infgrpo.rewards.config import RewardConfig
 from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
 from infgrpo.runtime.memory import PhaseMemory
@@ -46,7 +46,7 @@ from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_opt
 from infgrpo.training.prompt_check import check_data_prompts
 from infgrpo.training.record import StepRecord
 from infgrpo.training.rng_state import gather_rng_state, restore_rng_state
-from infgrpo.training.scoring import Scores, score_rollouts
+from infgrpo.training.scoring import Scorer, Scores
 from infgrpo.training.stream_state import gather_stream_positions, restore_stream_position
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import check_chunked_head
@@ -134,12 +134,9 @@ class GRPOModule(L.LightningModule):
             s.update, s.objective, temperature=temperature, max_completion_length=s.sampler.max_new_tokens,
             pad_id=self.sampler.pad_id, share_prompt=shared,
         )  # fmt: skip
-        self.rewards = s.rewards.functions
-        self.scoring = dict(
-            rewards=s.rewards.functions, on_error=s.rewards.on_error, max_completion_length=s.sampler.max_new_tokens
-        )
+        self.scorer = Scorer(self.tokenizer, s.rewards.functions, s.rewards.on_error, s.sampler.max_new_tokens)
         self.dynamic = (
-            DynamicSampling(s.dynamic_sampling, self.sampler, self.tokenizer, self.scoring, s.group_size)
+            DynamicSampling(s.dynamic_sampling, self.sampler, self.scorer, s.group_size)
             if s.dynamic_sampling.enabled
             else None
         )
@@ -203,7 +200,7 @@ class GRPOModule(L.LightningModule):
             rollouts = self.sampler.sample(
                 prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks
             )
-        return rollouts, score_rollouts(self.tokenizer, rollouts, [b["meta"] for b in batch], **self.scoring), batch
+        return rollouts, self.scorer(rollouts, [b["meta"] for b in batch]), batch
 
     def training_step(self, batch: list[dict], batch_idx: int) -> None:
         """One GRPO step on ``batch``: rollout, scores, group advantages, ``num_iterations`` optimizer steps, metrics.
@@ -264,7 +261,7 @@ class GRPOModule(L.LightningModule):
         )
         if not scores.total.isnan().all():  # failed rewards (NaN under skip) left out
             self.val_reward.update(scores.total[~scores.total.isnan()])
-        correct = correct_answers(scores.parts[rewards.accuracy]) if rewards.accuracy is not None else None
+        correct = correct_rows(scores.parts, rewards.accuracy)
         if correct is not None and correct.numel():
             self.val_accuracy.update(correct)
 
