@@ -59,7 +59,7 @@ def add_args(ap: argparse.ArgumentParser) -> None:
 def setup(args: argparse.Namespace) -> tuple[Any, Any, list[dict], str]:
     """(policy, tokenizer, the task's training items, the reward's name)."""
     from infgrpo.data import PromptDataModule
-    from infgrpo.models import load_policy, load_tokenizer
+    from infgrpo.policy.load import load_policy, load_tokenizer
 
     data_kw, reward = JOBS[args.model]
     data = PromptDataModule(tokenizer=args.model, batch_size=args.prompts, **data_kw)

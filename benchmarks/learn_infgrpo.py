@@ -35,7 +35,7 @@ from benchmarks.learn_job import (
     step_record,
 )
 from infgrpo.data import PromptDataModule
-from infgrpo.models import save_trained
+from infgrpo.policy.load import save_trained
 
 COUNTED = ("train/dynamic/", "train/update/rows")
 """Metrics a step record keeps besides reward and seconds: dynamic sampling's counts, the rows the update skipped."""

@@ -25,7 +25,7 @@ import torch
 from benchmarks.memory import PeakRSS
 from infgrpo.data import PromptDataModule
 from infgrpo.evaluation import evaluate
-from infgrpo.models import load_policy, load_tokenizer
+from infgrpo.policy.load import load_policy, load_tokenizer
 
 TINY_TASK = "tiny"
 """``--task tiny``: the shipped synthetic task (rewarded by ``synthetic``); any other name is a reasoning-gym task."""

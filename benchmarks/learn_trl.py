@@ -4,8 +4,8 @@
 
 What is shared with the infgrpo side, so the job is the same:
 
-- the model: an instance loaded by :func:`infgrpo.models.load_policy` (no LoRA), and the tokenizer by
-  :func:`~infgrpo.models.load_tokenizer` (its chat template); the adapter from ``peft_config``, a
+- the model: an instance loaded by :func:`infgrpo.policy.load_policy` (no LoRA), and the tokenizer by
+  :func:`~infgrpo.policy.load_tokenizer` (its chat template); the adapter from ``peft_config``, a
   ``LoraConfig`` equal to the one ``load_policy`` builds (r, alpha, dropout 0, all-linear). TRL seeds
   (``set_seed(seed)``) right before it adds the adapter; the infgrpo child does the same, so both
   adapters start equal (``initial_adapter_sha``);
@@ -47,7 +47,7 @@ from benchmarks.learn_job import (
     snapshot_steps,
     step_record,
 )
-from infgrpo.models import load_policy, load_tokenizer
+from infgrpo.policy.load import load_policy, load_tokenizer
 from infgrpo.rewards import score_rewards
 
 

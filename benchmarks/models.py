@@ -31,7 +31,7 @@ import torch
 from transformers import PreTrainedModel, Qwen3Config, Qwen3ForCausalLM
 
 from infgrpo.data.datamodule import encode_prompt, load_rows
-from infgrpo.models import load_policy, load_tokenizer
+from infgrpo.policy.load import load_policy, load_tokenizer
 
 QWEN3_VOCAB = 151_936
 TINY_VOCAB = 103

@@ -50,7 +50,7 @@ SIZES = (  # (prompts, G, slots, max_new_tokens)
 def tiny_rollouts(warmup: int, batches: int, seed: int = 0) -> dict:
     """Engine runs of every policy on the tiny model with the online-learned predictor."""
     from infgrpo.data import PromptDataModule
-    from infgrpo.models import load_policy, load_tokenizer
+    from infgrpo.policy.load import load_policy, load_tokenizer
     from infgrpo.sampler import SamplerConfig
     from infgrpo.sampler.engine.engine import Engine
     from infgrpo.sampler.engine.feed import FixedBatch

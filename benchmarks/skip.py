@@ -68,7 +68,6 @@ def timed_update(module, updater, rollouts, advantages, opt) -> float:  # noqa: 
 def run(args: argparse.Namespace) -> dict:
     """Both updates of every step from the same state; the recipe continues with the skip's."""
     from infgrpo.algo import ADVANTAGES
-    from infgrpo.training.scoring import score_rollouts
 
     torch.manual_seed(0)
     module, data = build(args.config)
@@ -89,7 +88,7 @@ def run(args: argparse.Namespace) -> dict:
             data.train_items[i] for i in order[step * data.hparams.batch_size : (step + 1) * data.hparams.batch_size]
         ]
         rollouts = module.sampler.sample([b["prompt_ids"] for b in batch], s.group_size, seed=step)
-        scores = score_rollouts(module.tokenizer, rollouts, [b["meta"] for b in batch], **module.scoring)
+        scores = module.scorer(rollouts, [b["meta"] for b in batch])
         adv = ADVANTAGES.get(s.objective.advantage)(scores.total, s.group_size, s.objective.scale_rewards)
         before = ({n: p.detach().clone() for n, p in trainable}, copy.deepcopy(opt.state_dict()))
         seconds, after = {}, {}

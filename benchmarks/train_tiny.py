@@ -23,7 +23,7 @@ from benchmarks.table import Column, cell, markdown_table
 from infgrpo.data import PromptDataModule
 from infgrpo.evaluation import evaluate
 from infgrpo.fit import main as fit_main
-from infgrpo.models import load_policy, load_tokenizer
+from infgrpo.policy.load import load_policy, load_tokenizer
 
 
 def read_train_curves(root: Path) -> dict[str, float]:

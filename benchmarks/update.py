@@ -31,7 +31,7 @@ from benchmarks.memory import PeakRSS, mib
 from benchmarks.models import BENCH_MODELS, NAMES_HELP, default_device
 from benchmarks.table import cell, markdown_table, ratio
 from infgrpo.sampler import Rollouts
-from infgrpo.update import LossConfig
+from infgrpo.update.config import UpdateConfig
 from infgrpo.update.runner import PolicyUpdate
 
 
@@ -60,7 +60,8 @@ def lora_model(name: str, rank: int) -> torch.nn.Module:
 def update_once(model: torch.nn.Module, rolls: Rollouts, budget: int, share: bool) -> dict:
     """One PolicyUpdate on ``rolls``: its wall time and what it ran (plain SGD; the gradient is what costs)."""
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-    updater = PolicyUpdate(LossConfig(max_completion_length=64), token_budget=budget, share_prompt=share)
+    update = UpdateConfig(token_budget=budget, skip_zero_advantage="off")
+    updater = PolicyUpdate(update, max_completion_length=64, share_prompt=share)
     adv = torch.tensor([1.0 if i % 2 else -1.0 for i in range(len(rolls))])
     start = time.perf_counter()
     result = updater.run(model, rolls, adv, lambda loss: loss.backward(), opt.step, opt.zero_grad)

@@ -5,12 +5,12 @@ settings come in groups, one dataclass each (``model.<group>.<field>`` in YAML a
 """
 
 from infgrpo.algo import Objective
-from infgrpo.callbacks.completion_table import LoggingConfig
 from infgrpo.evaluation import EvaluationConfig
-from infgrpo.model_config import LoRAConfig, PolicyConfig, QuantizationConfig
 from infgrpo.module import GRPOModule
+from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig
 from infgrpo.rewards.config import RewardConfig
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
+from infgrpo.training.hparams import LoggingConfig
 from infgrpo.training.optim import OptimizerConfig
 from infgrpo.update.config import UpdateConfig
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from infgrpo.rewards import RewardScores, correct_answers, score_rewards
+from infgrpo.rewards import RewardScores, correct_rows, score_rewards
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 from infgrpo.settings import ConfigError, check_types
@@ -83,6 +83,7 @@ def evaluate(
         MicroGroupSampler(model, tokenizer, cfg), tokenizer, items, rewards, reward_on_error, batch_size
     )
     result = {"reward": scores.total.nanmean().item(), "completion_length": sum(lengths) / len(lengths)}
-    if accuracy_reward is not None:
-        result["accuracy"] = correct_answers(scores.parts[accuracy_reward]).mean().item()
+    correct = correct_rows(scores.parts, accuracy_reward)
+    if correct is not None:
+        result["accuracy"] = correct.mean().item()
     return result

@@ -20,11 +20,9 @@ import importlib.util
 import os
 import sys
 import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from jsonargparse import DefaultHelpFormatter, Namespace, set_parsing_settings
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.cli import LightningCLI
@@ -36,12 +34,13 @@ from infgrpo.callbacks.plain_progress import PlainProgress
 from infgrpo.callbacks.progress_bar import StepProgressBar
 from infgrpo.data import PromptDataModule
 from infgrpo.data.datamodule import check_data_settings
-from infgrpo.model_source import check_model_source
 from infgrpo.module import GRPOModule
+from infgrpo.policy.source import check_model_source
 from infgrpo.runtime.hardware import check_accelerator
 from infgrpo.settings import ConfigError
 from infgrpo.training.checkpoint_check import check_checkpoint_path
-from infgrpo.training.hparams import GROUPS, MOVED, REWARD_FIELDS, check_settings
+from infgrpo.training.compat_v01 import old_keys
+from infgrpo.training.hparams import check_settings
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.
@@ -76,53 +75,6 @@ def resolve_seeds(config: Any) -> None:
     for section in ("model", "data"):
         if config.get(section) is not None and config[section].get("seed") is None:
             config[section]["seed"] = seed
-
-
-def old_keys(argv: list[str]) -> str | None:
-    """The message for the first flat key of infgrpo 0.1 under ``model`` in ``argv``'s YAML files or flags, if any.
-
-    Such a key is now in a group (:data:`~infgrpo.training.hparams.MOVED`); it is named with its new key,
-    never read as the new one.
-    """
-    found: list[tuple[str, str]] = []
-    for i, arg in enumerate(argv):
-        name, _, value = arg.partition("=")
-        if name in ("-c", "--config"):
-            path = value or (argv[i + 1] if i + 1 < len(argv) else "")
-            found += [(k, f"in {path}") for k in yaml_model_keys(path)]
-        elif name.startswith("--model."):
-            found.append((name.removeprefix("--model.").split(".")[0], f"({name})"))
-    for key, where in found:
-        if key == "rewards:weights":
-            return (
-                f"model.rewards {where} maps reward names to weights: they go in model.rewards.functions now "
-                "(model.rewards is a group: functions, accuracy, on_error)"
-            )
-        if key in MOVED and key not in GROUPS:
-            return (
-                f"model.{key} {where} is model.{MOVED[key]} now: GRPOModule's settings are in groups (the README's "
-                "table lists every key; TRL's names are kept inside the groups)"
-            )
-    return None
-
-
-def yaml_model_keys(path: str) -> list[str]:
-    """The keys of the ``model`` section of the YAML file ``path`` ([] if it cannot be read: the parser says why).
-
-    A ``rewards`` mapping of reward names (0.1's form) counts as the key ``rewards.functions`` moved to.
-    """
-    try:
-        section = (yaml.safe_load(Path(path).read_text()) or {}).get("model") or {}
-    except (OSError, yaml.YAMLError, AttributeError):
-        return []
-    if not isinstance(section, dict):
-        return []
-    section = section.get("init_args", section)
-    keys = list(section)
-    rewards = section.get("rewards")
-    if isinstance(rewards, dict) and not set(rewards) <= REWARD_FIELDS:
-        keys[keys.index("rewards")] = "rewards:weights"
-    return keys
 
 
 class GRPOCLI(LightningCLI):

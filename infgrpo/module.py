@@ -24,12 +24,12 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES, Objective
-from infgrpo.callbacks.completion_table import CompletionTable, LoggingConfig
+from infgrpo.callbacks.completion_table import CompletionTable
 from infgrpo.evaluation import EvaluationConfig, score_heldout
-from infgrpo.model_config import LoRAConfig, PolicyConfig, QuantizationConfig, load_kwargs
-from infgrpo.model_source import check_model_source
-from infgrpo.models import frozen_reference, load_policy, load_tokenizer, resolve_output_dir, save_trained
-from infgrpo.rewards import correct_answers
+from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig, load_kwargs
+from infgrpo.policy.load import frozen_reference, load_policy, load_tokenizer, resolve_output_dir, save_trained
+from infgrpo.policy.source import check_model_source
+from infgrpo.rewards import correct_rows
 from infgrpo.rewards.config import RewardConfig
 from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
 from infgrpo.runtime.memory import PhaseMemory
@@ -37,18 +37,17 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.seeds import derive_seed
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
-from infgrpo.training.checkpoint_hparams import grouped_checkpoint
+from infgrpo.training.compat_v01 import grouped_checkpoint
 from infgrpo.training.dynamic import DynamicSampling, DynamicSamplingConfig
 from infgrpo.training.fit_ranks import trainer_ranks
-from infgrpo.training.hparams import check_settings, resolve_skip, resumed_seed
+from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
 from infgrpo.training.metrics import progress_bar, step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_optimizer_steps
 from infgrpo.training.prompt_check import check_data_prompts
 from infgrpo.training.record import StepRecord
 from infgrpo.training.rng_state import gather_rng_state, restore_rng_state
-from infgrpo.training.scoring import Scores, score_rollouts
+from infgrpo.training.scoring import Scorer, Scores
 from infgrpo.training.stream_state import gather_stream_positions, restore_stream_position
-from infgrpo.update import LossConfig
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import check_chunked_head
 from infgrpo.update.runner import PolicyUpdate
@@ -130,19 +129,14 @@ class GRPOModule(L.LightningModule):
         self.eval_sampler = MicroGroupSampler(self.policy, self.tokenizer, eval_cfg)
         # 4) the update, and the state of a run
         temperature = s.sampler.temperature if s.sampler.temperature > 0 else 1.0
-        loss = LossConfig(s.objective, temperature, s.sampler.max_new_tokens, s.update.logit_chunk_tokens)
         shared = resolve_share_prompt(self.policy, s.update.share_prompt)  # probed on the loaded model
         self.updater = PolicyUpdate(
-            loss, num_iterations=s.update.num_iterations, token_budget=s.update.token_budget,
-            update_memory=s.update.update_memory, mask_truncated_completions=s.objective.mask_truncated_completions,
-            pad_id=self.sampler.pad_id, share_prompt=shared, skip_zero_advantage=resolve_skip(s),
+            s.update, s.objective, temperature=temperature, max_completion_length=s.sampler.max_new_tokens,
+            pad_id=self.sampler.pad_id, share_prompt=shared,
         )  # fmt: skip
-        self.rewards = s.rewards.functions
-        self.scoring = dict(
-            rewards=s.rewards.functions, on_error=s.rewards.on_error, max_completion_length=s.sampler.max_new_tokens
-        )
+        self.scorer = Scorer(self.tokenizer, s.rewards.functions, s.rewards.on_error, s.sampler.max_new_tokens)
         self.dynamic = (
-            DynamicSampling(s.dynamic_sampling, self.sampler, self.tokenizer, self.scoring, s.group_size)
+            DynamicSampling(s.dynamic_sampling, self.sampler, self.scorer, s.group_size)
             if s.dynamic_sampling.enabled
             else None
         )
@@ -154,7 +148,7 @@ class GRPOModule(L.LightningModule):
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> GRPOModule:  # noqa: D417
         """Lightning's ``load_from_checkpoint``; a checkpoint of infgrpo 0.1 (flat hyper-parameters) has them
-        moved into the groups first (:func:`~infgrpo.training.hparams.group_flat_hparams`)."""
+        moved into the groups first (:mod:`~infgrpo.training.compat_v01`, until 0.4)."""
         return super().load_from_checkpoint(grouped_checkpoint(checkpoint_path), *args, **kwargs)
 
     @property
@@ -206,7 +200,7 @@ class GRPOModule(L.LightningModule):
             rollouts = self.sampler.sample(
                 prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks
             )
-        return rollouts, score_rollouts(self.tokenizer, rollouts, [b["meta"] for b in batch], **self.scoring), batch
+        return rollouts, self.scorer(rollouts, [b["meta"] for b in batch]), batch
 
     def training_step(self, batch: list[dict], batch_idx: int) -> None:
         """One GRPO step on ``batch``: rollout, scores, group advantages, ``num_iterations`` optimizer steps, metrics.
@@ -267,7 +261,7 @@ class GRPOModule(L.LightningModule):
         )
         if not scores.total.isnan().all():  # failed rewards (NaN under skip) left out
             self.val_reward.update(scores.total[~scores.total.isnan()])
-        correct = correct_answers(scores.parts[rewards.accuracy]) if rewards.accuracy is not None else None
+        correct = correct_rows(scores.parts, rewards.accuracy)
         if correct is not None and correct.numel():
             self.val_accuracy.update(correct)
 

@@ -6,7 +6,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from infgrpo.models import load_policy, load_tokenizer  # noqa: E402
+from infgrpo.policy.load import load_policy, load_tokenizer  # noqa: E402
 
 torch.set_num_threads(int(os.environ.get("INFGRPO_TEST_THREADS", "2")))  # 1 on a shared, busy machine
 

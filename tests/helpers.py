@@ -7,7 +7,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from infgrpo.models import load_policy
+from infgrpo.policy.load import load_policy
 
 
 def random_model(arch: str, dtype: torch.dtype = torch.float32, vocab: int = 103, seed: int = 0, **config):

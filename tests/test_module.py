@@ -241,7 +241,7 @@ def test_kl_bias_correction_is_on_by_default_as_in_trl_1_16():
 
 
 def test_relative_output_dir_goes_under_the_runs_root(tmp_path, monkeypatch, capsys):
-    from infgrpo.models import resolve_output_dir
+    from infgrpo.policy.load import resolve_output_dir
 
     assert resolve_output_dir("/abs/adapter", "runs/a") == Path("/abs/adapter")
     assert resolve_output_dir("adapter", "runs/a") == Path("runs/a/adapter")

@@ -12,7 +12,7 @@ import torch
 
 from infgrpo import GRPOModule, MicroGroupSampler, SamplerConfig
 from infgrpo.data import PromptDataModule
-from infgrpo.models import SMOLLM2_FILE, load_policy, load_tokenizer, resolve_model, smollm2_gguf
+from infgrpo.policy.load import SMOLLM2_FILE, load_policy, load_tokenizer, resolve_model, smollm2_gguf
 from tests.helpers import trainer
 
 needs_smollm2 = pytest.mark.skipif(

@@ -14,9 +14,9 @@ import argparse
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from infgrpo.models import load_policy
+from infgrpo.policy.load import load_policy
 from infgrpo.sampler import Rollouts
-from infgrpo.update import LossConfig
+from infgrpo.update.config import UpdateConfig
 from infgrpo.update.runner import PolicyUpdate
 
 
@@ -45,7 +45,8 @@ def main() -> None:
     rolls = Rollouts(prompts, 8, completions, [torch.zeros(24) for _ in completions], ["stop"] * 16)
     advantages = torch.tensor([1.0 if i % 2 else -1.0 for i in range(16)])
     for share in (False, True):
-        updater = PolicyUpdate(LossConfig(max_completion_length=24), token_budget=budget, share_prompt=share)
+        update = UpdateConfig(token_budget=budget, skip_zero_advantage="off")
+        updater = PolicyUpdate(update, max_completion_length=24, share_prompt=share)
         with Count() as count:
             updater.run(model, rolls, advantages, lambda loss: loss.backward(), lambda: None, model.zero_grad)
         print(f"token_budget={budget} share_prompt={share}: {count.ops:,} aten operators, {count.reads} scalar reads")

@@ -33,7 +33,7 @@ def rollout(out: str) -> None:
     """Hashes of every (prompts x G x decoder) configuration of ``bench rollout --model tiny``, to ``out``."""
     from infgrpo import MicroGroupSampler, SamplerConfig
     from infgrpo.data.datamodule import encode_prompt, load_rows
-    from infgrpo.models import load_policy, load_tokenizer
+    from infgrpo.policy.load import load_policy, load_tokenizer
     from infgrpo.runtime.threads import set_threads
 
     set_threads(1)
@@ -94,7 +94,7 @@ def dynamic(out: str) -> None:
     policies; the parameters after 5 fit steps with ``dynamic_sampling.enabled``; ``bench dynamic``'s rows."""
     from infgrpo import MicroGroupSampler, SamplerConfig
     from infgrpo.data.datamodule import encode_prompt, load_rows
-    from infgrpo.models import load_policy, load_tokenizer
+    from infgrpo.policy.load import load_policy, load_tokenizer
     from infgrpo.rewards.synthetic import synthetic_reward
     from infgrpo.runtime.threads import set_threads
     from infgrpo.sampler.engine.dynamic import DynamicSpec

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from infgrpo.models import load_policy, load_tokenizer
+from infgrpo.policy import load_policy, load_tokenizer
 from infgrpo.rewards.reasoning_tasks import reasoning_gym_reward
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 

@@ -27,7 +27,8 @@ import torch
 
 from infgrpo.runtime.host_memory import release_host_memory
 from infgrpo.sampler import Rollouts
-from infgrpo.update import LossConfig, chunked_head, prompt_carry, shared_batching
+from infgrpo.update import chunked_head, prompt_carry, shared_batching
+from infgrpo.update.config import UpdateConfig
 from infgrpo.update.runner import PolicyUpdate
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout: benchmarks/ is a folder there, not installed
@@ -96,8 +97,8 @@ def main() -> None:
     comps = [torch.randint(103, vocab, (c_len,), generator=g).tolist() for _ in range(16)]
     rollouts = Rollouts([prompt], 16, comps, [torch.zeros(c_len) for _ in comps], ["length"] * 16)
     advantages = torch.tensor([1.0 if i % 2 else -1.0 for i in range(16)])
-    cfg = LossConfig(max_completion_length=c_len)
-    updater = PolicyUpdate(cfg, token_budget=args.token_budget, share_prompt=bool(args.share_prompt))
+    update = UpdateConfig(token_budget=args.token_budget, skip_zero_advantage="off")
+    updater = PolicyUpdate(update, max_completion_length=c_len, share_prompt=bool(args.share_prompt))
 
     def step() -> None:
         torch.nn.utils.clip_grad_norm_(params, 1.0)

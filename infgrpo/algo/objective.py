@@ -22,9 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from infgrpo.algo.advantages import ADVANTAGES, ScaleRewards, check_scale_rewards
+from infgrpo.algo.advantages import ADVANTAGES, ScaleRewards
 from infgrpo.algo.kl import KL_ESTIMATORS
-from infgrpo.registry import check_choice, choices
 from infgrpo.settings import ConfigError, check_types
 
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
@@ -128,14 +127,10 @@ class Objective:
     (the whole generation batch's, over every rank) or ``none`` (Dr. GRPO)."""
 
     def __post_init__(self) -> None:
-        # 1) names
-        check_choice("loss_type", self.loss_type, choices(LossType))
-        check_choice("importance_sampling_level", self.importance_sampling_level, choices(ImportanceSamplingLevel))
-        check_choice("rollout_correction", self.rollout_correction, choices(RolloutCorrection))
+        # 1) names from registries (the Literal ones, loss_type to scale_rewards, are check_types' in 3)
         KL_ESTIMATORS.check(self.kl_estimator)
         ADVANTAGES.check(self.advantage)
-        check_scale_rewards(self.scale_rewards)
-        # 2) ranges
+        # 2) ranges (before check_types: a number's message says its range)
         for name in ("epsilon_low", "epsilon_high", "beta", "vespo_k_pos", "vespo_lambda_pos"):
             _finite(name, getattr(self, name), "a number >= 0", lambda v: v >= 0)
         for name in ("vespo_k_neg", "vespo_lambda_neg", "entropy_coef_delta"):
@@ -176,17 +171,20 @@ class Objective:
                 "None or a number >= 0 (a mean KL per token, e.g. 0.5)",
                 lambda v: v >= 0,
             )
+        lo, hi = self.rollout_correction_clip_min, self.rollout_correction_clip_max
+        if lo is not None:
+            _finite("rollout_correction_clip_min", lo, "None or a number >= 0 (a bound on a ratio)", lambda v: v >= 0)
+        if hi is not None:
+            _finite("rollout_correction_clip_max", hi, "None or a number > 0 (a bound on a ratio)", lambda v: v > 0)
+        # 3) types: what the checks above leave, the booleans and the Literal choices (unknown names listed)
+        check_types(self)
+        # 4) combinations
         self._check_rollout_correction()
-        check_types(self)  # what the checks above leave: the booleans and the names' types
         self._warn_like_trl()
 
     def _check_rollout_correction(self) -> None:
         """TRL's rules for ``vllm_importance_sampling_*`` (``GRPOConfig.__post_init__``, ``GRPOTrainer.__init__``)."""
         lo, hi, mode = self.rollout_correction_clip_min, self.rollout_correction_clip_max, self.rollout_correction
-        if lo is not None:
-            _finite("rollout_correction_clip_min", lo, "None or a number >= 0 (a bound on a ratio)", lambda v: v >= 0)
-        if hi is not None:
-            _finite("rollout_correction_clip_max", hi, "None or a number > 0 (a bound on a ratio)", lambda v: v > 0)
         if lo is not None and hi is not None and lo >= hi:
             raise ConfigError(f"rollout_correction_clip_min={lo} must be less than rollout_correction_clip_max={hi}")
         if mode.endswith("_truncate") and lo is None and hi is None:

@@ -1,6 +1,7 @@
 """Rows whose gradient is zero: a completion of advantage exactly 0, where the objective gives it no other term.
 
     reason = skip_reason(objective)     # None: the skip is exact for this objective; else why not (one line)
+    skip = resolve_skip("auto", objective)   # update.skip_zero_advantage for objective: on where exact
     rows = trained_rows(advantages)     # the rows the update must run (the others add exactly 0)
 
 **Why the skip is exact.** Write one row's contribution to a micro-batch's loss as ``N(term)``: the loss type's
@@ -35,9 +36,12 @@ log-prob mismatch are then taken over the rows the update ran (``update/rows_tra
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from infgrpo.algo.objective import Objective
+from infgrpo.settings import ConfigError
 
 
 def skip_reason(objective: Objective) -> str | None:
@@ -47,6 +51,25 @@ def skip_reason(objective: Objective) -> str | None:
     if objective.entropy_bonus:
         return "the entropy bonus (objective.entropy_coef / use_adaptive_entropy) gives every row a gradient"
     return None
+
+
+def resolve_skip(setting: str, objective: Objective, warn: bool = True) -> bool:
+    """Whether the update skips zero-advantage rows under ``update.skip_zero_advantage`` = ``setting``.
+
+    The one check of that field: 'on' where the skip is not exact for ``objective`` is a
+    :class:`~infgrpo.settings.ConfigError` (``check_settings`` calls this with ``warn=False``, before anything
+    loads); 'auto' there is off, and says in one line why (``warn``); 'off' is off.
+    """
+    if setting == "off":
+        return False
+    reason = skip_reason(objective)
+    if reason is None:
+        return True
+    if setting == "on":
+        raise ConfigError(f"update.skip_zero_advantage='on' cannot be exact here: {reason}; use 'auto' or 'off'")
+    if warn:  # stacklevel: resolve_skip <- PolicyUpdate <- GRPOModule <- the module's caller
+        warnings.warn(f"[infgrpo] update.skip_zero_advantage: off, because {reason}", stacklevel=4)
+    return False
 
 
 def trained_rows(advantages: torch.Tensor, lengths: list[int] | None = None) -> list[int]:

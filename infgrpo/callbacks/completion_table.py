@@ -2,9 +2,10 @@
 
     trainer = L.Trainer(callbacks=[CompletionTable(every_n_rollouts=10, num_completions=4)])
 
-``GRPOModule`` adds this callback itself when ``log_completions_every_n_steps`` is set. After a
-training step it reads the module's ``last_step`` (:class:`~infgrpo.training.record.StepRecord`):
-one completion of each prompt first, then the next of each, and so on. TensorBoard gets a markdown
+``GRPOModule`` adds this callback itself when ``logging.log_completions_every_n_steps`` is set
+(:class:`~infgrpo.training.hparams.LoggingConfig`). After a training step it reads the module's ``last_step``
+(:class:`~infgrpo.training.record.StepRecord`): one completion of each prompt first, then the next of each,
+and so on. TensorBoard gets a markdown
 table (``add_text``); CSV loggers get rows appended to ``completions.csv`` in their log folder; the
 console gets a plain table.
 """
@@ -12,7 +13,6 @@ console gets a plain table.
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,29 +20,10 @@ import lightning as L
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from infgrpo.settings import ConfigError, check_types
-
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from infgrpo.training.record import StepRecord
-
-
-@dataclass
-class LoggingConfig:
-    """What a run logs besides its metrics (``model.logging``)."""
-
-    log_completions_every_n_steps: int = 0
-    """Every N steps, log a table of prompts, completions and rewards to the loggers and the console
-    (0 = never; TRL's ``log_completions``)."""
-    num_completions_to_log: int = 4
-    """Rows of that table (TRL's ``num_completions_to_print``)."""
-
-    def __post_init__(self) -> None:
-        check_types(self)
-        for name in ("log_completions_every_n_steps", "num_completions_to_log"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name}={getattr(self, name)} must be an integer >= 0")
 
 
 def _short(text: str, n: int = 120) -> str:

@@ -32,7 +32,7 @@ from infgrpo.data.local_files import check_local_source, read_split
 from infgrpo.data.prompt_stream import PromptStream
 from infgrpo.data.reasoning_tasks import check_task, is_reasoning_gym, task_rows
 from infgrpo.data.resumable import ResumableBatchSampler
-from infgrpo.models import load_tokenizer  # the policy's own loader: same aliases, GGUF files and pad token
+from infgrpo.policy.load import load_tokenizer  # the policy's own loader: same aliases, GGUF files and pad token
 from infgrpo.runtime.seeds import derive_seed, run_seed
 from infgrpo.settings import ConfigError, check_arguments
 

@@ -14,6 +14,7 @@ from infgrpo.rewards.core import (
     check_rewards,
     compute_rewards,
     correct_answers,
+    correct_rows,
     resolve_reward,
     score_rewards,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "check_rewards",
     "compute_rewards",
     "correct_answers",
+    "correct_rows",
     "resolve_reward",
     "score_rewards",
 ]

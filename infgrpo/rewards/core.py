@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -100,6 +100,16 @@ def correct_answers(values: torch.Tensor) -> torch.Tensor:
     ``correct_answers(v).mean()`` is the accuracy (NaN when every value failed).
     """
     return (values[~values.isnan()] >= 1.0).float()
+
+
+def correct_rows(parts: Mapping[str, torch.Tensor], accuracy: str | None) -> torch.Tensor | None:
+    """The accuracy of scored completions, per completion: :func:`correct_answers` of the accuracy reward's values
+    (``parts[accuracy]``; failed ones left out), or None when the run has no accuracy reward (``accuracy`` None).
+
+    The one place accuracy is computed: its mean is ``train/accuracy`` (NaN when every value failed) and
+    :func:`~infgrpo.evaluation.evaluate`'s; ``val/accuracy`` is its mean over every held-out batch.
+    """
+    return correct_answers(parts[accuracy]) if accuracy is not None else None
 
 
 def score_rewards(

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from infgrpo.registry import check_choice, choices
 from infgrpo.runtime.memory import parse_memory
 from infgrpo.sampler.engine.decode_step import CudaGraphs, DecodeAttention, DecodeWidth
 from infgrpo.sampler.hf.baselines import Decoder
@@ -118,13 +117,6 @@ class SamplerConfig:
             raise ConfigError(f"planner_epsilon={self.planner_epsilon!r} must be > 0")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"top_p={self.top_p!r} must be in (0, 1]")
-        check_choice("decoder", self.decoder, choices(Decoder))
-        check_choice("refill", self.refill, choices(Refill))
-        check_choice("planner", self.planner, choices(Planner))
-        check_choice("length_predictor", self.length_predictor, choices(LengthPrediction))
-        check_choice("cuda_graphs", self.cuda_graphs, choices(CudaGraphs))
-        check_choice("decode_attention", self.decode_attention, choices(DecodeAttention))
-        check_choice("decode_width", self.decode_width, choices(DecodeWidth))
         if self.cuda_graphs == "on" and self.decode_width == "busy":
             raise ConfigError(
                 "cuda_graphs='on' needs decode_width 'pool' or 'auto' (a graph replays one shape); "

@@ -1,6 +1,6 @@
 """Dynamic sampling in a training step (``model.dynamic_sampling``): groups judged by their rewards as they end.
 
-    dynamic = DynamicSampling(DynamicSamplingConfig(enabled=True), sampler, tokenizer, scoring, group_size=8)
+    dynamic = DynamicSampling(DynamicSamplingConfig(enabled=True), sampler, scorer, group_size=8)
     rollouts, scores, items = dynamic.rollout(batch, seed, datamodule, ranks)
 
 The step's batch (``data.batch_size`` prompts) comes first, then the data module's prompt stream
@@ -29,7 +29,7 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import DynamicSpec, DynamicSummary, MicroGroupSampler, Rollouts
 from infgrpo.sampler.engine.dynamic import Scheme
 from infgrpo.settings import ConfigError, check_types
-from infgrpo.training.scoring import Scores, score_rollouts
+from infgrpo.training.scoring import Scorer, Scores
 
 CRITERIA = Registry("dynamic_sampling.criterion")
 """Whether a scored group carries a gradient: ``criterion(scores) -> bool`` on the group's :class:`Scores`."""
@@ -104,17 +104,10 @@ class DynamicSampling:
         self,
         config: DynamicSamplingConfig,
         sampler: MicroGroupSampler,
-        tokenizer: Any,
-        scoring: dict[str, Any],
+        scorer: Scorer,
         group_size: int,
     ) -> None:
-        self.config, self.sampler, self.tokenizer, self.scoring, self.g = (
-            config,
-            sampler,
-            tokenizer,
-            scoring,
-            group_size,
-        )
+        self.config, self.sampler, self.scorer, self.g = config, sampler, scorer, group_size
         self.criterion = resolve_criterion(config.criterion)
         self.capped_in_a_row = 0
 
@@ -145,7 +138,7 @@ class DynamicSampling:
                 [items[position]["prompt_ids"]], self.g, [s.token_ids for s in group], [s.logprobs for s in group],
                 [s.finish_reason for s in group],
             )  # fmt: skip
-            scored[position] = score_rollouts(self.tokenizer, one, [items[position]["meta"]], **self.scoring)
+            scored[position] = self.scorer(one, [items[position]["meta"]])
             return bool(self.criterion(scored[position]))
 
         spec = DynamicSpec(len(batch), cap, keep, scheme=self.config.scheme, round_size=len(batch))

@@ -1,13 +1,13 @@
-"""``GRPOModule``'s settings: the groups, checked before anything loads, and the flat keys they replaced.
+"""``GRPOModule``'s settings: the groups, checked before anything loads.
 
     settings = check_settings(policy={"model_name_or_path": "smollm2"}, lora=LoRAConfig(r=16), group_size=8)
     settings.objective.loss_type           # every group built and checked; errors name ``group.field``
     settings.hparams()                     # plain nested dicts: the checkpoint's hyper-parameters
 
 Each group is a dataclass that checks its own fields (types included) where it is built; this module builds
-them from instances or mappings (:func:`~infgrpo.settings.build_group`), checks the top-level values and the
-combinations of groups, and maps the flat keys of checkpoints written before the groups
-(:data:`MOVED`, :func:`group_flat_hparams`).
+them from instances or mappings (:func:`~infgrpo.settings.build_group`) and checks the top-level values and the
+combinations of groups. The flat arguments of infgrpo 0.1 are named with their new keys by
+:mod:`infgrpo.training.compat_v01` (until 0.4).
 """
 
 from __future__ import annotations
@@ -19,18 +19,41 @@ from dataclasses import dataclass
 from typing import Any
 
 from infgrpo.algo import Objective
-from infgrpo.algo.zero_advantage import skip_reason
-from infgrpo.callbacks.completion_table import LoggingConfig
+from infgrpo.algo.zero_advantage import resolve_skip
 from infgrpo.evaluation import EvaluationConfig
-from infgrpo.model_config import LoRAConfig, PolicyConfig, QuantizationConfig, check_policy
+from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig, check_policy
 from infgrpo.rewards.config import RewardConfig
 from infgrpo.runtime.seeds import run_seed
 from infgrpo.runtime.threads import Threads, check_threads
 from infgrpo.sampler import SamplerConfig
-from infgrpo.settings import ConfigError, build_group
+from infgrpo.settings import ConfigError, build_group, check_types
+from infgrpo.training.compat_v01 import check_rewards_mapping, moved_hint
 from infgrpo.training.dynamic import DynamicSamplingConfig
 from infgrpo.training.optim import OptimizerConfig
 from infgrpo.update.config import UpdateConfig
+
+
+@dataclass
+class LoggingConfig:
+    """What a run logs besides its metrics (``model.logging``).
+
+    Read by ``GRPOModule.configure_callbacks``, which attaches the
+    :class:`~infgrpo.callbacks.completion_table.CompletionTable`; kept here, with the groups, so that settings
+    never import a callback (nor Lightning through it).
+    """
+
+    log_completions_every_n_steps: int = 0
+    """Every N steps, log a table of prompts, completions and rewards to the loggers and the console
+    (0 = never; TRL's ``log_completions``)."""
+    num_completions_to_log: int = 4
+    """Rows of that table (TRL's ``num_completions_to_print``)."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        for name in ("log_completions_every_n_steps", "num_completions_to_log"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be an integer >= 0")
+
 
 GROUPS: dict[str, type] = {
     "policy": PolicyConfig,
@@ -46,32 +69,6 @@ GROUPS: dict[str, type] = {
     "dynamic_sampling": DynamicSamplingConfig,
 }
 """``GRPOModule``'s groups by key (``model.<key>.<field>`` on the command line)."""
-
-_RENAMED = {
-    "model": "policy.model_name_or_path", "lora_r": "lora.r", "lora_alpha": "lora.alpha",
-    "lora_dropout": "lora.dropout", "lora_target_modules": "lora.target_modules", "rewards": "rewards.functions",
-    "accuracy_reward": "rewards.accuracy", "reward_on_error": "rewards.on_error",
-    "eval_temperature": "evaluation.temperature",
-}  # fmt: skip
-_SAME_NAME = {  # 0.1's flat keys that kept their names in a group (a fixed list: new fields never were flat)
-    "policy": ("gguf_file", "dtype", "gradient_checkpointing"),
-    "quantization": ("load_in_4bit", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "bnb_4bit_compute_dtype"),
-    "objective": (
-        "advantage", "scale_rewards", "loss_type", "epsilon_low", "epsilon_high", "beta", "kl_estimator",
-        "kl_bias_correction", "delta", "importance_sampling_level", "sapo_temperature_pos", "sapo_temperature_neg",
-        "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg", "top_entropy_quantile", "entropy_coef",
-        "use_adaptive_entropy", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target",
-        "off_policy_mask_threshold", "rollout_correction", "rollout_correction_clip_max",
-        "rollout_correction_clip_min", "mask_truncated_completions",
-    ),
-    "update": ("num_iterations", "share_prompt", "token_budget", "update_memory", "logit_chunk_tokens"),
-    "optimizer": ("learning_rate", "weight_decay", "warmup_steps", "lr_scheduler_type", "max_grad_norm"),
-    "logging": ("log_completions_every_n_steps", "num_completions_to_log"),
-}  # fmt: skip
-REWARD_FIELDS = frozenset(f.name for f in dataclasses.fields(RewardConfig))
-MOVED: dict[str, str] = {**_RENAMED, **{name: f"{g}.{name}" for g, names in _SAME_NAME.items() for name in names}}
-"""Each flat ``GRPOModule`` argument of infgrpo 0.1 -> its key in the groups (``loss_type`` ->
-``objective.loss_type``). ``group_size``, ``sampler``, ``output_dir``, ``seed`` and ``threads`` stayed."""
 
 
 @dataclass(frozen=True)
@@ -109,16 +106,9 @@ def check_settings(
     ``seed`` None becomes the run's seed (:func:`~infgrpo.runtime.seeds.run_seed`).
     """
     unknown = [k for k in groups if k not in GROUPS]
-    if unknown:
-        key = unknown[0]
-        where = f"; it is {MOVED[key]} now" if key in MOVED else ""
-        raise ConfigError(f"{key} is not a setting of GRPOModule{where}")
-    rewards = groups.get("rewards")
-    if isinstance(rewards, Mapping) and rewards and not set(rewards) <= REWARD_FIELDS:
-        raise ConfigError(
-            f"rewards={dict(rewards)!r}: reward functions and weights go in rewards.functions, e.g. "
-            "rewards: {functions: {synthetic: 1.0}, accuracy: synthetic}"
-        )
+    if unknown:  # a flat argument of infgrpo 0.1 is named with its new key
+        raise ConfigError(f"{unknown[0]} is not a setting of GRPOModule{moved_hint(unknown[0])}")
+    check_rewards_mapping(groups.get("rewards"))  # 0.1's mapping of reward names to weights
     built = {key: build_group(cls, groups.get(key), key) for key, cls in GROUPS.items()}
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
         raise ConfigError(f"group_size={group_size!r} must be an integer >= 2 (GRPO compares samples of a group)")
@@ -131,26 +121,12 @@ def check_settings(
     except ValueError as err:
         raise ConfigError(str(err)) from err
     check_policy(built["lora"], built["quantization"])
-    reason = skip_reason(built["objective"])
-    if built["update"].skip_zero_advantage == "on" and reason is not None:
-        raise ConfigError(f"update.skip_zero_advantage='on' cannot be exact here: {reason}; use 'auto' or 'off'")
+    resolve_skip(built["update"].skip_zero_advantage, built["objective"], warn=False)  # 'on' where not exact
     warn_filtered_behaviour_logprobs(built["sampler"], built["objective"])
     return ModuleSettings(
         group_size=group_size, output_dir=output_dir, seed=run_seed(seed),
         threads=threads, **built,
     )  # fmt: skip
-
-
-def resolve_skip(settings: ModuleSettings) -> bool:
-    """Whether the update skips zero-advantage rows (``update.skip_zero_advantage``); 'auto' says in one line why
-    it is off where the objective makes it inexact."""
-    setting, reason = settings.update.skip_zero_advantage, skip_reason(settings.objective)
-    if setting == "off":
-        return False
-    if reason is not None:
-        warnings.warn(f"[infgrpo] update.skip_zero_advantage: off, because {reason}", stacklevel=3)
-        return False
-    return True
 
 
 def resumed_seed(settings: ModuleSettings, given: bool, saved: Mapping[str, Any] | None) -> ModuleSettings:
@@ -168,31 +144,6 @@ def resumed_seed(settings: ModuleSettings, given: bool, saved: Mapping[str, Any]
         )
         return settings
     return dataclasses.replace(settings, seed=seed)
-
-
-def group_flat_hparams(hp: Mapping[str, Any]) -> dict[str, Any]:
-    """A checkpoint's hyper-parameters in the groups: flat keys of infgrpo 0.1 moved by :data:`MOVED`.
-
-    Grouped hyper-parameters (and keys Lightning adds, like ``_instantiator``) come back unchanged.
-    """
-    if not is_flat(hp):
-        return dict(hp)
-    out: dict[str, Any] = {}
-    for key, value in hp.items():
-        if key in MOVED:
-            group, name = MOVED[key].split(".")
-            out.setdefault(group, {})[name] = value
-        else:
-            out[key] = value
-    return out
-
-
-def is_flat(hp: Mapping[str, Any]) -> bool:
-    """Whether ``hp`` are ``GRPOModule`` hyper-parameters of infgrpo 0.1 (flat: ``model``, ``lora_r``, ...)."""
-    if any(key in MOVED and key not in GROUPS for key in hp):
-        return True
-    rewards = hp.get("rewards")
-    return isinstance(rewards, Mapping) and bool(rewards) and not set(rewards) <= REWARD_FIELDS
 
 
 def warn_filtered_behaviour_logprobs(sampler: SamplerConfig, objective: Objective) -> None:

@@ -19,7 +19,7 @@ import torch
 
 from infgrpo.algo import zero_std_fraction
 from infgrpo.algo.advantages import nanstd
-from infgrpo.rewards import correct_answers
+from infgrpo.rewards import correct_rows
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.training.scoring import BatchScores
 
@@ -81,8 +81,9 @@ def step_metrics(
         **update,  # loss, kl, clip ratios, micro-batches, update/oom_retries, update/token_budget
         **memory,  # CUDA: memory/rollout_peak_gb, memory/update_peak_gb, memory/reserved_gb
     }
-    if accuracy_reward is not None:
-        metrics["accuracy"] = correct_answers(batch.parts[accuracy_reward]).mean()  # NaN when all failed
+    correct = correct_rows(batch.parts, accuracy_reward)
+    if correct is not None:
+        metrics["accuracy"] = correct.mean()  # NaN when all failed
     for key in SCHEDULE_METRICS:  # this rank's schedule and length-prediction telemetry
         if key in st:
             metrics[f"rollout/{key}"] = float(st[key])

@@ -1,7 +1,8 @@
 """Scoring a rollout: decode, reward, and gather what the batch-wide statistics need from every rank.
 
-    scores = score_rollouts(tokenizer, rollouts, metas, rewards, on_error, max_new_tokens)   # this rank, (N,)
-    batch = scores.gather(ranks)                                                              # all ranks, (N_global,)
+    scorer = Scorer(tokenizer, {"synthetic": 1.0}, on_error="raise", max_completion_length=max_new_tokens)
+    scores = scorer(rollouts, metas)   # this rank, (N,): score_rollouts with the run's reward settings
+    batch = scores.gather(ranks)       # all ranks, (N_global,)
 
 Group advantages need only this rank's rewards (a group never spans ranks); the batch-wide reward std
 of ``scale_rewards: batch`` and the logged metrics need every rank's rows, gathered in global order
@@ -49,6 +50,28 @@ class Scores(BatchScores):
         table = ranks.gather(torch.stack(columns, dim=1))  # (N_global, 4 + parts)
         parts = {name: table[:, 4 + i] for i, name in enumerate(names)}
         return BatchScores(table[:, 0], table[:, 1], table[:, 2], table[:, 3], parts)
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """How a run scores a rollout: the completions decoded by ``tokenizer`` and rewarded by ``rewards``.
+
+    Built once by ``GRPOModule`` from ``model.rewards`` and the sampler's ``max_new_tokens``; the plain rollout
+    and dynamic sampling's judge of each ended group (:mod:`infgrpo.training.dynamic`) both call it.
+    """
+
+    tokenizer: PreTrainedTokenizerBase
+    """Decodes the completions (special tokens skipped)."""
+    rewards: dict[str, float]
+    """Reward functions by name (registered or ``module:function``) and their weights (``rewards.functions``)."""
+    on_error: str
+    """What a failed reward does: raise, zero or skip (``rewards.on_error``)."""
+    max_completion_length: int
+    """What the rewards are told the length cap is (the sampler's ``max_new_tokens``)."""
+
+    def __call__(self, rollouts: Rollouts, metas: list[dict]) -> Scores:
+        """The scores of ``rollouts``; ``metas[p]`` is prompt p's dataset row (see :func:`score_rollouts`)."""
+        return score_rollouts(self.tokenizer, rollouts, metas, self.rewards, self.on_error, self.max_completion_length)
 
 
 def score_rollouts(

@@ -1,6 +1,6 @@
 """PolicyUpdate: one rollout's policy update, as a Lightning-free object a test can drive by hand.
 
-    updater = PolicyUpdate(loss_cfg, num_iterations=1, token_budget=4096, pad_id=0)
+    updater = PolicyUpdate(UpdateConfig(token_budget=4096), Objective(), max_completion_length=256, pad_id=0)
     result = updater.run(policy, rollouts, advantages, backward, optimizer_step, zero_grad)
     result.metrics()   # {"loss": .., "kl": .., "clip_ratio": .., "update/token_budget": 4096, ...}
 
@@ -34,13 +34,14 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from infgrpo.algo import AdaptiveEntropyCoef, entropy_threshold, high_entropy_mask
-from infgrpo.algo.zero_advantage import skip_reason, trained_rows
+from infgrpo.algo import AdaptiveEntropyCoef, Objective, entropy_threshold, high_entropy_mask
+from infgrpo.algo.zero_advantage import resolve_skip, trained_rows
 from infgrpo.runtime.oom import first_line, retry_on_oom
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler import Rollouts
 from infgrpo.update.budget import UpdateSizer
+from infgrpo.update.config import UpdateConfig
 from infgrpo.update.shared_batching import prepare_shared_microbatches
 from infgrpo.update.step import (
     Batch,
@@ -85,38 +86,35 @@ class PolicyUpdate:
     """The policy update of every training step; keeps what later updates learn from earlier ones.
 
     Args:
-        loss: the objective and how its log-probs are computed.
-        num_iterations: optimizer steps per rollout (mu); > 1 computes the rollout policy's log-probs first.
-        token_budget: padded tokens per micro-batch, or ``"auto"`` (planned from ``update_memory``).
-        update_memory: the budget of ``token_budget: auto`` (see :mod:`infgrpo.update.budget`).
-        mask_truncated_completions: completions cut at ``max_new_tokens`` add nothing to the loss.
+        update: how the update runs (``model.update``): iterations, token budget and its memory, the LM head's
+            chunks, and the zero-advantage skip (resolved here for ``objective``:
+            :func:`~infgrpo.algo.zero_advantage.resolve_skip`).
+        objective: what it minimizes (``model.objective``), ``mask_truncated_completions`` included.
+        temperature: the sampling temperature the log-probs are taken at (the sampler's; 1.0 for greedy).
+        max_completion_length: the sampler's ``max_new_tokens`` (the ``dr_grpo`` normalizer).
         pad_id: the token that pads micro-batches.
-        share_prompt: run each group's prompt once per micro-batch, its completions attending to its K/V
-            (resolved for the model: :func:`~infgrpo.update.share_check.resolve_share_prompt`).
-        skip_zero_advantage: leave rows of advantage exactly 0 out of the forward and backward (exact where
-            :func:`~infgrpo.algo.zero_advantage.skip_reason` is None; the caller resolves it), every normalizer
-            still counting them.
+        share_prompt: run each group's prompt once per micro-batch, its completions attending to its K/V:
+            ``update.share_prompt`` resolved for the loaded model by the caller, which holds the model
+            (:func:`~infgrpo.update.share_check.resolve_share_prompt`).
     """
 
     def __init__(
         self,
-        loss: LossConfig,
-        num_iterations: int = 1,
-        token_budget: int | str = 4096,
-        update_memory: int | float | str = 0.7,
-        mask_truncated_completions: bool = False,
+        update: UpdateConfig = UpdateConfig(),  # noqa: B008 - read, never mutated
+        objective: Objective = Objective(),  # noqa: B008 - frozen
+        *,
+        temperature: float = 1.0,
+        max_completion_length: int = 128,
         pad_id: int = 0,
         share_prompt: bool = False,
-        skip_zero_advantage: bool = False,
     ) -> None:
-        self.loss, self.num_iterations, self.pad_id, self.share_prompt = loss, num_iterations, pad_id, share_prompt
-        if skip_zero_advantage and skip_reason(loss.objective) is not None:
-            raise ValueError(f"skip_zero_advantage cannot be exact: {skip_reason(loss.objective)}")
-        self.skip_zero_advantage = skip_zero_advantage
-        self.mask_truncated_completions = mask_truncated_completions
-        self.sizer = UpdateSizer(token_budget, update_memory, loss.logit_chunk_tokens)
+        self.loss = LossConfig(objective, temperature, max_completion_length, update.logit_chunk_tokens)
+        self.num_iterations, self.pad_id, self.share_prompt = update.num_iterations, pad_id, share_prompt
+        self.skip_zero_advantage = resolve_skip(update.skip_zero_advantage, objective)
+        self.mask_truncated_completions = objective.mask_truncated_completions
+        self.sizer = UpdateSizer(update.token_budget, update.update_memory, update.logit_chunk_tokens)
         self.token_budget_cap: int | None = None  # after an out-of-memory retry: the budget that fit
-        self.entropy_coef = AdaptiveEntropyCoef.from_objective(loss.objective)  # None unless adaptive
+        self.entropy_coef = AdaptiveEntropyCoef.from_objective(objective)  # None unless adaptive
 
     def run(
         self,

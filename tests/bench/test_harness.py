@@ -13,7 +13,7 @@ from benchmarks.models import TINY_VOCAB, random_prompt_stop_ids, save_bench_mod
 from benchmarks.results import logged_steps
 from benchmarks.table import cell, markdown_table, render
 from benchmarks.train_tiny import read_train_curves
-from infgrpo.models import load_tokenizer
+from infgrpo.policy import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = sorted((ROOT / "benchmarks/tools").glob("*.json"))  # written by tools/*.py, not by benchmarks

@@ -19,7 +19,7 @@ from benchmarks.table import render
 from infgrpo.data import PromptDataModule
 from infgrpo.data.resumable import ResumableBatchSampler
 from infgrpo.evaluation import evaluate
-from infgrpo.models import load_policy, load_tokenizer
+from infgrpo.policy.load import load_policy, load_tokenizer
 
 TINY = ["--model", "tiny", "--task", "tiny", "--prompts", "2", "--group-size", "2", "--max-new-tokens", "8"]
 

@@ -4,7 +4,7 @@ import pytest
 
 from infgrpo.data import PromptDataModule
 from infgrpo.data.resumable import ResumableBatchSampler
-from infgrpo.models import load_tokenizer
+from infgrpo.policy.load import load_tokenizer
 
 
 def test_resumable_sampler_continues_mid_epoch_exactly():
@@ -89,7 +89,7 @@ def test_prompt_template_and_answer_column(tmp_path):
         chat_template=False,
     )
     dm.setup("fit")
-    from infgrpo.models import load_tokenizer
+    from infgrpo.policy.load import load_tokenizer
 
     tok = load_tokenizer("tiny")
     assert tok.decode(dm.train_items[0]["prompt_ids"]) == "Q: What is 0+1?"

@@ -4,7 +4,7 @@ import pytest
 
 from infgrpo.data import PromptDataModule
 from infgrpo.data.reasoning_tasks import task_rows
-from infgrpo.models import load_tokenizer
+from infgrpo.policy.load import load_tokenizer
 
 rg = pytest.importorskip("reasoning_gym")
 

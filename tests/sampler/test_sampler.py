@@ -78,7 +78,7 @@ def test_extra_stop_token_ends_completions(tiny_model, tokenizer, prompts):
 
 def test_generation_config_eos_ids_stop_like_hf_generate(tokenizer, prompts):
     # chat models list several EOS ids in generation_config (Qwen3: <|im_end|> and <|endoftext|>)
-    from infgrpo.models import load_policy
+    from infgrpo.policy.load import load_policy
 
     model = load_policy("tiny").eval()
     space = tokenizer.convert_tokens_to_ids(" ")

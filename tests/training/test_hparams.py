@@ -20,7 +20,8 @@ from infgrpo import (
 )
 from infgrpo.data import PromptDataModule
 from infgrpo.settings import ConfigError, build_group, check_types, describe
-from infgrpo.training.hparams import GROUPS, MOVED, check_settings, group_flat_hparams, is_flat
+from infgrpo.training.compat_v01 import FLAT_ONLY, MOVED, group_flat_hparams, is_flat
+from infgrpo.training.hparams import GROUPS, check_settings
 from tests.helpers import trainer
 
 V01 = Path(__file__).resolve().parents[1] / "fixtures" / "v01"
@@ -108,6 +109,7 @@ def test_every_flat_key_of_0_1_moved_into_a_group_and_the_docs_list_it():
         group, name = new.split(".")
         assert name in fields[group], new
     assert len(MOVED) + len({"group_size", "sampler", "output_dir", "seed", "threads"}) == 61
+    assert FLAT_ONLY == set(MOVED) - set(GROUPS)  # the keys no group is named after
     doc = (Path(__file__).resolve().parents[2] / "docs" / "settings.md").read_text()
     for old, new in MOVED.items():
         assert f"| `model.{old}` | `model.{new}` |" in doc

@@ -9,7 +9,7 @@ import torch
 
 from infgrpo.algo import Objective
 from infgrpo.sampler import Rollouts
-from infgrpo.update import LossConfig
+from infgrpo.update.config import UpdateConfig
 from infgrpo.update.runner import PolicyUpdate
 from tests.helpers import float64_norms, random_model
 
@@ -32,8 +32,8 @@ def update(rollouts, advantages, chunk, share, budget):
     def keep() -> None:  # the optimizer step: keeps the accumulated gradients
         grads.update({k: p.grad.clone() for k, p in policy.named_parameters() if p.grad is not None})
 
-    cfg = LossConfig(OBJECTIVE, temperature=0.8, max_completion_length=8, logit_chunk_tokens=chunk)
-    updater = PolicyUpdate(cfg, token_budget=budget, share_prompt=share)
+    update = UpdateConfig(token_budget=budget, logit_chunk_tokens=chunk, skip_zero_advantage="off")
+    updater = PolicyUpdate(update, OBJECTIVE, temperature=0.8, max_completion_length=8, share_prompt=share)
     result = updater.run(
         policy, rollouts, advantages, lambda x: x.backward(), keep, lambda: policy.zero_grad(set_to_none=True), ref
     )

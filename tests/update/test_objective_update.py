@@ -16,7 +16,8 @@ from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.algo import Objective
 from infgrpo.sampler import Rollouts
 from infgrpo.training.hparams import check_settings
-from infgrpo.update import LossConfig, collate, completion_logprobs
+from infgrpo.update import collate, completion_logprobs
+from infgrpo.update.config import UpdateConfig
 from infgrpo.update.runner import PolicyUpdate
 from tests.algo.trl_reference import TRLLoss, reference_importance_sampling_ratio
 from tests.helpers import float64_norms, random_model
@@ -45,7 +46,8 @@ def ours(model, rolls, advantages, obj, budget, share):
     def keep():
         grads.update({k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None})
 
-    updater = PolicyUpdate(LossConfig(obj, max_completion_length=MAX_LEN), token_budget=budget, share_prompt=share)
+    update = UpdateConfig(token_budget=budget, skip_zero_advantage="off")
+    updater = PolicyUpdate(update, obj, max_completion_length=MAX_LEN, share_prompt=share)
     result = updater.run(model.train(), rolls, advantages, lambda x: x.backward(), keep, lambda: model.zero_grad())
     return grads, result
 
@@ -118,7 +120,8 @@ def test_the_adaptive_entropy_coefficient_moves_per_step_and_is_checkpointed():
     obj = dict(entropy_coef=0.1, use_adaptive_entropy=True, entropy_target=100.0, entropy_coef_delta=0.02)
     model = random_model("qwen3", torch.float64).train()
     rolls = rollouts()
-    updater = PolicyUpdate(LossConfig(Objective(**obj), max_completion_length=MAX_LEN), num_iterations=2)
+    update = UpdateConfig(num_iterations=2, token_budget=4096, skip_zero_advantage="off")
+    updater = PolicyUpdate(update, Objective(**obj), max_completion_length=MAX_LEN)
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     result = updater.run(
         model, rolls, torch.ones(6, dtype=torch.float64), lambda x: x.backward(), opt.step, opt.zero_grad

@@ -15,9 +15,9 @@ import torch
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.algo import Objective
 from infgrpo.data import PromptDataModule
-from infgrpo.models import load_policy
+from infgrpo.policy.load import load_policy
 from infgrpo.sampler import Rollouts
-from infgrpo.update import LossConfig
+from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import causal_lm_parts
 from infgrpo.update.runner import PolicyUpdate
 from tests.helpers import float64_norms, random_model, save_base
@@ -104,11 +104,12 @@ def hand_rollouts(seed=0, prompts=3, group=4, reasons=None):
     return Rollouts(prompt_ids, group, comps, [torch.zeros(len(c)) for c in comps], reasons)
 
 
-def run_update(model, rollouts, advantages, token_budget, ref=None, **kw):
+def run_update(model, rollouts, advantages, token_budget, ref=None, mask_truncated_completions=False, **kw):
     """One PolicyUpdate with plain SGD; returns the result and the parameters after it."""
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
-    loss = LossConfig(Objective(beta=0.04 if ref is not None else 0.0), max_completion_length=12)
-    updater = PolicyUpdate(loss, token_budget=token_budget, **kw)
+    objective = Objective(beta=0.04 if ref is not None else 0.0, mask_truncated_completions=mask_truncated_completions)
+    update = UpdateConfig(token_budget=token_budget, skip_zero_advantage="off", **kw)
+    updater = PolicyUpdate(update, objective, max_completion_length=12)
     result = updater.run(model, rollouts, advantages, lambda x: x.backward(), opt.step, opt.zero_grad, ref)
     return result, {k: v.detach().clone() for k, v in model.named_parameters()}
 
@@ -152,7 +153,7 @@ def update_gradients(policy, rollouts, advantages):
     def keep() -> None:
         grads.update({k: p.grad.clone() for k, p in policy.named_parameters() if p.grad is not None})
 
-    updater = PolicyUpdate(LossConfig(max_completion_length=12), token_budget=40)
+    updater = PolicyUpdate(UpdateConfig(token_budget=40, skip_zero_advantage="off"), max_completion_length=12)
     updater.run(policy.train(), rollouts, advantages, lambda x: x.backward(), keep, lambda: policy.zero_grad())
     return grads
 

@@ -14,6 +14,7 @@ from infgrpo.algo import Objective
 from infgrpo.data import PromptDataModule
 from infgrpo.sampler import Rollouts
 from infgrpo.update import LossConfig, accumulate_policy_gradients, completion_logprobs, prepare_microbatches
+from infgrpo.update.config import UpdateConfig
 from infgrpo.update.prompt_carry import PromptCarry, carried_prompts
 from infgrpo.update.runner import PolicyUpdate
 from infgrpo.update.share_check import resolve_share_prompt, share_prompt_reason
@@ -230,8 +231,9 @@ def test_one_training_step_gives_the_same_parameters_shared_or_not_float64(tmp_p
 
 def test_an_update_reports_fewer_padded_tokens_when_sharing():
     rollouts = Rollouts(PROMPTS, 3, COMPLETIONS, [torch.zeros(len(c)) for c in COMPLETIONS], ["stop"] * 9)
-    shared = PolicyUpdate(LossConfig(), token_budget=10_000, share_prompt=True).pack(rollouts, 10_000)
-    plain = PolicyUpdate(LossConfig(), token_budget=10_000).pack(rollouts, 10_000)
+    update = UpdateConfig(token_budget=10_000, skip_zero_advantage="off")
+    shared = PolicyUpdate(update, share_prompt=True).pack(rollouts, 10_000)
+    plain = PolicyUpdate(update).pack(rollouts, 10_000)
     assert sum(mb.padded_tokens for mb in shared) == 3 * 7 + 9 * 6  # prompts once, padded to the longest
     assert sum(mb.padded_tokens for mb in plain) == 9 * (7 + 6)
 
@@ -247,7 +249,7 @@ def test_the_probe_turns_sharing_off_for_attention_that_ignores_the_cache():
 def test_4bit_lora_with_checkpointing_shares_prompts_and_keeps_their_gradients(tokenizer, tmp_path):
     # peft's k-bit preparation used to leave torch's default, reentrant checkpointing, under which the prompt's
     # K/V reach the completions without their autograd history: same loss, prompt gradients silently lost
-    from infgrpo.models import load_policy
+    from infgrpo.policy.load import load_policy
     from tests.helpers import save_base
 
     base = save_base("qwen3", tokenizer, tmp_path / "base")

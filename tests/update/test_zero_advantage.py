@@ -14,8 +14,8 @@ from infgrpo.algo import Objective
 from infgrpo.algo.zero_advantage import skip_reason, trained_rows
 from infgrpo.sampler import Rollouts
 from infgrpo.settings import ConfigError
-from infgrpo.training.hparams import check_settings, resolve_skip
-from infgrpo.update import LossConfig
+from infgrpo.training.hparams import check_settings
+from infgrpo.update.config import UpdateConfig
 from infgrpo.update.runner import PolicyUpdate
 from tests.helpers import float64_norms, random_model
 
@@ -38,14 +38,14 @@ def rollouts():
     return Rollouts(PROMPTS, G, COMPLETIONS, logps, list(REASONS))
 
 
-def two_updates(obj, skip, budget, share, num_iterations=1, advantages=ADVANTAGES, mask_truncated=False):
+def two_updates(obj, skip, budget, share, num_iterations=1, advantages=ADVANTAGES):
     """The parameters after two updates of the same rollout, and the last update's result."""
     model = float64_norms(random_model("qwen3", torch.float64)).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    updater = PolicyUpdate(
-        LossConfig(obj, max_completion_length=MAX_LEN), num_iterations=num_iterations, token_budget=budget,
-        share_prompt=share, skip_zero_advantage=skip, mask_truncated_completions=mask_truncated,
-    )  # fmt: skip
+    update = UpdateConfig(
+        num_iterations=num_iterations, token_budget=budget, skip_zero_advantage="on" if skip else "off"
+    )
+    updater = PolicyUpdate(update, obj, max_completion_length=MAX_LEN, share_prompt=share)
     for _ in range(2):
         result = updater.run(model, rollouts(), advantages, lambda x: x.backward(), opt.step, opt.zero_grad)
     return {k: p.detach().clone() for k, p in model.named_parameters()}, result
@@ -82,7 +82,7 @@ OPTIONS = {
     "off-policy-mask": dict(obj=Objective(off_policy_mask_threshold=0.01)),
     "delta": dict(obj=Objective(delta=1.5, epsilon_high=0.28)),
     "mu2": dict(obj=Objective(loss_type="dapo"), num_iterations=2),
-    "mask-truncated": dict(obj=Objective(loss_type="dr_grpo"), mask_truncated=True),
+    "mask-truncated": dict(obj=Objective(loss_type="dr_grpo", mask_truncated_completions=True)),
     "vespo-token-correction": dict(obj=Objective(loss_type="vespo", rollout_correction="token_mask")),
 }  # fmt: skip
 
@@ -108,7 +108,7 @@ def test_all_zero_advantages_run_one_row_and_step_adam_as_without_the_skip():
 
 
 def test_a_group_whose_rows_are_all_skipped_runs_no_prompt():
-    updater = PolicyUpdate(LossConfig(Objective()), token_budget=24, share_prompt=True, skip_zero_advantage=True)
+    updater = PolicyUpdate(UpdateConfig(token_budget=24, skip_zero_advantage="on"), Objective(), share_prompt=True)
     rows = trained_rows(ADVANTAGES)
     mbs = updater.pack(rollouts(), 24, rows)
     assert sorted(r for mb in mbs for r in mb.rows) == rows
@@ -116,17 +116,22 @@ def test_a_group_whose_rows_are_all_skipped_runs_no_prompt():
     assert sum(len(mb.prompts) for mb in mbs) < sum(len(mb.prompts) for mb in updater.pack(rollouts(), 24))
 
 
+def skips(settings):
+    """Whether the module's update, built from ``settings``, skips zero-advantage rows."""
+    return PolicyUpdate(settings.update, settings.objective).skip_zero_advantage
+
+
 def test_the_skip_is_refused_where_it_is_not_exact():
     assert skip_reason(Objective()) is None
     assert "KL term" in skip_reason(Objective(beta=0.04))
     assert "entropy bonus" in skip_reason(Objective(entropy_coef=0.01))
     with pytest.raises(ValueError, match="cannot be exact"):
-        PolicyUpdate(LossConfig(Objective(beta=0.04)), skip_zero_advantage=True)
+        PolicyUpdate(UpdateConfig(skip_zero_advantage="on"), Objective(beta=0.04))
     with pytest.raises(ConfigError, match="update.skip_zero_advantage='on' cannot be exact here: objective.beta"):
         check_settings(objective={"beta": 0.04}, update={"skip_zero_advantage": "on"})
     with pytest.warns(UserWarning, match="update.skip_zero_advantage: off, because objective.beta=0.04"):
-        assert resolve_skip(check_settings(objective={"beta": 0.04})) is False
+        assert skips(check_settings(objective={"beta": 0.04})) is False
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert resolve_skip(check_settings()) is True
-        assert resolve_skip(check_settings(update={"skip_zero_advantage": "off"})) is False
+        assert skips(check_settings()) is True
+        assert skips(check_settings(update={"skip_zero_advantage": "off"})) is False

@@ -2,7 +2,7 @@
 
 Three YAML blocks of ``GRPOModule`` (``model.policy``, ``model.lora``, ``model.quantization``), checked when
 they are built, before anything is downloaded or allocated; :func:`load_kwargs` turns them into the keyword
-arguments of :func:`infgrpo.models.load_policy`::
+arguments of :func:`infgrpo.policy.load.load_policy`::
 
     PolicyConfig(model_name_or_path="smollm2")                     # SmolLM2-135M-Instruct, offline
     LoRAConfig(r=16, alpha=32)                                     # peft LoRA on every linear layer
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from infgrpo.models import Dtype, QuantType, check_dtype
+from infgrpo.policy.load import Dtype, QuantType, check_dtype
 from infgrpo.settings import ConfigError, check_types
 
 
@@ -99,7 +99,7 @@ def check_policy(lora: LoRAConfig, quantization: QuantizationConfig) -> None:
 
 
 def load_kwargs(policy: PolicyConfig, lora: LoRAConfig, quantization: QuantizationConfig) -> dict[str, Any]:
-    """The keyword arguments of :func:`infgrpo.models.load_policy` (``name`` first) for the three groups."""
+    """The keyword arguments of :func:`infgrpo.policy.load.load_policy` (``name`` first) for the three groups."""
     kwargs = dict(
         name=policy.model_name_or_path, dtype=policy.dtype, gguf_file=policy.gguf_file,
         gradient_checkpointing=policy.gradient_checkpointing, lora_r=lora.r, lora_alpha=lora.alpha,

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
-from infgrpo.models import export_merged, keep_4bit_trainable, load_policy, save_trained
+from infgrpo.policy.load import export_merged, keep_4bit_trainable, load_policy, save_trained
 from infgrpo.sampler import MicroGroupSampler
 from infgrpo.sampler.engine.slot_pool import pool_width
 from infgrpo.sampler.model_support import kv_bytes_per_token, kv_dtype, kv_shape
