@@ -118,11 +118,13 @@ class GRPOCLI(LightningCLI):
             check_data_settings(namespace_dict(config["data"]))
         except (ValueError, TypeError) as err:  # each names data.<field> or the data file
             self.parser.error(str(err))
-        if settings.dynamic_sampling.enabled:
-            try:
+        try:
+            if settings.dynamic_sampling.enabled:
                 settings.dynamic_sampling.cap(config["data"]["batch_size"])
-            except ConfigError as err:
-                self.parser.error(f"model.{err}")
+            if settings.adaptive_groups.enabled:
+                settings.adaptive_groups.budget(config["data"]["batch_size"], settings.group_size)
+        except ConfigError as err:
+            self.parser.error(f"model.{err}")
         check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
         try:
             check_model_source(settings.policy.model_name_or_path, settings.policy.gguf_file)

@@ -37,10 +37,12 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.seeds import derive_seed
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
+from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.compat_v01 import grouped_checkpoint
-from infgrpo.training.dynamic import DynamicSampling, DynamicSamplingConfig
+from infgrpo.training.dynamic import DynamicSamplingConfig
 from infgrpo.training.fit_ranks import trainer_ranks
 from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
+from infgrpo.training.judged_rollout import JudgedRollout
 from infgrpo.training.metrics import progress_bar, step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_optimizer_steps
 from infgrpo.training.prompt_check import check_data_prompts
@@ -76,6 +78,8 @@ class GRPOModule(L.LightningModule):
         evaluation: held-out evaluation (its temperature).
         logging: completion tables.
         dynamic_sampling: replace groups whose rewards are all equal during the rollout (DAPO; off by default).
+        adaptive_groups: give a prompt whose group has no reward spread more samples during the rollout, and
+            train on the ``group_size`` of largest reward variance (off by default).
         output_dir: at the end of fit, write the trained LoRA adapter (a peft adapter folder) or, without
             LoRA, the whole model here. A relative path is under the run's root (``trainer.default_root_dir``;
             the working directory when unset), e.g. ``adapter``.
@@ -100,6 +104,7 @@ class GRPOModule(L.LightningModule):
         evaluation: EvaluationConfig = EvaluationConfig(),  # noqa: B008
         logging: LoggingConfig = LoggingConfig(),  # noqa: B008
         dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig(),  # noqa: B008
+        adaptive_groups: AdaptiveGroupsConfig = AdaptiveGroupsConfig(),  # noqa: B008
         output_dir: str | None = None,
         seed: int | None = None,
         threads: int | Literal["auto"] = "auto",
@@ -109,7 +114,8 @@ class GRPOModule(L.LightningModule):
         s = self.settings = check_settings(
             policy=policy, lora=lora, quantization=quantization, group_size=group_size, sampler=sampler,
             rewards=rewards, objective=objective, update=update, optimizer=optimizer, evaluation=evaluation,
-            logging=logging, dynamic_sampling=dynamic_sampling, output_dir=output_dir, seed=seed, threads=threads,
+            logging=logging, dynamic_sampling=dynamic_sampling, adaptive_groups=adaptive_groups,
+            output_dir=output_dir, seed=seed, threads=threads,
         )  # fmt: skip
         self.save_hyperparameters(s.hparams())  # plain nested dicts, the seed resolved
         self._seed_given = seed is not None  # a derived seed follows a resumed checkpoint's (on_load_checkpoint)
@@ -135,11 +141,9 @@ class GRPOModule(L.LightningModule):
             pad_id=self.sampler.pad_id, share_prompt=shared,
         )  # fmt: skip
         self.scorer = Scorer(self.tokenizer, s.rewards.functions, s.rewards.on_error, s.sampler.max_new_tokens)
-        self.dynamic = (
-            DynamicSampling(s.dynamic_sampling, self.sampler, self.scorer, s.group_size)
-            if s.dynamic_sampling.enabled
-            else None
-        )
+        judged = s.dynamic_sampling.enabled or s.adaptive_groups.enabled  # groups judged as they end
+        args = (s.dynamic_sampling, s.adaptive_groups, self.sampler, self.scorer, s.group_size, s.rewards.accuracy)
+        self.dynamic = JudgedRollout(*args) if judged else None
         self.val_reward, self.val_accuracy = MeanMetric(), MeanMetric()
         self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
         self.phase_memory = PhaseMemory()  # peaks (CUDA) and windows of the rollout and the update; CPU: trims the heap
@@ -195,7 +199,7 @@ class GRPOModule(L.LightningModule):
         seed = derive_seed(self.settings.seed, self.sampler.calls)  # the same on every rank
         with self.phase_memory.phase("rollout", self.device):
             if self.dynamic is not None:
-                return self.dynamic.rollout(batch, seed, self.trainer.datamodule, self.ranks)
+                return self.dynamic(batch, seed, self.trainer.datamodule, self.ranks)
             offset, prompts = self.ranks.prompt_offset(len(batch)), [b["prompt_ids"] for b in batch]
             rollouts = self.sampler.sample(
                 prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks

@@ -32,6 +32,9 @@ class Rollouts:
     stats: dict[str, Any] = field(default_factory=dict)
     drawn: list[int] | None = None
     """Dynamic sampling: each prompt's position in the rollout's draw order (None: the prompts as given)."""
+    sample_ids: list[int] | None = None
+    """The engine's: each entry's sample index within its prompt's group (its random stream; adaptive groups train
+    on ``group_size`` samples of a group that grew, not always the first)."""
     dynamic: DynamicSummary | None = None
     """Dynamic sampling: what the rollout found (kept, dropped, capped, ...); None otherwise."""
 

@@ -225,6 +225,7 @@ class MicroGroupSampler:
         rollouts = Rollouts.from_sequences(
             [feed.prompts[i] for i in chosen], feed.group_size, [s for i in chosen for s in feed.rows(i)]
         )
+        rollouts.sample_ids = [s.sample_idx for i in chosen for s in feed.rows(i)]
         rollouts.stats = stats.to_stats([len(s) for group in feed.groups for s in group])  # all decoded
         rollouts.stats.update(feed.stats(), oom_retries=retries)
         if isinstance(feed, DrawAndJudge):

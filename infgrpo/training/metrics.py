@@ -38,6 +38,10 @@ SCHEDULE_METRICS = (
 """Keys of ``Rollouts.stats`` logged as ``rollout/<key>`` (when the sampler reports them)."""
 
 
+MEANS = ("_mean", "budget_used")
+"""``adaptive/*`` statistics averaged over ranks (the others are counts, summed; ``*_max`` the largest)."""
+
+
 def progress_bar(metrics: dict[str, float]) -> dict[str, float]:
     """What the progress bar shows of a step's metrics: the reward and the CUDA memory peaks."""
     bar = {"reward": metrics["reward"]}
@@ -94,6 +98,12 @@ def step_metrics(
         judged = metrics["dynamic/groups_kept"] + metrics["dynamic/groups_dropped"]
         metrics["dynamic/informative_rate"] = metrics["dynamic/groups_kept"] / judged if judged else 0.0
         metrics["dynamic/capped"] = metrics["dynamic/capped"] / ranks.world_size  # the share of capped ranks
+    adaptive = sorted(k for k in st if k.startswith("adaptive/"))  # adaptive groups: over ranks
+    if adaptive:
+        table = ranks.gather(torch.tensor([[float(st[k]) for k in adaptive]], dtype=torch.float64))  # (world, K)
+        for j, key in enumerate(adaptive):
+            col = table[:, j]
+            metrics[key] = col.max() if key.endswith("_max") else col.mean() if key.endswith(MEANS) else col.sum()
     if len(batch.parts) > 1:
         for name, values in batch.parts.items():
             metrics[f"rewards/{name}"] = values.nanmean()

@@ -1,0 +1,176 @@
+"""A step's rollout whose groups are judged by their rewards as they end: dynamic sampling, adaptive groups, or both.
+
+    rollout = JudgedRollout(dynamic_config, adaptive_config, sampler, scorer, group_size=8, accuracy="synthetic")
+    rollouts, scores, items = rollout(batch, seed, datamodule, ranks)
+
+:class:`GroupJudge` scores a group the moment its last queued sample ends (every sample so far: a group that
+grows is judged again), says whether it has a spread (``dynamic_sampling.criterion``), picks the samples a grown
+group trains on (:func:`~infgrpo.algo.down_sample.max_variance_subset` of its rewards) and keeps the scores, so
+the step's :class:`~infgrpo.training.scoring.Scores` are those the judge computed, never a second scoring.
+See :mod:`infgrpo.training.dynamic` (what a step means with dynamic sampling) and
+:mod:`infgrpo.training.adaptive` (adaptive groups, and the combination).
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from infgrpo.algo.down_sample import max_variance_subset
+from infgrpo.rewards import correct_answers
+from infgrpo.runtime.ranks import Ranks
+from infgrpo.sampler import DynamicSpec, DynamicSummary, MicroGroupSampler, Rollouts
+from infgrpo.sampler.schedule.sequence import Sequence
+from infgrpo.training.adaptive import AdaptiveGroupsConfig
+from infgrpo.training.dynamic import DynamicSamplingConfig, resolve_criterion
+from infgrpo.training.scoring import Scorer, Scores
+
+WARN_AFTER = 3  # consecutive capped steps before the warning
+
+
+def concat_scores(parts: list[Scores]) -> Scores:
+    """The scores of several groups, in order, as one :class:`Scores`."""
+    cat = torch.cat
+    return Scores(
+        total=cat([p.total for p in parts]), lengths=cat([p.lengths for p in parts]),
+        truncated=cat([p.truncated for p in parts]), failed=cat([p.failed for p in parts]),
+        parts={k: cat([p.parts[k] for p in parts]) for k in parts[0].parts},
+        texts=[t for p in parts for t in (p.texts or [])],
+    )  # fmt: skip
+
+
+def take_scores(scores: Scores, rows: list[int]) -> Scores:
+    """The scores of ``rows`` (indices into ``scores``), in that order."""
+    idx = torch.tensor(rows, dtype=torch.long)
+    return Scores(
+        total=scores.total[idx], lengths=scores.lengths[idx], truncated=scores.truncated[idx],
+        failed=scores.failed[idx], parts={k: v[idx] for k, v in scores.parts.items()},
+        texts=[scores.texts[i] for i in rows] if scores.texts is not None else None,
+    )  # fmt: skip
+
+
+class GroupJudge:
+    """Scores each ended group of one rollout and remembers it (see the module docstring).
+
+    ``items`` grows as the rollout draws prompts (position -> the data module's item).
+    """
+
+    def __init__(self, scorer: Scorer, criterion: str, items: list[dict]) -> None:
+        self.scorer, self.criterion, self.items = scorer, resolve_criterion(criterion), items
+        self.scored: dict[int, Scores] = {}
+
+    def __call__(self, position: int, group: list[Sequence]) -> bool:
+        """Scores the group of the ``position``-th prompt (every sample, in sample order); whether it has a spread."""
+        item = self.items[position]
+        one = Rollouts(
+            [item["prompt_ids"]], len(group), [s.token_ids for s in group], [s.logprobs for s in group],
+            [s.finish_reason for s in group],
+        )  # fmt: skip
+        self.scored[position] = self.scorer(one, [item["meta"]])
+        return bool(self.criterion(self.scored[position]))
+
+    def select(self, position: int, group: list[Sequence], m: int) -> list[int]:
+        """The ``m`` samples of a grown group with the largest reward variance (PODS)."""
+        return max_variance_subset(self.scored[position].total[: len(group)], m)
+
+    def level(self, position: int) -> float:
+        """The reward a stalled group's samples share (rounded: the value rule's prior key)."""
+        return round(float(self.scored[position].total.nanmean()), 3)
+
+    def trained(self, positions: list[int], sample_ids: list[int], group_size: int) -> Scores:
+        """The scores of the rows the step trains on: ``group_size`` samples (``sample_ids``) of each position."""
+        rows = [sample_ids[k * group_size : (k + 1) * group_size] for k in range(len(positions))]
+        return concat_scores([take_scores(self.scored[p], r) for p, r in zip(positions, rows, strict=True)])
+
+    def found(self, positions: list[int], group_size: int, accuracy: str | None) -> dict[str, float]:
+        """``adaptive/*`` from the rewards: of the prompts whose first ``group_size`` samples held no right answer,
+        how many, and the right answers their later samples found."""
+        if accuracy is None:
+            return {}
+        none_at_g = found = 0
+        for p in positions:
+            values = self.scored[p].parts[accuracy]
+            if correct_answers(values[:group_size]).sum() == 0:
+                none_at_g += 1
+                found += int(correct_answers(values[group_size:]).sum())
+        return {"adaptive/prompts_without_right_at_g": none_at_g, "adaptive/right_answers_found": found}
+
+
+class JudgedRollout:
+    """A step's rollout under dynamic sampling, adaptive groups or both, and its scores (see the module docstring)."""
+
+    def __init__(
+        self,
+        dynamic: DynamicSamplingConfig,
+        adaptive: AdaptiveGroupsConfig,
+        sampler: MicroGroupSampler,
+        scorer: Scorer,
+        group_size: int,
+        accuracy: str | None = None,
+    ) -> None:
+        self.dynamic, self.adaptive, self.sampler, self.scorer = dynamic, adaptive, sampler, scorer
+        self.g, self.accuracy = group_size, accuracy
+        resolve_criterion(dynamic.criterion)  # the criterion also judges adaptive groups
+        self.capped_in_a_row = 0
+
+    def check(self, datamodule: Any) -> None:
+        """Before the first step: the data module can stream prompts, and the cap and budget hold a batch."""
+        batch_size = datamodule.hparams.batch_size
+        if self.dynamic.enabled:
+            if not hasattr(datamodule, "prompt_stream"):
+                raise ValueError(
+                    "dynamic_sampling.enabled needs a data module with prompt_stream() (infgrpo.data.PromptDataModule)"
+                    f" to draw prompts beyond the batch; got {type(datamodule).__name__}"
+                )
+            self.dynamic.cap(batch_size)
+        if self.adaptive.enabled:
+            self.adaptive.budget(batch_size, self.g)
+
+    def __call__(
+        self, batch: list[dict], seed: int, datamodule: Any, ranks: Ranks
+    ) -> tuple[Rollouts, Scores, list[dict]]:
+        """The rollout of this rank's share, its scores and its items (the prompts trained on, in order)."""
+        items: list[dict] = [] if self.dynamic.enabled else list(batch)
+        judge = GroupJudge(self.scorer, self.dynamic.criterion, items)
+        grow = None
+        if self.adaptive.enabled:
+            grow = self.adaptive.spec(judge, judge.select, judge.level, self.g, len(batch))
+        if self.dynamic.enabled:
+            cap = self.dynamic.cap(len(batch))
+
+            def source() -> Iterator[list[int]]:
+                for item in itertools.chain(batch, datamodule.prompt_stream()):
+                    items.append(item)
+                    yield item["prompt_ids"]
+
+            spec = DynamicSpec(len(batch), cap, judge, scheme=self.dynamic.scheme, round_size=len(batch))
+            rollouts = self.sampler.sample_dynamic(
+                source(), self.g, seed, spec, datamodule.longest_prompt(), prompt_offset=ranks.rank * cap,
+                ranks=ranks, adaptive=grow,
+            )  # fmt: skip
+            self.warn_if_capped(rollouts.dynamic, cap)
+            chosen = rollouts.drawn or []
+        else:
+            prompts, offset = [b["prompt_ids"] for b in batch], ranks.prompt_offset(len(batch))
+            rollouts = self.sampler.sample(prompts, self.g, seed, prompt_offset=offset, ranks=ranks, adaptive=grow)
+            chosen = list(range(len(batch)))
+        if grow is not None:
+            rollouts.stats.update(judge.found(chosen, self.g, self.accuracy))
+        scores = judge.trained(chosen, rollouts.sample_ids, self.g)
+        return rollouts, scores, [items[i] for i in chosen]
+
+    def warn_if_capped(self, found: DynamicSummary, cap: int) -> None:
+        """Warns once the cap was hit :data:`WARN_AFTER` steps in a row (a reward that rarely varies)."""
+        self.capped_in_a_row = self.capped_in_a_row + 1 if found.capped else 0
+        if self.capped_in_a_row == WARN_AFTER:
+            warnings.warn(
+                f"[infgrpo] dynamic sampling hit dynamic_sampling.max_prompts={cap} {WARN_AFTER} steps in a row: "
+                f"only {found.informative_rate:.0%} of the groups had a reward spread in the last step "
+                "(a reward that never varies on these prompts, or a task too hard or too easy for the model); "
+                "those steps trained on dropped groups, which carry no gradient",
+                stacklevel=3,
+            )
