@@ -40,5 +40,6 @@ BENCHMARKS = {
     "update": "benchmarks.update",
     "dynamic": "benchmarks.dynamic",
     "skip": "benchmarks.skip",
+    "adaptive": "benchmarks.adaptive",
 }
 """Benchmark name -> module (with ``main(argv)``, ``tables(result)`` and, if it spawns, ``run_one``)."""

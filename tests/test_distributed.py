@@ -45,7 +45,7 @@ class SaveParameters(L.Callback):
         torch.save(predictor, self.dirpath / f"predictor{trainer.global_step}_rank{trainer.global_rank}.pt")
         record = pl_module.last_step  # the prompts this rank trained on, and its rollout's dynamic counts
         trained = {"prompts": [b["meta"]["prompt"] for b in record.batch], "stats": record.rollouts.stats}
-        trained["stats"] = {k: v for k, v in trained["stats"].items() if k.startswith("dynamic/")}
+        trained["stats"] = {k: v for k, v in trained["stats"].items() if k.startswith(("dynamic/", "adaptive/"))}
         trained["rewards"] = record.scores.total.tolist()
         (self.dirpath / f"trained{trainer.global_step}_rank{trainer.global_rank}.json").write_text(json.dumps(trained))
 
@@ -182,7 +182,24 @@ def test_two_ddp_ranks_with_dynamic_sampling_each_fill_their_share_and_stay_iden
         assert not set(seen[0]["prompts"]) & set(seen[1]["prompts"])  # disjoint shares of the stream
 
 
-DYNAMIC = "dynamic"
+def test_two_ddp_ranks_with_adaptive_groups_each_grow_their_own_and_stay_identical(two_ranks):
+    """Each rank grows the groups of its own share of the batch, within its own budget (the ranks' rollouts take
+    different numbers of decode steps); DDP keeps the parameters identical."""
+    two = two_ranks / ADAPTIVE
+    grew = 0
+    for step in (1, 2):
+        rank0, rank1 = load(two / f"step{step}_rank0.pt"), load(two / f"step{step}_rank1.pt")
+        assert all(torch.equal(rank0[k], rank1[k]) for k in rank0), f"ranks diverged at step {step}"
+        seen = [json.loads((two / f"trained{step}_rank{r}.json").read_text()) for r in (0, 1)]
+        for rank in seen:
+            assert len(rank["prompts"]) == GLOBAL_BATCH // 2 and len(rank["rewards"]) == 4 * GLOBAL_BATCH // 2
+            assert 4 <= rank["stats"]["adaptive/samples_per_prompt_max"] <= 64  # the default cap
+            grew += rank["stats"]["adaptive/groups_extended"]
+        assert not set(seen[0]["prompts"]) & set(seen[1]["prompts"])  # each rank its own share of the batch
+    assert grew > 0  # some group had no spread at G and grew
+
+
+DYNAMIC, ADAPTIVE = "dynamic", "adaptive"
 
 if __name__ == "__main__":  # a DDP rank under torchrun: python -m torch.distributed.run ... <prompts> <out>
     data, out = Path(sys.argv[1]), Path(sys.argv[2])
@@ -194,3 +211,8 @@ if __name__ == "__main__":  # a DDP rank under torchrun: python -m torch.distrib
         "--model.dynamic_sampling.enabled=true",
     ]
     main([*dynamic, "--trainer.strategy=ddp", "--trainer.devices=2"])
+    adaptive = [
+        *args(data, out / ADAPTIVE, 2, GLOBAL_BATCH // 2, "grpo", "group"),
+        "--model.adaptive_groups.enabled=true",
+    ]
+    main([*adaptive, "--trainer.strategy=ddp", "--trainer.devices=2"])

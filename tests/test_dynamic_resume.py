@@ -1,7 +1,7 @@
-"""Dynamic sampling resumes exactly: a ``python -m infgrpo.fit`` run killed with SIGKILL after its step-2
-checkpoint, resumed from it, ends with the parameters of an uninterrupted run (bit for bit: one thread, one
-machine). The checkpoint carries the prompt stream's position, the informative rate, the data order and
-the random states."""
+"""Dynamic sampling with adaptive groups resumes exactly: a ``python -m infgrpo.fit`` run killed with SIGKILL
+after its step-2 checkpoint, resumed from it, ends with the parameters of an uninterrupted run (bit for bit: one
+thread, one machine). The checkpoint carries the prompt stream's position, the informative rate, the data order,
+the random states and the rescue rates of adaptive groups' value rule."""
 
 import json
 import os
@@ -32,7 +32,7 @@ def config(tmp_path: Path, name: str, data: Path) -> Path:
         "model": {
             "policy": {"model_name_or_path": "tiny"}, "group_size": 4,
             "sampler": {"num_slots": 4, "max_new_tokens": 16}, "optimizer": {"learning_rate": 1e-3},
-            "dynamic_sampling": {"enabled": True}, "threads": 1,
+            "dynamic_sampling": {"enabled": True}, "adaptive_groups": {"enabled": True}, "threads": 1,
         },
         "data": {"path": str(data), "batch_size": 2, "eval_split": None},
     }  # fmt: skip
@@ -84,3 +84,4 @@ def test_a_killed_run_resumes_to_the_parameters_of_an_uninterrupted_one(tmp_path
     saved = torch.load(step2, weights_only=True)
     assert len(saved["infgrpo_stream"]) == 1  # one rank's position in the prompt stream
     assert saved["infgrpo_sampler"]["informative_rate"]["judged"] > 0
+    assert "rescue_rates" in saved["infgrpo_sampler"]  # adaptive groups' value prior resumes too

@@ -70,3 +70,15 @@ def test_a_prompt_past_the_context_stops_the_run_before_its_first_step(tmp_path)
     with pytest.raises(ValueError, match=r"training prompts: prompt_ids\[7\] has \d+ tokens; with max_new_tokens=64"):
         main(args)
     assert not list((tmp_path / "run").glob("grpo/version_*/metrics.csv"))  # no step was logged
+
+
+def test_adaptive_groups_settings_that_cannot_work_stop_before_the_model_loads(capsys):
+    on = ["--model.adaptive_groups.enabled", "true"]
+    line = cli_error(capsys, *TINY, *on, "--model.adaptive_groups.max_samples_per_prompt", "4")
+    assert "adaptive_groups.max_samples_per_prompt=4 is below group_size=8" in line
+    line = cli_error(capsys, *TINY, *on, "--model.adaptive_groups.max_samples_per_step", "32")
+    assert "adaptive_groups.max_samples_per_step=32 is below data.batch_size x group_size=64" in line
+    line = cli_error(capsys, *TINY, *on, "--model.sampler.decoder", "hf_micro")
+    assert "adaptive_groups.enabled needs sampler.decoder='engine'" in line
+    line = cli_error(capsys, *TINY, *on, "--model.adaptive_groups.rule", "greedy")
+    assert "model.adaptive_groups.rule" in line
