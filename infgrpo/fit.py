@@ -37,11 +37,13 @@ from infgrpo.callbacks.progress_bar import StepProgressBar
 from infgrpo.data import PromptDataModule
 from infgrpo.data.datamodule import check_data_settings
 from infgrpo.model_source import check_model_source
+from infgrpo.models import resolve_output_dir
 from infgrpo.module import GRPOModule
 from infgrpo.runtime.hardware import check_accelerator
 from infgrpo.settings import ConfigError
-from infgrpo.training.checkpoint_check import check_checkpoint_path
+from infgrpo.training.checkpoint_check import check_checkpoint_path, resolve_last
 from infgrpo.training.hparams import GROUPS, MOVED, REWARD_FIELDS, check_settings
+from infgrpo.training.output_dir import check_writable_folder
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.
@@ -125,6 +127,30 @@ def yaml_model_keys(path: str) -> list[str]:
     return keys
 
 
+def checkpoint_folders(trainer: Any) -> list[Path]:
+    """Where the run's ModelCheckpoints write: the loggers' root (``trainer.default_root_dir``, else ``runs`` for the
+    default loggers, else the working directory) and every ``dirpath`` the config gives a ModelCheckpoint."""
+    root = trainer.get("default_root_dir") or ("runs" if trainer.get("logger") in (None, True) else os.getcwd())
+    folders = [Path(root)]
+    for callback in trainer.get("callbacks") or []:
+        if isinstance(callback, dict | Namespace) and "ModelCheckpoint" in str(callback.get("class_path")):
+            dirpath = (callback.get("init_args") or {}).get("dirpath")
+            if dirpath and Path(dirpath) not in folders:
+                folders.append(Path(dirpath))
+    return folders
+
+
+def check_run_folders(config: Any) -> None:
+    """Raises a ConfigError unless ``trainer.default_root_dir`` and ``model.output_dir`` (relative: under the root)
+    are folders that exist or can be created, and can be written: found before training, not after it."""
+    root = config["trainer"].get("default_root_dir")
+    if root:
+        check_writable_folder("trainer.default_root_dir", root, Path(root).expanduser())
+    output = config["model"].get("output_dir")
+    if output:
+        check_writable_folder("model.output_dir", output, resolve_output_dir(output, root or os.getcwd()))
+
+
 class GRPOCLI(LightningCLI):
     """LightningCLI for GRPO: model and data linked, ``--ckpt_path`` to resume, atomic checkpoints."""
 
@@ -155,7 +181,9 @@ class GRPOCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         """Checks every setting before anything loads, so a bad value ends the way a parser error does (one
         ``error:`` line naming ``model.<group>.<field>`` or ``data.<field>``); fills the seeds left null with
-        ``seed_everything``; fails when ``trainer.accelerator`` asks for a GPU the machine lacks."""
+        ``seed_everything``; fails when ``trainer.accelerator`` asks for a GPU the machine lacks, or where the
+        run's folders cannot be written; turns ``--ckpt_path last`` into the newest ``last.ckpt`` of the run's
+        folder across its versions (Lightning looks only in the new, empty version folder)."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         resolve_seeds(config)
         try:  # the checks read settings (and local data files) only: any error is a bad setting
@@ -174,7 +202,11 @@ class GRPOCLI(LightningCLI):
         check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
         try:
             check_model_source(settings.policy.model_name_or_path, settings.policy.gguf_file)
+            if config.get("ckpt_path") == "last":
+                config["ckpt_path"] = resolve_last(checkpoint_folders(config["trainer"]))
+                print(f"[infgrpo] --ckpt_path last: resuming from {config['ckpt_path']}", flush=True)
             check_checkpoint_path(config.get("ckpt_path"))
+            check_run_folders(config)
         except ConfigError as err:
             self.parser.error(str(err))
 
@@ -229,7 +261,9 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     """Parses ``args`` (default: the command line) like ``python -m infgrpo.fit``, trains, returns the CLI.
 
     ``cli.model``, ``cli.datamodule`` and ``cli.trainer`` are the trained objects, e.g.
-    ``main(["--config", "configs/tiny.yaml", "--trainer.max_steps", "10"]).model.policy``.
+    ``main(["--config", "configs/tiny.yaml", "--trainer.max_steps", "10"]).model.policy``. Exits with status 2 on
+    a bad setting (the parser's ``error:`` line), and with status 1 when ``model.output_dir`` could not be written
+    at the end and the model went to the run's version folder instead (one ``error:`` line says where).
     """
     cli = GRPOCLI(
         GRPOModule,
@@ -251,6 +285,8 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         trainer_defaults={"num_sanity_val_steps": 0, "use_distributed_sampler": False},
     )
     cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
+    if cli.model.rescued_to is not None:
+        sys.exit(1)
     return cli
 
 
