@@ -38,9 +38,10 @@ from infgrpo.module import GRPOModule
 from infgrpo.policy.source import check_model_source
 from infgrpo.runtime.hardware import check_accelerator
 from infgrpo.settings import ConfigError
-from infgrpo.training.checkpoint_check import check_checkpoint_path
+from infgrpo.training.checkpoint_check import check_checkpoint_path, checkpoint_folders, resolve_last
 from infgrpo.training.compat_v01 import old_keys
 from infgrpo.training.hparams import check_settings
+from infgrpo.training.output_dir import check_run_folders
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.
@@ -107,7 +108,9 @@ class GRPOCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         """Checks every setting before anything loads, so a bad value ends the way a parser error does (one
         ``error:`` line naming ``model.<group>.<field>`` or ``data.<field>``); fills the seeds left null with
-        ``seed_everything``; fails when ``trainer.accelerator`` asks for a GPU the machine lacks."""
+        ``seed_everything``; fails when ``trainer.accelerator`` asks for a GPU the machine lacks, or where the
+        run's folders cannot be written; turns ``--ckpt_path last`` into the newest ``last.ckpt`` of the run's
+        folder across its versions (Lightning looks only in the new, empty version folder)."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         resolve_seeds(config)
         try:  # the checks read settings (and local data files) only: any error is a bad setting
@@ -128,7 +131,11 @@ class GRPOCLI(LightningCLI):
         check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
         try:
             check_model_source(settings.policy.model_name_or_path, settings.policy.gguf_file)
+            if config.get("ckpt_path") == "last":
+                config["ckpt_path"] = resolve_last(checkpoint_folders(config["trainer"]))
+                print(f"[infgrpo] --ckpt_path last: resuming from {config['ckpt_path']}", flush=True)
             check_checkpoint_path(config.get("ckpt_path"))
+            check_run_folders(config)
         except ConfigError as err:
             self.parser.error(str(err))
 
@@ -183,7 +190,9 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     """Parses ``args`` (default: the command line) like ``python -m infgrpo.fit``, trains, returns the CLI.
 
     ``cli.model``, ``cli.datamodule`` and ``cli.trainer`` are the trained objects, e.g.
-    ``main(["--config", "configs/tiny.yaml", "--trainer.max_steps", "10"]).model.policy``.
+    ``main(["--config", "configs/tiny.yaml", "--trainer.max_steps", "10"]).model.policy``. Exits with status 2 on
+    a bad setting (the parser's ``error:`` line), and with status 1 when ``model.output_dir`` could not be written
+    at the end and the model went to the run's version folder instead (one ``error:`` line says where).
     """
     cli = GRPOCLI(
         GRPOModule,
@@ -205,6 +214,8 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         trainer_defaults={"num_sanity_val_steps": 0, "use_distributed_sampler": False},
     )
     cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
+    if cli.model.rescued_to is not None:
+        sys.exit(1)
     return cli
 
 

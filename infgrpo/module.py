@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
@@ -27,7 +28,7 @@ from infgrpo.algo import ADVANTAGES, Objective
 from infgrpo.callbacks.completion_table import CompletionTable
 from infgrpo.evaluation import EvaluationConfig, score_heldout
 from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig, load_kwargs
-from infgrpo.policy.load import frozen_reference, load_policy, load_tokenizer, resolve_output_dir, save_trained
+from infgrpo.policy.load import frozen_reference, load_policy, load_tokenizer, resolve_output_dir
 from infgrpo.policy.source import check_model_source
 from infgrpo.rewards import correct_rows
 from infgrpo.rewards.config import RewardConfig
@@ -45,6 +46,7 @@ from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
 from infgrpo.training.judged_rollout import JudgedRollout
 from infgrpo.training.metrics import progress_bar, step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_optimizer_steps
+from infgrpo.training.output_dir import check_writable_folder, write_trained
 from infgrpo.training.prompt_check import check_data_prompts
 from infgrpo.training.record import StepRecord
 from infgrpo.training.rng_state import gather_rng_state, restore_rng_state
@@ -148,6 +150,7 @@ class GRPOModule(L.LightningModule):
         self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
         self.phase_memory = PhaseMemory()  # peaks (CUDA) and windows of the rollout and the update; CPU: trims the heap
         self.last_step: StepRecord | None = None  # read by the CompletionTable callback and benchmarks
+        self.rescued_to: Path | None = None  # where the model went when output_dir failed at the end (fit: exit 1)
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> GRPOModule:  # noqa: D417
@@ -183,6 +186,9 @@ class GRPOModule(L.LightningModule):
         if self.ref_model is not None:
             self.ref_model.to(self.device)
         check_data_prompts(self.policy, self.trainer.datamodule, self.settings.sampler.max_new_tokens)
+        if self.settings.output_dir:  # python -m infgrpo.fit checked it already; the Python API has not
+            path = resolve_output_dir(self.settings.output_dir, self.trainer.default_root_dir)
+            check_writable_folder("output_dir", self.settings.output_dir, path)
         if self.dynamic is not None:
             self.dynamic.check(self.trainer.datamodule)
         self.setup_ranks()
@@ -250,11 +256,13 @@ class GRPOModule(L.LightningModule):
 
     def on_train_end(self) -> None:
         """Writes the trained adapter (LoRA) or model to ``output_dir`` (relative: under the run's root),
-        when set, from global rank 0, and prints where it went."""
+        when set, from global rank 0, and prints where it went; if that write fails, into the run's version folder
+        (``rescued_to``; see infgrpo.training.output_dir)."""
         if self.settings.output_dir and self.trainer.is_global_zero:
             path = resolve_output_dir(self.settings.output_dir, self.trainer.default_root_dir)
-            path = save_trained(self.policy, self.tokenizer, path)
-            print(f"[infgrpo] wrote the trained {'adapter' if self.settings.lora.r else 'model'} to {path.resolve()}")
+            rescue = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+            what = "adapter" if self.settings.lora.r else "model"
+            self.rescued_to = write_trained(self.policy, self.tokenizer, path, rescue, what)
 
     # -- evaluation -------------------------------------------------------------------------
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:

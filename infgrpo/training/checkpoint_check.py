@@ -5,18 +5,29 @@
 Lightning's own names (``last``, ``best``, ``hpc``, ``registry``) and remote paths (``s3://...``) pass through to
 Lightning. A local file is opened through a memory map (no tensor is read) and must hold a checkpoint
 dictionary with a ``state_dict``.
+
+``last`` is found here rather than by Lightning, which looks only in the new run's ``version_N`` folder (empty:
+every run gets a new one) and then trains from step 0. :func:`find_last_checkpoint` takes the newest
+``last.ckpt`` under the run's root, across versions, and in the checkpoint folders the config names:
+
+    find_last_checkpoint([Path("runs/tiny")])   # runs/tiny/grpo/version_3/checkpoints/last.ckpt, or None
 """
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import torch
+from jsonargparse import Namespace
 
 from infgrpo.settings import ConfigError
 
 LIGHTNING_NAMES = ("last", "best", "hpc", "registry")
+LAST_NAMES = ("last.ckpt", "last-v*.ckpt")  # ModelCheckpoint's save_last, and its name when one exists already
+LAST_DEPTH = 4  # root/grpo/version_N/checkpoints/last.ckpt: a deeper search could walk a whole home folder
 
 
 def check_checkpoint_path(ckpt_path: str | None) -> None:
@@ -40,3 +51,45 @@ def check_checkpoint_path(ckpt_path: str | None) -> None:
     if not isinstance(state, dict) or "state_dict" not in state:
         keys = ", ".join(map(str, list(state)[:5])) if isinstance(state, dict) else type(state).__name__
         raise ConfigError(f"--ckpt_path={ckpt_path!r} is not {what}: it holds {keys}, no state_dict")
+
+
+def find_last_checkpoint(folders: list[Path]) -> Path | None:
+    """The newest (by modification time) ``last.ckpt`` in ``folders`` or up to :data:`LAST_DEPTH` levels below them,
+    or None when there is none."""
+    found = {
+        path.resolve()
+        for folder in folders
+        for depth in range(LAST_DEPTH + 1)
+        for name in LAST_NAMES
+        for path in folder.expanduser().glob("/".join(["*"] * depth + [name]))
+        if path.is_file()
+    }
+    return max(found, key=lambda path: path.stat().st_mtime, default=None)
+
+
+def resolve_last(folders: list[Path]) -> str:
+    """``--ckpt_path last`` as the newest ``last.ckpt`` in ``folders`` (checked), or a ConfigError saying where it
+    looked."""
+    path = find_last_checkpoint(folders)
+    if path is None:
+        looked = " and ".join(str(folder.expanduser().resolve()) for folder in folders)
+        raise ConfigError(
+            f"--ckpt_path='last' found no last.ckpt under {looked} (searched {LAST_DEPTH} folders deep): no run "
+            "there wrote a checkpoint yet; drop --ckpt_path to start a new run, set trainer.default_root_dir to the "
+            "run's folder, or give the checkpoint file"
+        )
+    check_checkpoint_path(str(path))
+    return str(path)
+
+
+def checkpoint_folders(trainer: Any) -> list[Path]:
+    """Where the run's ModelCheckpoints write: the loggers' root (``trainer.default_root_dir``, else ``runs`` for the
+    default loggers, else the working directory) and every ``dirpath`` the config gives a ModelCheckpoint."""
+    root = trainer.get("default_root_dir") or ("runs" if trainer.get("logger") in (None, True) else os.getcwd())
+    folders = [Path(root)]
+    for callback in trainer.get("callbacks") or []:
+        if isinstance(callback, dict | Namespace) and "ModelCheckpoint" in str(callback.get("class_path")):
+            dirpath = (callback.get("init_args") or {}).get("dirpath")
+            if dirpath and Path(dirpath) not in folders:
+                folders.append(Path(dirpath))
+    return folders

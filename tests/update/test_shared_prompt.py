@@ -225,8 +225,11 @@ def test_one_training_step_gives_the_same_parameters_shared_or_not_float64(tmp_p
         params.append({k: p.detach().clone() for k, p in module.policy.named_parameters()})
     off, on = params
     assert sum(not torch.equal(off[k], before[k]) for k in off) >= 4  # the step trained (LoRA)
+    # AdamW's first steps move a weight by ~lr * g / (|g| + eps): where |g| is near eps (1e-8) a rounding
+    # difference of 1e-14 in g moves it by up to lr / eps * 1e-14 = 1e-8 (seen: 5e-8 on one CPU, 0 on another).
+    # The gradients themselves are equal to 1e-10 above; a sharing error moves weights by ~lr = 1e-2.
     for k in off:
-        assert (off[k] - on[k]).abs().max() <= 1e-10, k
+        assert (off[k] - on[k]).abs().max() <= 1e-6, k
 
 
 def test_an_update_reports_fewer_padded_tokens_when_sharing():

@@ -1,0 +1,87 @@
+"""Where a run writes its files: checked when fit starts, and the trained model kept when its folder fails at the end.
+
+    check_writable_folder("model.output_dir", "adapter", Path("runs/tiny/adapter"))   # ConfigError if it cannot be
+    rescued = write_trained(policy, tokenizer, Path("runs/tiny/adapter"), rescue=Path("runs/tiny/grpo/version_0"))
+
+:func:`check_writable_folder` runs before anything loads (the command line) and again when fit starts (the Python
+API): a folder that exists or can be created, and can be written; not a file, nor under one. It writes and removes
+one probe (a file in an existing folder, a folder in the nearest existing parent of a missing one), so it leaves
+nothing behind and data-parallel ranks checking at once do not race.
+
+The check cannot see a disk filling up or a folder changed during training: :func:`write_trained` then writes the
+model to ``<rescue>/trained-model`` (the run's version folder) and prints one line saying where, instead of losing
+what was trained.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from infgrpo.policy.load import resolve_output_dir, save_trained
+from infgrpo.settings import ConfigError
+
+RESCUE_NAME = "trained-model"
+
+
+def check_writable_folder(key: str, value: str, path: Path) -> None:
+    """Raises a ConfigError naming ``key`` and ``value`` unless ``path`` is a folder that exists or can be created,
+    and can be written."""
+    valid = "give a folder that can be created and written"
+    named = f"{key}={value!r}" + ("" if Path(value).expanduser() == path else f" ({path})")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is a file" if existing == path else f"lies under the file {existing}"
+        raise ConfigError(f"{named} {where}, not a folder: {valid}")
+    try:
+        if existing == path:
+            with tempfile.TemporaryFile(dir=path, prefix=".infgrpo-probe-"):
+                pass
+        else:  # the first missing level could be created (deeper ones then can too)
+            Path(tempfile.mkdtemp(dir=existing, prefix=".infgrpo-probe-")).rmdir()
+    except OSError as err:
+        what = "written" if existing == path else f"created: {existing} takes no new folder"
+        raise ConfigError(f"{named} cannot be {what} ({err.strerror or err}); {valid}") from err
+
+
+def write_trained(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path, rescue: Path, what: str = "model"
+) -> Path | None:
+    """Writes ``model`` and ``tokenizer`` to ``path`` and prints where; if that fails, to ``rescue/trained-model``.
+
+    Returns None when ``path`` was written, else the folder the model was rescued to (one ``error:`` line on
+    stderr says why and where). Raises when the rescue fails too.
+    """
+    try:
+        save_trained(model, tokenizer, path)
+    except Exception as err:  # noqa: BLE001 - safetensors, torch and the OS raise different types: any is a failed write
+        target = rescue / RESCUE_NAME
+        save_trained(model, tokenizer, target)
+        reason = f"{type(err).__name__}: {err}".splitlines()[0]
+        print(
+            f"[infgrpo] error: could not write the trained {what} to {path.resolve()} ({reason}); "
+            f"wrote it to {target.resolve()} instead",
+            file=sys.stderr,
+            flush=True,
+        )
+        return target
+    print(f"[infgrpo] wrote the trained {what} to {path.resolve()}")
+    return None
+
+
+def check_run_folders(config: Any) -> None:
+    """Raises a ConfigError unless ``trainer.default_root_dir`` and ``model.output_dir`` (relative: under the root)
+    are folders that exist or can be created, and can be written: found before training, not after it."""
+    root = config["trainer"].get("default_root_dir")
+    if root:
+        check_writable_folder("trainer.default_root_dir", root, Path(root).expanduser())
+    output = config["model"].get("output_dir")
+    if output:
+        check_writable_folder("model.output_dir", output, resolve_output_dir(output, root or os.getcwd()))
