@@ -91,9 +91,25 @@ VARIANTS = {
     "default": {},
     "plain": {"update.skip_zero_advantage": "off"},
     "dynamic": {"dynamic_sampling.enabled": True},
+    "adaptive": {"adaptive_groups.enabled": True},
+    "dynamic+adaptive": {"dynamic_sampling.enabled": True, "adaptive_groups.enabled": True},
 }
 """``--variants`` of the infgrpo runs: its defaults (the zero-advantage skip on where exact), ``plain`` (every
-row through the update, as before the skip) and ``dynamic`` (dynamic sampling, with the skip)."""
+row through the update, as before the skip), ``dynamic`` (dynamic sampling, with the skip), ``adaptive``
+(adaptive groups at their defaults, with the skip) and ``dynamic+adaptive`` (both)."""
+KINDS = ("add2", "add3", "sub+", "neg")
+"""The kinds of a ``chain_sum`` answer (:func:`answer_kind`)."""
+
+
+def answer_kind(meta: dict) -> str:
+    """The kind of a two-term ``chain_sum`` answer: ``add2`` (a sum below 100), ``add3`` (a sum of 100 or more),
+    ``sub+`` (a difference >= 0) or ``neg`` (a negative difference)."""
+    answer, expression = int(meta["answer"]), meta["question"].split(":")[-1]
+    if answer < 0:
+        return "neg"
+    if "+" in expression:
+        return "add3" if answer >= 100 else "add2"
+    return "sub+"
 
 
 def snapshot_dir(adapter_dir: str, step: int) -> str:
@@ -219,7 +235,8 @@ def evaluate_one(job: dict) -> dict[str, Any]:
 
     The same function for every trainer: the job's held-out prompts (:func:`job_data`), the base model
     loaded by infgrpo's loader, the adapter by peft, :func:`infgrpo.evaluation.evaluate` at temperature 0
-    with the job's ``max_new_tokens`` and reward.
+    with the job's ``max_new_tokens`` and reward; for ``chain_sum`` also ``accuracy_by`` (:func:`answer_kind`:
+    ``{kind: [right, prompts]}``).
     """
     start = time.perf_counter()
     data = job_data(job)
@@ -231,9 +248,11 @@ def evaluate_one(job: dict) -> dict[str, Any]:
         model = PeftModel.from_pretrained(model, job["adapter_dir"])
     model = model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     reward = reward_name(job["task"])
+    by_kind = answer_kind if job["task"] == "chain_sum" else None
     result = evaluate(
-        model, tok, data.eval_items, {reward: 1.0}, accuracy_reward=reward, max_new_tokens=job["max_new_tokens"]
-    )
+        model, tok, data.eval_items, {reward: 1.0}, accuracy_reward=reward, max_new_tokens=job["max_new_tokens"],
+        group_by=by_kind,
+    )  # fmt: skip
     return {
         **result,
         "eval_prompts": len(data.eval_items),

@@ -5,13 +5,15 @@
 Left: the reward of every step (thin) and its moving average (thick), one colour per run. Middle:
 held-out greedy accuracy against the step, one line per run from the untrained model's (step 0) through
 every evaluated adapter (``--eval-every``) to the last, the last value written beside it. Right (when the
-evaluations carry their training seconds): the same against training minutes. matplotlib with
+evaluations carry their training seconds): the same against training minutes. Last (``chain_sum``): the final
+held-out accuracy by kind of answer, one bar per run beside the untrained model's. matplotlib with
 the Agg backend (no display needed; ``pip install -e ".[dev]"`` brings it).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 MOVING_AVERAGE = 5
 """Steps in the moving average of the reward curve (fewer at the start)."""
@@ -41,7 +43,9 @@ def write_png(result: dict, path: str | Path) -> Path:
 
     rows = [r for r in result["rows"] if "skipped" not in r]
     timed = any(e.get("train_seconds") is not None for r in rows for e in r.get("eval_curve") or [])
-    panels = plt.subplots(1, 3 if timed else 2, figsize=(17 if timed else 12, 4.5))[1]
+    kinds = any((r.get("eval") or {}).get("accuracy_by") for r in rows)
+    n = 2 + timed + kinds
+    panels = plt.subplots(1, n, figsize=(5.7 * n, 4.5))[1]
     fig, curves, heldout = panels[0].figure, panels[0], panels[1]
     before = result.get("eval_before") or {}
     for i, row in enumerate(rows):
@@ -82,6 +86,8 @@ def write_png(result: dict, path: str | Path) -> Path:
         clock.set_ylim(0, 1)
         clock.grid(alpha=0.3)
         clock.legend(fontsize=8)
+    if kinds:
+        by_kind(panels[-1], result.get("eval_before") or {}, rows)
     job = result.get("job", {})
     fig.suptitle(
         f"{job.get('model')} on {job.get('task')}: {job.get('prompts')} prompts x G={job.get('group_size')}, "
@@ -94,3 +100,19 @@ def write_png(result: dict, path: str | Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def by_kind(axes: Any, before: dict, rows: list[dict]) -> None:
+    """Bars of the final held-out accuracy by kind of answer: the untrained model (grey), then each run."""
+    evals = [("untrained", before, "0.6")] + [(r["run"], r.get("eval") or {}, f"C{i}") for i, r in enumerate(rows)]
+    evals = [e for e in evals if e[1].get("accuracy_by")]
+    kinds = list(dict.fromkeys(k for _, e, _ in evals for k in e["accuracy_by"]))
+    width = 0.8 / len(evals)
+    for j, (name, e, colour) in enumerate(evals):
+        heights = [e["accuracy_by"][k][0] / e["accuracy_by"][k][1] if k in e["accuracy_by"] else 0.0 for k in kinds]
+        where = [i + (j - (len(evals) - 1) / 2) * width for i in range(len(kinds))]
+        axes.bar(where, heights, width, color=colour, label=name)
+    axes.set_xticks(range(len(kinds)), [f"{k} ({evals[0][1]['accuracy_by'].get(k, [0, 0])[1]})" for k in kinds])
+    axes.set(ylabel="accuracy", title="held-out accuracy by kind of answer, after training", ylim=(0, 1))
+    axes.grid(alpha=0.3, axis="y")
+    axes.legend(fontsize=7)

@@ -18,7 +18,7 @@ def same_job(rows: list[dict]) -> dict[str, Any]:
     """Whether every run that ran trained on the same prompts (text and token ids) and completions each step,
     over the steps all of them ran (``--minutes`` stops them at different steps). Dynamic sampling's runs train
     on the prompts they choose, so they are not compared."""
-    ran = [r for r in rows if "skipped" not in r and r.get("variant") != "dynamic"]
+    ran = [r for r in rows if "skipped" not in r and "dynamic" not in (r.get("variant") or "")]
     if not ran:
         return {"same": False, "runs": 0, "steps": 0, "first_difference": None}
     common = min(len(r["per_step"]) for r in ran)
@@ -153,8 +153,30 @@ def clock_table(rows: list[dict]) -> str:
     return markdown_table(columns, points)
 
 
+def kind_table(result: dict) -> str:
+    """Held-out greedy accuracy by kind of answer (``accuracy_by``: chain_sum's kinds), untrained and after each run:
+    right answers / prompts of the kind."""
+    before = result.get("eval_before") or {}
+    evals = [("untrained", before)] + [(r["run"], r.get("eval") or {}) for r in result["rows"]]
+    evals = [{"run": name, "eval": e} for name, e in evals if e.get("accuracy_by")]
+    if not evals:
+        return ""
+    kinds = list(dict.fromkeys(k for row in evals for k in row["eval"]["accuracy_by"]))
+
+    def cell(e: dict, kind: str) -> str:
+        right, n = e["accuracy_by"].get(kind, (0, 0))
+        return f"{right / n:.3f} ({right}/{n})" if n else "—"
+
+    columns: list[Column] = [("run", lambda row: row["run"])]
+    columns += [("all", lambda row: fmt(row["eval"].get("accuracy"), ".3f"))]
+    columns += [(kind, lambda row, kind=kind: cell(row["eval"], kind)) for kind in kinds]
+    return markdown_table(columns, evals)
+
+
 def tables(result: dict) -> str:
-    """The summary, the held-out curve, the matched settings and the per-step table, from the result alone."""
+    """The summary, accuracy by kind, the held-out curve, the matched settings and the per-step table, from the
+    result alone."""
     rows = result["rows"]
-    parts = [summary_table(result), curve_table(rows), clock_table(rows), settings_table(rows), steps_table(rows)]
+    parts = [summary_table(result), kind_table(result), curve_table(rows), clock_table(rows), settings_table(rows)]
+    parts.append(steps_table(rows))
     return "\n\n".join(p for p in parts if p)

@@ -12,8 +12,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from infgrpo.rewards import RewardScores, correct_rows, score_rewards
@@ -73,10 +76,12 @@ def evaluate(
     temperature: float = 0.0,
     batch_size: int = 128,
     reward_on_error: str = "raise",
-) -> dict[str, float]:
+    group_by: Callable[[dict], str] | None = None,
+) -> dict[str, Any]:
     """Mean reward (and accuracy: share with ``accuracy_reward >= 1``) over ``items``, and the mean length.
 
-    ``batch_size`` prompts decode at once, each on its own slot.
+    ``batch_size`` prompts decode at once, each on its own slot. ``group_by(meta)`` names each item's kind
+    (e.g. the task of a mixed dataset): the result then also has ``accuracy_by``, ``{kind: [right, items]}``.
     """
     cfg = SamplerConfig(num_slots=batch_size, max_new_tokens=max_new_tokens, temperature=temperature, keep_pool=False)
     scores, lengths = score_heldout(
@@ -86,4 +91,17 @@ def evaluate(
     correct = correct_rows(scores.parts, accuracy_reward)
     if correct is not None:
         result["accuracy"] = correct.mean().item()
+        if group_by is not None:
+            result["accuracy_by"] = accuracy_by(items, scores.parts[accuracy_reward], group_by)
     return result
+
+
+def accuracy_by(items: list[dict], values: torch.Tensor, group_by: Callable[[dict], str]) -> dict[str, list[int]]:
+    """``{kind: [right answers, scored items]}`` of ``items`` by ``group_by(meta)``, from the accuracy reward's
+    ``values`` (N,) (failed, NaN, values left out, as :func:`~infgrpo.rewards.correct_answers` does)."""
+    by: dict[str, list[int]] = {}
+    for item, value in zip(items, values.tolist(), strict=True):
+        if not math.isnan(value):
+            counts = by.setdefault(group_by(item["meta"]), [0, 0])
+            counts[0], counts[1] = counts[0] + int(value >= 1.0), counts[1] + 1
+    return dict(sorted(by.items()))

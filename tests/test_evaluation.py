@@ -23,3 +23,11 @@ def test_evaluate_scores_greedy_completions_with_length_rewards(tiny_model, toke
     total, _ = compute_rewards(rewards, texts, [it["meta"] for it in items], "raise", lengths, 6)
     assert got["reward"] == pytest.approx(total.mean().item())
     assert got["completion_length"] == pytest.approx(sum(lengths) / len(lengths))
+
+
+def test_accuracy_by_kind_counts_right_answers_and_leaves_failed_values_out():
+    from infgrpo.evaluation import accuracy_by
+
+    items = [{"prompt_ids": [1], "meta": {"kind": k}} for k in "abab" + "c"]
+    values = torch.tensor([1.0, 0.0, float("nan"), 1.5, float("nan")])
+    assert accuracy_by(items, values, lambda meta: meta["kind"]) == {"a": [1, 1], "b": [1, 2]}

@@ -24,17 +24,7 @@ from infgrpo.rewards.reasoning_tasks import reasoning_gym_reward
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout: benchmarks/ is a folder there, not installed
-from benchmarks.learn_job import ANSWER_ONLY, CHAIN_SUM, job_data
-
-
-def kind(meta: dict) -> str:
-    """The kind of a chain_sum answer: add2, add3, sub+ or neg."""
-    answer, expression = int(meta["answer"]), meta["question"].split(":")[-1]
-    if answer < 0:
-        return "neg"
-    if "+" in expression:
-        return "add3" if answer >= 100 else "add2"
-    return "sub+"
+from benchmarks.learn_job import ANSWER_ONLY, CHAIN_SUM, answer_kind, job_data
 
 
 def main() -> None:
@@ -68,7 +58,7 @@ def main() -> None:
         texts = tok.batch_decode(out.completion_ids, skip_special_tokens=True)
         right = reasoning_gym_reward(texts, [metas[start + k // g] for k in range(len(texts))])
         for i in range(len(texts) // g):
-            s, group = stats[kind(metas[start + i])], right[i * g : (i + 1) * g]
+            s, group = stats[answer_kind(metas[start + i])], right[i * g : (i + 1) * g]
             s[0] += 1
             s[1] += greedy_right[start + i] >= 1
             s[2] += sum(x >= 1 for x in group) / g

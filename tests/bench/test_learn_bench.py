@@ -14,7 +14,7 @@ import torch
 
 from benchmarks.learn import BENCH, job_of, main, runs_of, same_job, tables
 from benchmarks.learn_infgrpo import module_kwargs
-from benchmarks.learn_job import CHAIN_SUM, TrainingMemory, digest
+from benchmarks.learn_job import CHAIN_SUM, KINDS, VARIANTS, TrainingMemory, answer_kind, digest
 from benchmarks.table import render
 from infgrpo.data import PromptDataModule
 from infgrpo.data.resumable import ResumableBatchSampler
@@ -97,7 +97,7 @@ def test_the_default_job_is_the_one_of_issue_19():
     assert (default["prompts"], default["group_size"], default["max_new_tokens"], default["steps"]) == (4, 8, 48, 40)
     assert (default["lora_r"], default["lora_alpha"], default["lr"], default["temperature"]) == (16, 32, 1e-4, 1.0)
     assert (default["loss_type"], default["beta"], default["scale_rewards"]) == ("grpo", 0.0, "group")
-    assert (default["eval_size"], default["threads"]) == (200, 2)
+    assert (default["eval_size"], default["threads"]) == (500, 2)
 
 
 def test_each_trainer_and_setting_is_one_run():
@@ -215,3 +215,32 @@ def test_a_clock_stops_each_run_and_the_variants_train_with_dynamic_sampling_and
     assert "dynamic/prompts_drawn" not in plain["per_step"][0]
     assert result["same_job"]["runs"] == 1  # dynamic sampling's run chooses its own prompts: not compared
     assert "training minutes" in tables(result) and (tmp_path / "clock.png").stat().st_size > 0
+
+
+def test_chain_sum_answers_fall_in_four_kinds_and_the_table_shows_each_runs_accuracy_by_kind():
+    import reasoning_gym
+
+    seen = set()
+    for row in reasoning_gym.create_dataset("chain_sum", size=300, seed=0, **CHAIN_SUM):
+        a, op, b = row["question"].split(":")[-1].split()[:3]  # reference: the numbers read from the text
+        value = int(a) + int(b) if op == "+" else int(a) - int(b)
+        assert value == int(row["answer"])
+        want = "neg" if value < 0 else ("sub+" if op == "-" else ("add3" if value >= 100 else "add2"))
+        assert answer_kind(row) == want
+        seen.add(want)
+    assert seen == set(KINDS)
+    trained = {"accuracy": 0.5, "accuracy_by": {"add2": [4, 4], "neg": [0, 4]}}
+    result = {
+        "eval_before": {"accuracy": 0.25, "accuracy_by": {"add2": [3, 4], "neg": [0, 4]}},
+        "rows": [{"run": "infgrpo (adaptive)", "eval": trained}],
+    }
+    from benchmarks.learn_tables import kind_table
+
+    assert kind_table(result).splitlines()[2:] == [
+        "| untrained | 0.250 | 0.750 (3/4) | 0.000 (0/4) |",
+        "| infgrpo (adaptive) | 0.500 | 1.000 (4/4) | 0.000 (0/4) |",
+    ]
+    assert VARIANTS["adaptive"] == {"adaptive_groups.enabled": True}
+    kwargs = module_kwargs(dict(job("--variants", "adaptive"), variant="adaptive", gradient_checkpointing=False,
+                                share_prompt="auto", adapter_dir=None))  # fmt: skip
+    assert kwargs["adaptive_groups"]["enabled"] is True
