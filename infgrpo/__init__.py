@@ -4,15 +4,52 @@ Implements the system of *Infinite Sampling* (arXiv 2506.22950) on PyTorch Light
 settings come in groups, one dataclass each (``model.<group>.<field>`` in YAML and on the command line).
 """
 
-from infgrpo.algo import Objective
-from infgrpo.evaluation import EvaluationConfig
-from infgrpo.module import GRPOModule
-from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig
-from infgrpo.rewards.config import RewardConfig
-from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
-from infgrpo.training.hparams import LoggingConfig
-from infgrpo.training.optim import OptimizerConfig
-from infgrpo.update.config import UpdateConfig
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names load when first used (below): `import infgrpo.sampler` needs no Lightning
+    from infgrpo.algo import Objective
+    from infgrpo.evaluation import EvaluationConfig
+    from infgrpo.module import GRPOModule
+    from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig
+    from infgrpo.rewards.config import RewardConfig
+    from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
+    from infgrpo.training.hparams import LoggingConfig
+    from infgrpo.training.optim import OptimizerConfig
+    from infgrpo.update.config import UpdateConfig
+
+HOMES = {
+    "Objective": "infgrpo.algo",
+    "EvaluationConfig": "infgrpo.evaluation",
+    "GRPOModule": "infgrpo.module",
+    "LoRAConfig": "infgrpo.policy.config",
+    "PolicyConfig": "infgrpo.policy.config",
+    "QuantizationConfig": "infgrpo.policy.config",
+    "RewardConfig": "infgrpo.rewards.config",
+    "MicroGroupSampler": "infgrpo.sampler",
+    "Rollouts": "infgrpo.sampler",
+    "SamplerConfig": "infgrpo.sampler",
+    "LoggingConfig": "infgrpo.training.hparams",
+    "OptimizerConfig": "infgrpo.training.optim",
+    "UpdateConfig": "infgrpo.update.config",
+}
+"""Where each public name lives: ``from infgrpo import GRPOModule`` imports its module on first use, so a
+process that needs only a part (a benchmark's rollout child, the sampler) does not load Lightning."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in HOMES:
+        value = getattr(importlib.import_module(HOMES[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'infgrpo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *HOMES])
+
 
 __all__ = [
     "EvaluationConfig",

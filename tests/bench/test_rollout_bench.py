@@ -5,44 +5,29 @@ import json
 from benchmarks.rollout import decoder_table, main
 
 
-def test_rollout_benchmark_runs_each_decoder_in_a_fresh_process(tmp_path, capsys):
+def test_rollout_benchmark_runs_each_decoder_in_a_fresh_process_and_the_engine_at_each_decode_width(tmp_path, capsys):
+    # one run, 4 child processes (the paper benchmark's part a runs hf_micro and the engine at two pool sizes)
     out = tmp_path / "r.json"
-    rows = main(
-        [
-            "--model",
-            "tiny",
-            "--group-sizes",
-            "4",
-            "--prompts",
-            "2",
-            "--num-slots",
-            "4",
-            "--max-new-tokens",
-            "16",
-            "--json",
-            str(out),
-        ]
-    )
-    assert [r["decoder"] for r in rows] == ["hf_full", "hf_micro", "engine"]
-    assert all("skipped" not in r for r in rows)
+    args = ["--model", "tiny", "--group-sizes", "12", "--prompts", "2", "--num-slots", "8", "--max-new-tokens", "16"]
+    argv = [*args, "--decoders", "hf_full", "engine", "hf_cb", "--decode-widths", "pool", "busy", "--threads", "1"]
+    rows = main([*argv, "--json", str(out)])
+    assert [(r["decoder"], r.get("decode_width")) for r in rows] == [
+        ("hf_full", None), ("engine", "pool"), ("engine", "busy"), ("hf_cb", None),
+    ]  # fmt: skip
+    assert all("skipped" not in r for r in rows), rows
     for r in rows:
-        assert r["lower_bound_steps"] <= r["decode_steps"]
+        assert r["lower_bound_steps"] <= r["decode_steps"]  # hf_cb: 8 sequences a forward, prefill steps included
         assert r["generated_tokens"] > 0 and r["kv_bytes_peak"] > 0
     assert json.loads(out.read_text())["rows"] == rows
-    assert "| 2 | 4 | engine | 4 |" in capsys.readouterr().out
-
-
-def test_rollout_benchmark_runs_transformers_continuous_batching_beside_the_engine(capsys):
-    args = ["--model", "tiny", "--group-sizes", "4", "--prompts", "2", "--num-slots", "4", "--max-new-tokens", "16"]
-    rows = main([*args, "--decoders", "engine", "hf_cb", "--threads", "1"])
-    assert [r["decoder"] for r in rows] == ["engine", "hf_cb"]
-    assert all("skipped" not in r for r in rows), rows
-    engine, cb = rows
-    assert cb["slots_used"] == 4 and cb["generated_tokens"] > 0 and cb["kv_bytes_peak"] > 0
-    assert cb["lower_bound_steps"] <= cb["decode_steps"]  # 4 sequences a forward, prefill steps included
+    _, pool, busy, cb = rows
+    # the same completions (the step's rows are computed alone), in the same decode steps
+    assert (busy["generated_tokens"], busy["decode_steps"]) == (pool["generated_tokens"], pool["decode_steps"])
+    assert cb["slots_used"] == 8
     table = capsys.readouterr().out.splitlines()
-    assert table[0].endswith("| tok/s vs hf_cb | memory vs hf_cb |")  # its ratio columns come with its rows
-    assert any(line.startswith("| 2 | 4 | hf_cb | 4 |") and line.endswith("| 1.00 | 1.00 |") for line in table)
+    assert any(line.startswith("| 2 | 12 | engine | pool |") for line in table)
+    assert any(line.startswith("| 2 | 12 | hf_cb |") for line in table)
+    assert table[0].startswith("| prompts | G | decoder | width |") and table[0].endswith("| tok/s vs pool width |")
+    assert "| tok/s vs hf_cb | memory vs hf_cb |" in table[0]  # its ratio columns come with its rows
 
 
 def test_the_decoder_table_shows_a_skipped_hf_cb_row_with_its_reason():
@@ -54,20 +39,3 @@ def test_the_decoder_table_shows_a_skipped_hf_cb_row_with_its_reason():
     assert lines[0].endswith("| memory vs hf_cb |")
     assert lines[2] == "| 1 | 8 | engine | 4 | 1.0 | 2.0 | 10 | 8 | 100 | 1.00 |" + "  |" * 5  # nothing to compare with
     assert lines[3] == f"| 1 | 8 | hf_cb | skipped: {reason} |" + "  |" * 11  # 15 columns
-
-
-def test_rollout_benchmark_runs_the_engine_at_each_decode_width_on_the_same_completions(capsys):
-    args = ["--model", "tiny", "--group-sizes", "12", "--prompts", "2", "--num-slots", "8", "--max-new-tokens", "16"]
-    rows = main([*args, "--decoders", "engine", "hf_micro", "--decode-widths", "pool", "busy", "--threads", "1"])
-    assert [(r["decoder"], r.get("decode_width")) for r in rows] == [
-        ("engine", "pool"),
-        ("engine", "busy"),
-        ("hf_micro", None),
-    ]
-    pool, busy, _ = rows
-    assert all("skipped" not in r for r in rows), rows
-    # the same completions (the step's rows are computed alone), in the same decode steps
-    assert (busy["generated_tokens"], busy["decode_steps"]) == (pool["generated_tokens"], pool["decode_steps"])
-    table = capsys.readouterr().out.splitlines()
-    assert table[0].startswith("| prompts | G | decoder | width |") and table[0].endswith("| tok/s vs pool width |")
-    assert any(line.startswith("| 2 | 12 | engine | pool |") and line.endswith("| 1.00 |") for line in table)
