@@ -162,3 +162,14 @@ def test_the_target_rule_is_peft_s(spec):
     config = LoraConfig(r=8, target_modules=spec)
     for name, _ in model.named_modules():
         assert targets(spec, name) == bool(check_target_module_exists(config, name)), name
+
+
+def test_data_paths_that_look_like_files_are_no_hub_names_but_dotted_names_are(tmp_path, monkeypatch):
+    from infgrpo.data.hub_source import check_hub_source
+
+    with pytest.raises(ConfigError, match="nor a hub dataset name"):
+        check_hub_source("train.jsonl")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path))
+    (tmp_path / "org___set-v1.5").mkdir()
+    check_hub_source("org/set-v1.5")  # a dot in a hub name is no file type

@@ -15,6 +15,7 @@ from pathlib import Path
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from infgrpo.data.local_files import FILE_TYPES
 from infgrpo.policy.source import hub_offline
 from infgrpo.settings import ConfigError
 
@@ -43,7 +44,7 @@ def check_hub_source(path: str) -> None:
     """Raises a ConfigError naming ``data.path`` when ``path`` (no local file or folder) cannot be a hub dataset
     name, or the hub is offline and no copy of it is cached."""
     local = Path(path).expanduser()
-    looks_like_path = path.startswith((".", "/", "~")) or path.count("/") > 1 or bool(local.suffix)
+    looks_like_path = path.startswith((".", "/", "~")) or path.count("/") > 1 or local.suffix in FILE_TYPES
     try:
         validate_repo_id(path)
     except HFValidationError:
