@@ -42,6 +42,7 @@ from infgrpo.training.checkpoint_check import check_checkpoint_path, checkpoint_
 from infgrpo.training.compat_v01 import old_keys
 from infgrpo.training.hparams import check_settings
 from infgrpo.training.output_dir import check_run_folders
+from infgrpo.training.setup_check import check_before_loading
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.
@@ -109,7 +110,8 @@ class GRPOCLI(LightningCLI):
         """Checks every setting before anything loads, so a bad value ends the way a parser error does (one
         ``error:`` line naming ``model.<group>.<field>`` or ``data.<field>``); fills the seeds left null with
         ``seed_everything``; fails when ``trainer.accelerator`` asks for a GPU the machine lacks, or where the
-        run's folders cannot be written; turns ``--ckpt_path last`` into the newest ``last.ckpt`` of the run's
+        run's folders cannot be written, or for what the model's config and the data's first rows hold
+        (:mod:`infgrpo.training.setup_check`); turns ``--ckpt_path last`` into the newest ``last.ckpt`` of the run's
         folder across its versions (Lightning looks only in the new, empty version folder)."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         resolve_seeds(config)
@@ -136,6 +138,7 @@ class GRPOCLI(LightningCLI):
                 print(f"[infgrpo] --ckpt_path last: resuming from {config['ckpt_path']}", flush=True)
             check_checkpoint_path(config.get("ckpt_path"))
             check_run_folders(config)
+            check_before_loading(config, settings)  # trainer.max_steps, the model's config, the data's first rows
         except ConfigError as err:
             self.parser.error(str(err))
 

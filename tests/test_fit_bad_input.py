@@ -61,14 +61,18 @@ def test_a_ckpt_path_that_is_no_checkpoint_stops_before_the_model_loads(capsys, 
     assert "does not exist" in cli_error(capsys, *TINY, "--ckpt_path", str(tmp_path / "missing.ckpt"))
 
 
-def test_a_prompt_past_the_context_stops_the_run_before_its_first_step(tmp_path):
+def test_a_prompt_past_the_context_stops_the_run_before_its_first_step(capsys, tmp_path):
     # the tiny model's context is 256 positions; one prompt of ~230 tokens among short ones, 64 new tokens
-    rows = [{"prompt": f"rev {chr(97 + i)}{chr(98 + i)}"} for i in range(7)] + [{"prompt": "rev " + "ab" * 115}]
-    folder = data_folder(tmp_path, "".join(json.dumps(r) + "\n" for r in rows))
-    args = [*TINY, *own_data(folder), "--data.max_prompt_length", "300", "--data.batch_size", "2"]
+    long = {"prompt": "rev " + "ab" * 115}
+    rows = [{"prompt": f"rev {chr(97 + i % 20)}{chr(98 + i % 20)}"} for i in range(70)]
+    folder = data_folder(tmp_path, "".join(json.dumps(r) + "\n" for r in [*rows[:7], long]), name="early")
+    args = [*TINY, "--data.max_prompt_length", "300", "--data.batch_size", "2"]
     args += ["--trainer.default_root_dir", str(tmp_path / "run"), *QUICK[:2], "--model.sampler.max_new_tokens", "64"]
-    with pytest.raises(ValueError, match=r"training prompts: prompt_ids\[7\] has \d+ tokens; with max_new_tokens=64"):
-        main(args)
+    line = cli_error(capsys, *args, *own_data(folder))  # among the first rows: found before the model loads
+    assert "model.sampler.max_new_tokens=64 does not fit the model's context: row 7 of split 'train' has" in line
+    folder = data_folder(tmp_path, "".join(json.dumps(r) + "\n" for r in [*rows, long]))  # past the first rows
+    with pytest.raises(ValueError, match=r"training prompts: prompt_ids\[70\] has \d+ tokens; with max_new_tokens=64"):
+        main([*args, *own_data(folder)])
     assert not list((tmp_path / "run").glob("grpo/version_*/metrics.csv"))  # no step was logged
 
 

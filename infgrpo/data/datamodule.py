@@ -28,7 +28,9 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
 from infgrpo.assets import TINY_DATA_DIR
+from infgrpo.data.hub_source import check_hub_source
 from infgrpo.data.local_files import check_local_source, read_split
+from infgrpo.data.prompt_rows import prompt_of
 from infgrpo.data.prompt_stream import PromptStream
 from infgrpo.data.reasoning_tasks import check_task, is_reasoning_gym, task_rows
 from infgrpo.data.resumable import ResumableBatchSampler
@@ -60,6 +62,8 @@ def check_data_settings(hp: Mapping[str, Any]) -> None:
     elif path != "tiny":
         eval_split = hp.get("eval_split", "eval")
         check_local_source(path, [hp.get("train_split", "train"), *([eval_split] if eval_split else [])])
+        if not Path(path).expanduser().exists():
+            check_hub_source(path)  # a hub name; offline, a cached one
 
 
 def load_rows(path: str, split: str, config_name: str | None = None) -> list[dict[str, Any]]:
@@ -173,26 +177,7 @@ class PromptDataModule(L.LightningDataModule):
             )
         items, too_long = [], []
         for i, row in enumerate(rows):
-            if hp.prompt_column not in row:
-                raise ValueError(
-                    f"data.prompt_column={hp.prompt_column!r} is not a column of split {split!r}; "
-                    f"columns: {', '.join(row)}"
-                )
-            if hp.answer_column is not None:
-                if hp.answer_column not in row:
-                    raise ValueError(
-                        f"data.answer_column={hp.answer_column!r} is not a column of split {split!r}; "
-                        f"columns: {', '.join(row)}"
-                    )
-                row = {**row, "answer": row[hp.answer_column]}
-            text = str(row[hp.prompt_column])
-            if hp.prompt_template is not None:
-                try:
-                    text = hp.prompt_template.format(**row)
-                except KeyError as err:
-                    raise ValueError(
-                        f"data.prompt_template names column {err} that split {split!r} lacks; columns: {', '.join(row)}"
-                    ) from err
+            row, text = prompt_of(row, hp.prompt_column, hp.answer_column, hp.prompt_template, split)
             ids = encode_prompt(tokenizer, text, hp.system_prompt, hp.chat_template)
             if len(ids) > hp.max_prompt_length:
                 too_long.append((i, len(ids)))

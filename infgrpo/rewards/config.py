@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from infgrpo.rewards.core import OnError, resolve_reward
+from infgrpo.rewards.signature import check_reward_call
 from infgrpo.settings import ConfigError, check_types
 
 
@@ -33,9 +34,10 @@ class RewardConfig:
             raise ConfigError("functions={} needs at least one reward function, e.g. {synthetic: 1.0}")
         for name, weight in self.functions.items():  # every name first: a misspelt one is named as such
             try:
-                resolve_reward(name)
+                fn = resolve_reward(name)
             except ValueError as err:
                 raise ConfigError(f"functions: {str(err).removeprefix('rewards: ')}") from err
+            check_reward_call(name, fn)  # fn(completions, metadata, **info) binds: found now, not at step 1
             if not math.isfinite(weight):
                 raise ConfigError(f"functions[{name!r}]={weight!r} must be a finite number")
         if self.accuracy is not None and self.accuracy not in self.functions:

@@ -2,6 +2,7 @@
 
     check_engine_support(model, max_new_tokens)         # attn_implementation sdpa or eager; window
     check_prompts(model, prompt_ids, max_new_tokens)    # no empty prompt, none past the context or window
+    context_overflow(model.config, 30, max_new_tokens)  # the rule itself, from a config: why 30 tokens cannot fit
     kv_shape(model.config)                              # (layers, kv_heads, head_dim)
 
 Also the model introspection the sampler, the pool sizing and the update share (``text_config``,
@@ -51,7 +52,11 @@ ENGINE_ATTENTION = ("eager", "sdpa")
 
 def sliding_window(model: PreTrainedModel) -> int | None:
     """The attention window of ``model``'s sliding-window layers, or None when every layer attends fully."""
-    cfg = text_config(model.config)
+    return sliding_window_of(text_config(model.config))
+
+
+def sliding_window_of(cfg) -> int | None:  # noqa: ANN001 - a transformers PretrainedConfig (the text part)
+    """:func:`sliding_window` of a (text) config: the window, or None when every layer attends fully."""
     window = getattr(cfg, "sliding_window", None)
     layer_types = getattr(cfg, "layer_types", None)
     if not window:
@@ -91,26 +96,38 @@ def stop_token_ids(model: PreTrainedModel, eos_id: int, extra: list[int]) -> lis
     return list(dict.fromkeys([eos_id, *listed, *extra]))
 
 
+def context_overflow(config, length: int, max_new_tokens: int) -> str | None:  # noqa: ANN001 - a PretrainedConfig
+    """Why a prompt of ``length`` tokens cannot take ``max_new_tokens`` more in a model of ``config``, or None.
+
+    The one rule (read from the config alone, so it also runs before the weights load): the sequence must stay
+    below a sliding attention window (the slot-pool engine attends over whole sequences) and within the context
+    (``max_position_embeddings``). The reason continues ``"... with max_new_tokens=M "``.
+    """
+    cfg = text_config(config)
+    limit = getattr(cfg, "max_position_embeddings", None)
+    window = sliding_window_of(cfg)
+    if window is not None and length + max_new_tokens >= window:
+        return (
+            f"a sequence reaches {length + max_new_tokens} positions, but the model has sliding-window attention "
+            f"layers (sliding_window={window}) and the slot-pool engine attends over whole sequences. Keep prompt + "
+            f"max_new_tokens below {window}."
+        )
+    if limit is not None and length + max_new_tokens > limit:
+        return (
+            f"it needs {length + max_new_tokens} positions but the model's context (max_position_embeddings) is "
+            f"{limit}. Shorten the prompt or lower max_new_tokens to <= {limit - length}."
+        )
+    return None
+
+
 def check_prompts(model: PreTrainedModel, prompt_ids: list[list[int]], max_new_tokens: int) -> None:
-    """Raises a ValueError naming the prompt that is empty or cannot fit the model's context."""
+    """Raises a ValueError naming the prompt that is empty or cannot fit the model's context
+    (:func:`context_overflow`)."""
     if not prompt_ids:
         raise ValueError("prompt_ids is empty; give at least one prompt")
-    limit = max_positions(model)
-    window = sliding_window(model)
     for i, p in enumerate(prompt_ids):
         if len(p) == 0:
             raise ValueError(f"prompt_ids[{i}] is empty; every prompt needs at least one token")
-        if window is not None and len(p) + max_new_tokens >= window:
-            raise ValueError(
-                f"prompt_ids[{i}] has {len(p)} tokens; with max_new_tokens={max_new_tokens} a "
-                f"sequence reaches {len(p) + max_new_tokens} positions, but the model has "
-                f"sliding-window attention layers (sliding_window={window}) and the slot-pool engine attends "
-                f"over whole sequences. Keep prompt + max_new_tokens below {window}."
-            )
-        if limit is not None and len(p) + max_new_tokens > limit:
-            raise ValueError(
-                f"prompt_ids[{i}] has {len(p)} tokens; with max_new_tokens="
-                f"{max_new_tokens} it needs {len(p) + max_new_tokens} "
-                f"positions but the model's context (max_position_embeddings) is {limit}. "
-                f"Shorten the prompt or lower max_new_tokens to <= {limit - len(p)}."
-            )
+        reason = context_overflow(model.config, len(p), max_new_tokens)
+        if reason is not None:
+            raise ValueError(f"prompt_ids[{i}] has {len(p)} tokens; with max_new_tokens={max_new_tokens} {reason}")

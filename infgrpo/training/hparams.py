@@ -30,6 +30,7 @@ from infgrpo.settings import ConfigError, build_group, check_types
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.compat_v01 import check_rewards_mapping, moved_hint
 from infgrpo.training.dynamic import DynamicSamplingConfig
+from infgrpo.training.judged_check import check_judged_rollout
 from infgrpo.training.optim import OptimizerConfig
 from infgrpo.update.config import UpdateConfig
 
@@ -126,29 +127,11 @@ def check_settings(
     check_policy(built["lora"], built["quantization"])
     resolve_skip(built["update"].skip_zero_advantage, built["objective"], warn=False)  # 'on' where not exact
     warn_filtered_behaviour_logprobs(built["sampler"], built["objective"])
-    check_adaptive(built, group_size)
+    check_judged_rollout(built, group_size)  # dynamic sampling and adaptive groups: the engine decodes
     return ModuleSettings(
         group_size=group_size, output_dir=output_dir, seed=run_seed(seed),
         threads=threads, **built,
     )  # fmt: skip
-
-
-def check_adaptive(built: Mapping[str, Any], group_size: int) -> None:
-    """Adaptive groups: a prompt holds its first group, the engine decodes, the scheme is the continuous one."""
-    adaptive = built["adaptive_groups"]
-    if not adaptive.enabled:
-        return
-    adaptive.check(group_size)
-    if built["sampler"].decoder != "engine":
-        raise ConfigError(
-            f"adaptive_groups.enabled needs sampler.decoder='engine' (groups grow inside the slot pool); "
-            f"got {built['sampler'].decoder!r}"
-        )
-    if built["dynamic_sampling"].enabled and built["dynamic_sampling"].scheme != "continuous":
-        raise ConfigError(
-            "adaptive_groups.enabled with dynamic_sampling needs dynamic_sampling.scheme='continuous' (groups "
-            f"grow while prompts are drawn); got {built['dynamic_sampling'].scheme!r}"
-        )
 
 
 def resumed_seed(settings: ModuleSettings, given: bool, saved: Mapping[str, Any] | None) -> ModuleSettings:

@@ -1,0 +1,103 @@
+"""The first rows of each split checked before the model loads: columns, template and prompt length.
+
+    prompts = check_first_rows(data_settings, load_tokenizer)   # [(split, row, tokens), ...]; ConfigError if bad
+
+The data module reads and tokenizes every row when it sets up, which comes after the model loaded; a wrong
+``data.prompt_column`` or ``data.prompt_template``, or a ``data.max_prompt_length`` below the prompts, would
+stop the run there. The command line reads the first :data:`ROWS` rows of the training and held-out splits
+first (the first lines of a ``.jsonl`` file; other local files through ``datasets``, whose converted copy the
+data module then reuses) and applies the data module's own rules to them (:func:`~infgrpo.data.prompt_rows.
+prompt_of`, :func:`~infgrpo.data.datamodule.encode_prompt`). What is checked where:
+
+- here (before loading): the columns and template on the first rows of local and ``tiny`` data; their token
+  lengths against ``data.max_prompt_length`` (``long_prompts: error``) and, by the caller, the model's context;
+- when the data module sets up: every row, and the rows of hub datasets and ``reasoning_gym:<task>`` sources
+  (their rows cost a download or a generation: not read twice);
+- when fit starts (``GRPOModule.on_fit_start``): every prompt against the context.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from infgrpo.assets import TINY_DATA_DIR
+from infgrpo.data.local_files import FILE_TYPES, split_file
+from infgrpo.data.prompt_rows import prompt_of
+from infgrpo.data.reasoning_tasks import is_reasoning_gym
+from infgrpo.settings import ConfigError
+
+ROWS = 64
+"""Rows read of each split."""
+
+
+def jsonl_head(file: Path, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` rows of a ``.jsonl`` file, each with every column of those rows (None where it lacks one,
+    as ``datasets`` fills them)."""
+    rows: list[dict[str, Any]] = []
+    with file.open(encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                rows.append(json.loads(line))
+            if len(rows) == n:
+                break
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    return [{k: r.get(k) for k in columns} for r in rows]
+
+
+def first_rows(path: str, split: str, n: int = ROWS) -> list[dict[str, Any]] | None:
+    """The first ``n`` rows of ``split`` of a local (or ``tiny``) source; None for a hub dataset or a
+    reasoning-gym task (their rows are left to the data module), or a file ``datasets`` cannot read."""
+    folder = TINY_DATA_DIR if path == "tiny" else Path(path).expanduser()
+    if is_reasoning_gym(path) or not folder.is_dir():
+        return None
+    file = split_file(folder, split, path)
+    if file.suffix == ".jsonl":
+        return jsonl_head(file, n)
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(FILE_TYPES[file.suffix], data_files=str(file), split=f"train[:{n}]")
+    except Exception:  # noqa: BLE001 - the data module reports an unreadable file with its reason
+        return None
+    return [dict(r) for r in ds]
+
+
+def check_first_rows(
+    hp: Mapping[str, Any], tokenizer: Callable[[], PreTrainedTokenizerBase]
+) -> list[tuple[str, int, int]]:
+    """Applies the data module's rules to the first rows of the training and held-out splits of the data settings
+    ``hp``; returns (split, row, tokens) of every prompt kept, or a ConfigError naming ``data.<field>``.
+
+    ``tokenizer`` is called once, when there are rows to measure.
+    """
+    sizes = {hp["train_split"]: min(ROWS, hp.get("train_size") or ROWS)}  # the rows the data module takes
+    if hp.get("eval_split") and hp.get("eval_size"):
+        sizes[hp["eval_split"]] = min(ROWS, hp["eval_size"])
+    rows = {split: first_rows(hp["path"], split, n) for split, n in sizes.items()}
+    texts = {
+        split: [prompt_of(r, hp["prompt_column"], hp["answer_column"], hp["prompt_template"], split)[1] for r in got]
+        for split, got in rows.items()
+        if got
+    }
+    if not texts:
+        return []
+    from infgrpo.data.datamodule import encode_prompt  # the module imports this one's folder: imported late
+
+    tok, kept = tokenizer(), []
+    for split, prompts in texts.items():
+        lengths = [len(encode_prompt(tok, t, hp["system_prompt"], hp["chat_template"])) for t in prompts]
+        longest = max(range(len(lengths)), key=lengths.__getitem__)
+        if lengths[longest] > hp["max_prompt_length"] and hp["long_prompts"] == "error":
+            raise ConfigError(
+                f"data.max_prompt_length={hp['max_prompt_length']} is below the prompts of split {split!r} (the "
+                f"longest of its first {len(lengths)} rows, row {longest}, has {lengths[longest]} tokens) and "
+                "data.long_prompts='error' stops on them; raise data.max_prompt_length, or set data.long_prompts: "
+                "skip to drop the longer prompts"
+            )
+        kept += [(split, i, n) for i, n in enumerate(lengths) if n <= hp["max_prompt_length"]]
+    return kept

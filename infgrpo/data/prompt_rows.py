@@ -1,0 +1,44 @@
+"""A dataset row's prompt text: its prompt column, or ``data.prompt_template`` over its columns.
+
+    row, text = prompt_of({"question": "2+2?", "answer": "4"}, "question", "answer", None, "train")
+
+The one rule the data module applies to every row when it sets up, and the command line to the first rows
+before the model loads (:mod:`infgrpo.data.first_rows`); errors name the setting, the split and its columns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infgrpo.settings import ConfigError
+
+
+def prompt_of(
+    row: dict[str, Any], prompt_column: str, answer_column: str | None, prompt_template: str | None, split: str
+) -> tuple[dict[str, Any], str]:
+    """(the row, with ``answer`` from ``answer_column`` when set; its prompt text); a ConfigError naming
+    ``data.prompt_column``, ``data.answer_column`` or ``data.prompt_template`` when the row cannot give them."""
+    columns = ", ".join(row)
+    if prompt_column not in row:
+        raise ConfigError(
+            f"data.prompt_column={prompt_column!r} is not a column of split {split!r}; columns: {columns}"
+        )
+    if answer_column is not None:
+        if answer_column not in row:
+            raise ConfigError(
+                f"data.answer_column={answer_column!r} is not a column of split {split!r}; columns: {columns}"
+            )
+        row = {**row, "answer": row[answer_column]}
+    if prompt_template is None:
+        return row, str(row[prompt_column])
+    try:
+        return row, prompt_template.format(**row)
+    except KeyError as err:
+        raise ConfigError(
+            f"data.prompt_template names column {err} that split {split!r} lacks; columns: {columns}"
+        ) from err
+    except (IndexError, ValueError) as err:  # "{}", "{0}", a lone brace, a format spec the value does not take
+        raise ConfigError(
+            f"data.prompt_template={prompt_template!r} cannot format a row of split {split!r} "
+            f"({type(err).__name__}: {err}); it is a str.format template over the columns: {columns}"
+        ) from err

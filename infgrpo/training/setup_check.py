@@ -1,0 +1,70 @@
+"""The command line's checks that read more than the settings, run before the model loads.
+
+    check_before_loading(config, settings)   # in GRPOCLI.before_instantiate_classes; ConfigError names the field
+
+:func:`~infgrpo.training.hparams.check_settings` and :func:`~infgrpo.data.datamodule.check_data_settings` check
+each setting by itself. Some settings are only wrong for the model or the data they meet; Lightning, peft, the
+sampler or the data module found those after the model loaded (a traceback, seconds to minutes in). Here they
+are found from what costs little to read: the trainer's ``max_steps``, the model's config (no weights; a model
+built on the ``meta`` device for the LoRA targets), and the first rows of the data with the tokenizer
+(:mod:`infgrpo.data.first_rows`). The Python API keeps its own checks where the objects are used
+(``GRPOModule.on_fit_start`` checks every prompt against the context by the same rule,
+:func:`~infgrpo.sampler.model_support.context_overflow`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PretrainedConfig
+
+from infgrpo.data.first_rows import check_first_rows
+from infgrpo.policy.load import load_tokenizer
+from infgrpo.policy.lora_targets import check_lora_targets
+from infgrpo.policy.model_config import load_model_config
+from infgrpo.sampler.model_support import context_overflow
+from infgrpo.settings import ConfigError
+from infgrpo.training.hparams import ModuleSettings
+
+
+def check_max_steps(max_steps: Any) -> None:
+    """Raises a ConfigError unless ``trainer.max_steps`` is -1 (no limit: ``max_epochs`` ends the run) or >= 1.
+
+    Lightning refuses values below -1 only once the trainer is built (after the model), and takes 0, which
+    loads the model and trains nothing (and, with ``model.output_dir``, writes the untrained model): refused too.
+    """
+    if max_steps is None or max_steps == -1:
+        return
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        why = " (0 trains nothing)" if max_steps == 0 else ""
+        raise ConfigError(
+            f"trainer.max_steps={max_steps!r}{why} must be -1 (no limit: max_epochs ends the run) or >= 1"
+        )
+
+
+def check_context(config: PretrainedConfig, max_new_tokens: int, prompts: list[tuple[str, int, int]]) -> None:
+    """Raises a ConfigError naming ``model.sampler.max_new_tokens`` when the longest of ``prompts`` ((split, row,
+    tokens), read before loading) cannot take that many new tokens in the model's context; without prompts, when
+    even a one-token prompt cannot."""
+    split, row, tokens = max(prompts, key=lambda p: p[2]) if prompts else (None, 0, 1)
+    reason = context_overflow(config, tokens, max_new_tokens)
+    if reason is None:
+        return
+    which = f"row {row} of split {split!r} has {tokens} tokens" if split is not None else "a prompt of 1 token"
+    raise ConfigError(
+        f"model.sampler.max_new_tokens={max_new_tokens} does not fit the model's context: {which}; with "
+        f"max_new_tokens={max_new_tokens} {reason}"
+    )
+
+
+def check_before_loading(config: Any, settings: ModuleSettings) -> None:
+    """The checks of the module docstring, on the parsed ``config`` (trainer, data) and the checked ``settings``;
+    the first failure is a ConfigError naming ``trainer.<field>``, ``model.<group>.<field>`` or ``data.<field>``."""
+    check_max_steps(config["trainer"].get("max_steps"))
+    policy = settings.policy
+    model_config = load_model_config(policy.model_name_or_path, policy.gguf_file)
+    check_lora_targets(model_config, settings.lora)
+    data = config["data"]
+    data = data.as_dict() if hasattr(data, "as_dict") else dict(data)
+    prompts = check_first_rows(data, lambda: load_tokenizer(policy.model_name_or_path, policy.gguf_file))
+    check_context(model_config, settings.sampler.max_new_tokens, prompts)
