@@ -41,5 +41,6 @@ BENCHMARKS = {
     "dynamic": "benchmarks.dynamic",
     "skip": "benchmarks.skip",
     "adaptive": "benchmarks.adaptive",
+    "adaptive-memory": "benchmarks.adaptive_memory",
 }
 """Benchmark name -> module (with ``main(argv)``, ``tables(result)`` and, if it spawns, ``run_one``)."""
