@@ -116,6 +116,7 @@ class JudgedRollout:
         self.g, self.accuracy = group_size, accuracy
         resolve_criterion(dynamic.criterion)  # the criterion also judges adaptive groups
         self.capped_in_a_row = 0
+        self.unrescued: list[tuple[int, int]] = []  # (groups extended, extension samples) of steps in a row
 
     def check(self, datamodule: Any) -> None:
         """Before the first step: the data module can stream prompts, and the cap and budget hold a batch."""
@@ -160,6 +161,7 @@ class JudgedRollout:
             chosen = list(range(len(batch)))
         if grow is not None:
             rollouts.stats.update(judge.found(chosen, self.g, self.accuracy))
+            self.warn_if_never_rescued(rollouts.stats)
         scores = judge.trained(chosen, rollouts.sample_ids, self.g)
         return rollouts, scores, [items[i] for i in chosen]
 
@@ -172,5 +174,24 @@ class JudgedRollout:
                 f"only {found.informative_rate:.0%} of the groups had a reward spread in the last step "
                 "(a reward that never varies on these prompts, or a task too hard or too easy for the model); "
                 "those steps trained on dropped groups, which carry no gradient",
+                stacklevel=3,
+            )
+
+    def warn_if_never_rescued(self, stats: dict[str, Any]) -> None:
+        """Warns once when groups were extended :data:`WARN_AFTER` steps in a row and none found a spread: the
+        extensions cost samples and gave nothing (a reward that never varies, or prompts far too hard)."""
+        extended, rescued = stats.get("adaptive/groups_extended", 0), stats.get("adaptive/groups_rescued", 0)
+        if rescued or not extended:
+            self.unrescued = [] if rescued else self.unrescued
+            return
+        self.unrescued.append((extended, stats.get("adaptive/extension_samples", 0)))
+        if len(self.unrescued) == WARN_AFTER:
+            groups, samples = (sum(x) for x in zip(*self.unrescued, strict=True))
+            warnings.warn(
+                f"[infgrpo] adaptive groups: {groups} groups were extended by {samples} samples over the last "
+                f"{WARN_AFTER} steps and none found a reward spread (rescue rate 0 of {samples}): the reward may "
+                "never vary on these prompts (check the reward function), or the task is far too hard for the model; "
+                f"lower adaptive_groups.max_samples_per_prompt={self.adaptive.max_samples_per_prompt} (or turn "
+                "adaptive groups off) to stop spending samples on them",
                 stacklevel=3,
             )

@@ -165,3 +165,27 @@ def test_bad_settings_are_refused(tiny_model, tokenizer, task):
     rounds = dataclasses.replace(DynamicSpec(2, 4, judge.spread), scheme="rounds")
     with pytest.raises(ValueError, match="grow inside the continuous scheme"):
         sampler(tiny_model, tokenizer).sample_dynamic(iter(task[1]), G, 3, rounds, 64, adaptive=judge.spec())
+
+
+def same_reward_for_all(completions, metadata, **info):
+    """A reward that never varies: every group stalls, and no extension can find a spread."""
+    return [0.5] * len(completions)
+
+
+def test_a_reward_that_never_varies_warns_once_after_three_steps_of_extensions_without_a_rescue(tmp_path):
+    from infgrpo import GRPOModule
+    from infgrpo.data import PromptDataModule
+    from tests.helpers import trainer
+
+    module = GRPOModule(
+        group_size=2, sampler={"num_slots": 4, "max_new_tokens": 4},
+        rewards={"functions": {f"{__name__}:same_reward_for_all": 1.0}, "accuracy": None},
+        adaptive_groups={"enabled": True, "max_samples_per_prompt": 4},
+    )  # fmt: skip
+    with pytest.warns(
+        UserWarning, match=r"none found a reward spread \(rescue rate 0 of \d+\).*max_samples_per_prompt=4"
+    ):
+        trainer(tmp_path, 3, enable_checkpointing=False).fit(
+            module, PromptDataModule(path="tiny", batch_size=2, eval_split=None)
+        )
+    assert module.dynamic.unrescued and len(module.dynamic.unrescued) == 3
