@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> dict:
     """One fresh process per cap."""
     if min(args.caps) < args.group_size:
         raise ValueError(f"--caps {args.caps}: every cap must be >= --group-size={args.group_size}")
-    job = {k: v for k, v in vars(args).items() if k not in ("caps", "timeout", "json")}
+    job = {k: v for k, v in vars(args).items() if k not in ("caps", "timeout", "json", "one", "command")}
     configs = [{**job, "cap": cap} for cap in args.caps]
     return {"job": job, "rows": spawn_all("adaptive-memory", configs, timeout=args.timeout)}
 

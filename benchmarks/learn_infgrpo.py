@@ -37,8 +37,9 @@ from benchmarks.learn_job import (
 from infgrpo.data import PromptDataModule
 from infgrpo.policy.load import save_trained
 
-COUNTED = ("train/dynamic/", "train/update/rows")
-"""Metrics a step record keeps besides reward and seconds: dynamic sampling's counts, the rows the update skipped."""
+COUNTED = ("train/dynamic/", "train/adaptive/", "train/update/rows")
+"""Metrics a step record keeps besides reward and seconds: dynamic sampling's and adaptive groups' counts, the rows the
+update skipped."""
 
 
 class StepLog(L.Callback):
