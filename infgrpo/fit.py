@@ -37,6 +37,7 @@ from infgrpo.data.datamodule import check_data_settings
 from infgrpo.module import GRPOModule
 from infgrpo.policy.source import check_model_source
 from infgrpo.runtime.hardware import check_accelerator
+from infgrpo.sampler.stop_tokens import check_stop_tokens_of
 from infgrpo.settings import ConfigError
 from infgrpo.training.checkpoint_check import check_checkpoint_path, checkpoint_folders, resolve_last
 from infgrpo.training.compat_v01 import old_keys
@@ -136,6 +137,7 @@ class GRPOCLI(LightningCLI):
                 print(f"[infgrpo] --ckpt_path last: resuming from {config['ckpt_path']}", flush=True)
             check_checkpoint_path(config.get("ckpt_path"))
             check_run_folders(config)
+            check_stop_tokens_of(settings.policy, settings.sampler.stop_token_ids, "model.sampler.stop_token_ids")
         except ConfigError as err:
             self.parser.error(str(err))
 
