@@ -137,7 +137,7 @@ class GRPOCLI(LightningCLI):
             if config.get("ckpt_path") == "last":
                 config["ckpt_path"] = resolve_last(checkpoint_folders(config["trainer"]))
                 print(f"[infgrpo] --ckpt_path last: resuming from {config['ckpt_path']}", flush=True)
-            check_checkpoint_path(config.get("ckpt_path"))
+            check_checkpoint_path(config.get("ckpt_path"), settings)  # a file whose weights fit these settings
             check_run_folders(config)
             check_stop_tokens_of(settings.policy, settings.sampler.stop_token_ids, "model.sampler.stop_token_ids")
         except ConfigError as err:
