@@ -37,13 +37,13 @@ from infgrpo.data.datamodule import check_data_settings
 from infgrpo.module import GRPOModule
 from infgrpo.policy.source import check_model_source
 from infgrpo.runtime.hardware import check_accelerator
-from infgrpo.sampler.stop_tokens import check_stop_tokens_of
 from infgrpo.settings import ConfigError
 from infgrpo.training.checkpoint_check import check_checkpoint_path, checkpoint_folders, resolve_last
 from infgrpo.training.compat_v01 import old_keys
 from infgrpo.training.config_files import config_file_problem
 from infgrpo.training.hparams import check_settings
 from infgrpo.training.output_dir import check_run_folders
+from infgrpo.training.stop_token_check import check_stop_tokens_of
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.

@@ -1,11 +1,10 @@
 """``sampler.stop_token_ids`` against the model's vocabulary: an id the model cannot emit never stops anything.
 
     check_stop_token_ids([999999], vocab_size=151936)     # ConfigError naming sampler.stop_token_ids
-    check_stop_tokens_of(PolicyConfig("tiny"), [999999])   # the same from the model's config.json, no weights read
 
-The command line checks before the model loads (:func:`check_stop_tokens_of`, reading only ``AutoConfig``, and
-only when stop ids are set); :class:`~infgrpo.MicroGroupSampler` checks against the loaded model's embedding rows
-(:func:`model_vocab_size`), for the Python API.
+The command line checks before the model loads, against its config (:mod:`infgrpo.training.stop_token_check`);
+:class:`~infgrpo.MicroGroupSampler` checks against the loaded model's embedding rows (:func:`model_vocab_size`),
+for the Python API.
 """
 
 from __future__ import annotations
@@ -45,21 +44,3 @@ def model_vocab_size(model: Any) -> int | None:
         return int(model.get_input_embeddings().num_embeddings)
     except (AttributeError, TypeError):
         return config_vocab_size(getattr(model, "config", None))
-
-
-def check_stop_tokens_of(policy: Any, stop_token_ids: list[int], field: str = FIELD) -> None:
-    """:func:`check_stop_token_ids` against the config of the model of ``policy`` (a
-    :class:`~infgrpo.policy.config.PolicyConfig`; ``AutoConfig``: no weights are read), read
-    only when ``stop_token_ids`` is not empty; a config that cannot be read is left to the loading to report."""
-    if not stop_token_ids:
-        return
-    from transformers import AutoConfig
-
-    from infgrpo.policy.load import resolve_model
-
-    try:
-        folder, gguf = resolve_model(policy.model_name_or_path, policy.gguf_file)
-        config = AutoConfig.from_pretrained(folder, **({"gguf_file": gguf} if gguf else {}))
-    except (OSError, ValueError, ImportError):
-        return
-    check_stop_token_ids(stop_token_ids, config_vocab_size(config), field)

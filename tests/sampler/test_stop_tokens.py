@@ -4,8 +4,9 @@ model's config before it loads (the command line), from its embedding when the s
 import pytest
 
 from infgrpo import MicroGroupSampler, PolicyConfig, SamplerConfig
-from infgrpo.sampler.stop_tokens import check_stop_token_ids, check_stop_tokens_of
+from infgrpo.sampler.stop_tokens import check_stop_token_ids
 from infgrpo.settings import ConfigError
+from infgrpo.training.stop_token_check import check_stop_tokens_of
 
 
 def test_an_id_past_the_vocabulary_is_named_with_the_vocabulary_size():
