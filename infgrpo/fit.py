@@ -40,9 +40,11 @@ from infgrpo.runtime.hardware import check_accelerator
 from infgrpo.settings import ConfigError
 from infgrpo.training.checkpoint_check import check_checkpoint_path, checkpoint_folders, resolve_last
 from infgrpo.training.compat_v01 import old_keys
+from infgrpo.training.config_files import config_file_problem
 from infgrpo.training.hparams import check_settings
 from infgrpo.training.output_dir import check_run_folders
 from infgrpo.training.setup_check import check_before_loading
+from infgrpo.training.stop_token_check import check_stop_tokens_of
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.
@@ -89,12 +91,13 @@ class GRPOCLI(LightningCLI):
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="checkpoint to resume from")
 
     def parse_arguments(self, parser, args) -> None:  # noqa: ANN001 - jsonargparse parser and arguments
-        """Refuses the flat keys of infgrpo 0.1 (``model.loss_type``) naming where each moved, then parses; with
-        ``--print_config`` the seeds left null are shown as the run's ``seed_everything`` they become."""
+        """Refuses a ``--config`` file that is no YAML (naming it and the line) and the flat keys of infgrpo 0.1
+        (``model.loss_type``) naming where each moved, then parses; with ``--print_config`` the seeds left null are
+        shown as the run's ``seed_everything`` they become."""
         argv = list(sys.argv[1:] if args is None else args) if not isinstance(args, dict | Namespace) else []
-        moved = old_keys(argv)
-        if moved:
-            parser.error(moved)
+        problem = config_file_problem(argv) or old_keys(argv)  # a file that is no YAML; 0.1's keys
+        if problem:
+            parser.error(problem)
         printing = [a for a in argv if a == "--print_config" or a.startswith("--print_config=")]
         if not printing:
             return super().parse_arguments(parser, args)
@@ -130,15 +133,16 @@ class GRPOCLI(LightningCLI):
                 settings.adaptive_groups.budget(config["data"]["batch_size"], settings.group_size)
         except ConfigError as err:
             self.parser.error(f"model.{err}")
-        check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
-        try:
+        try:  # a ConfigError is the parser's error line (was a traceback for the accelerator and a GGUF file)
+            check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
             check_model_source(settings.policy.model_name_or_path, settings.policy.gguf_file)
             if config.get("ckpt_path") == "last":
                 config["ckpt_path"] = resolve_last(checkpoint_folders(config["trainer"]))
                 print(f"[infgrpo] --ckpt_path last: resuming from {config['ckpt_path']}", flush=True)
-            check_checkpoint_path(config.get("ckpt_path"))
+            check_checkpoint_path(config.get("ckpt_path"), settings)  # a file whose weights fit these settings
             check_run_folders(config)
             check_before_loading(config, settings)  # trainer.max_steps, the model's config, the data's first rows
+            check_stop_tokens_of(settings.policy, settings.sampler.stop_token_ids, "model.sampler.stop_token_ids")
         except ConfigError as err:
             self.parser.error(str(err))
 

@@ -39,7 +39,7 @@ from infgrpo.runtime.seeds import derive_seed
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
-from infgrpo.training.compat_v01 import grouped_checkpoint
+from infgrpo.training.compat_v01 import grouped_checkpoint, refuse_flat_arguments
 from infgrpo.training.dynamic import DynamicSamplingConfig
 from infgrpo.training.fit_ranks import trainer_ranks
 from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
@@ -92,6 +92,7 @@ class GRPOModule(L.LightningModule):
             (bit-identical CPU runs across machines). See infgrpo.runtime.threads.
     """
 
+    @refuse_flat_arguments  # GRPOModule(learning_rate=...) of 0.1 shows the call in groups
     def __init__(
         self,
         policy: PolicyConfig = PolicyConfig(),  # noqa: B008 - copied; a dataclass gives one YAML block

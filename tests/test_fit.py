@@ -155,7 +155,8 @@ def test_a_flat_config_of_0_1_names_where_each_key_moved(tmp_path, capsys):
     old = tmp_path / "old.yaml"
     old.write_text("model:\n  model: tiny\n  group_size: 2\n  loss_type: dapo\n")
     line = cli_error(capsys, "--config", str(old))
-    assert "model.model" in line and "is model.policy.model_name_or_path now" in line
+    assert f"2 keys of infgrpo 0.1 in {old}: model.model is model.policy.model_name_or_path, " in line
+    assert "model.loss_type is model.objective.loss_type now" in line  # every old key, in one line
     line = cli_error(capsys, "--config", str(ROOT / "configs" / "tiny.yaml"), "--model.learning_rate", "1e-3")
     assert "model.learning_rate (--model.learning_rate) is model.optimizer.learning_rate now" in line
     weights = tmp_path / "weights.yaml"

@@ -86,3 +86,22 @@ def test_adaptive_groups_settings_that_cannot_work_stop_before_the_model_loads(c
     assert "adaptive_groups.enabled needs sampler.decoder='engine'" in line
     line = cli_error(capsys, *TINY, *on, "--model.adaptive_groups.rule", "greedy")
     assert "model.adaptive_groups.rule" in line
+
+
+def test_a_config_file_indented_with_a_tab_is_named_with_its_line(capsys, tmp_path):
+    tabbed = tmp_path / "tabbed.yaml"
+    tabbed.write_text("model:\n\tgroup_size: 4\n")
+    line = cli_error(capsys, *TINY, "--config", str(tabbed))
+    assert f"--config {tabbed} line 2: a tab indents it, and YAML allows only spaces for indentation" in line
+
+
+def test_a_missing_gguf_file_and_a_stop_id_past_the_vocabulary_are_error_lines(capsys):
+    line = cli_error(capsys, *TINY, "--model.policy.gguf_file", "missing.gguf")
+    assert "model.policy.gguf_file='missing.gguf' does not exist (neither in the model folder" in line
+    line = cli_error(capsys, *TINY, "--model.sampler.stop_token_ids", "[999999]")
+    assert "model.sampler.stop_token_ids=[999999]: 999999 is outside the model's vocabulary (vocab_size=103" in line
+
+
+def test_a_rewards_flag_of_names_and_weights_says_what_its_yaml_says(capsys):
+    line = cli_error(capsys, *TINY, "--model.rewards", "{synthetic: 1.0}")
+    assert "model.rewards (--model.rewards) maps reward names to weights: they go in model.rewards.functions" in line

@@ -10,6 +10,8 @@ max_new_tokens``, the modules of ``model.lora.target_modules``) before the model
 
 from __future__ import annotations
 
+import functools
+
 from transformers import AutoConfig, PretrainedConfig
 
 from infgrpo.policy.load import resolve_model
@@ -18,9 +20,11 @@ from infgrpo.settings import ConfigError
 FIELD = "model.policy.model_name_or_path"
 
 
+@functools.lru_cache(maxsize=4)
 def load_model_config(name: str, gguf_file: str | None = None) -> PretrainedConfig:
     """``AutoConfig`` of the policy ``name`` (and ``gguf_file``); a ConfigError naming the field when it cannot be
-    read (a missing GGUF file or package, a folder without a readable config)."""
+    read (a missing GGUF file or package, a folder without a readable config). Read once per process for each
+    name (the checks before loading share it): treat it as read-only."""
     try:
         folder, gguf = resolve_model(name, gguf_file)
         return AutoConfig.from_pretrained(folder, **({"gguf_file": gguf} if gguf else {}))

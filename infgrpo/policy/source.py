@@ -25,7 +25,9 @@ def hub_offline() -> bool:
 
 def check_model_source(name: str, gguf_file: str | None = None, field: str = FIELD) -> None:
     """Raises a ConfigError naming ``field`` when ``name`` is neither a shipped alias, an existing folder or file,
-    nor a hub id; or when the hub is offline and the id is not in the local cache."""
+    nor a hub id; or when the hub is offline and the id is not in the local cache; or when ``gguf_file`` is in
+    none of the places loading looks (:func:`check_gguf_file`)."""
+    check_gguf_file(name, gguf_file, field.rpartition(".")[0])
     from huggingface_hub import try_to_load_from_cache
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
@@ -50,3 +52,21 @@ def check_model_source(name: str, gguf_file: str | None = None, field: str = FIE
                 f"{field}={name!r} is no local folder, and the hub is offline (HF_HUB_OFFLINE=1) with no cached "
                 f"copy of it; download it where the hub is reachable, or give a local folder"
             )
+
+
+def check_gguf_file(name: str, gguf_file: str | None, group: str = "model.policy") -> None:
+    """Raises a ConfigError naming ``<group>.gguf_file`` (or ``<group>.model_name_or_path``) when the GGUF file
+    loading would take cannot be: not in the local model folder nor a path, a second one for a name that is a GGUF
+    file already, or no ``gguf`` package; the checks of :func:`~infgrpo.policy.load.resolve_model`, which reads no
+    file. A file of a hub repository is left to the download."""
+    if gguf_file is None and not (name == "smollm2" or name.endswith(".gguf")):
+        return
+    from infgrpo.policy.load import resolve_model
+
+    try:
+        resolve_model(name, gguf_file)
+    except (ValueError, ImportError) as err:  # they start with gguf_file= or model=
+        message = str(err)
+        if message.startswith("model="):
+            message = "model_name_or_path=" + message.removeprefix("model=")
+        raise ConfigError(f"{group}.{message}") from err

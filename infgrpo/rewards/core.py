@@ -11,7 +11,9 @@ one that names either of them as a parameter receives the ones it names.
 Select built-ins by name or any importable callable as ``"package.module:function"``.
 
 A reward *fails* for a sample when its function raises (all its samples fail), returns None, NaN or
-inf. ``reward_on_error`` says what then happens:
+inf (``None`` per row is the contract's failed value; anything but a sequence of numbers and Nones, one per
+completion, is a bug of the function: a :class:`RewardError` in every mode, see :mod:`infgrpo.rewards.returns`).
+``rewards.on_error`` says what a failure then does:
 
 - ``raise`` (default): stop with a :class:`RewardError` naming the function and the sample;
 - ``zero``: score the failed value 0; the 0 enters its group's mean and std like any reward (so a
@@ -35,15 +37,12 @@ from typing import Literal
 import torch
 
 from infgrpo.registry import Registry, check_choice, choices
+from infgrpo.rewards.returns import RewardError, reward_values
 
 RewardFn = Callable[[list[str], list[dict]], Sequence[float]]
 REWARDS = Registry("rewards")
 OnError = Literal["raise", "zero", "skip"]
-"""What a failed reward does (``reward_on_error``; see the module docstring)."""
-
-
-class RewardError(ValueError):
-    """A reward function raised, returned the wrong count, or returned a non-finite value."""
+"""What a failed reward does (``rewards.on_error``; see the module docstring)."""
 
 
 def check_on_error(on_error: str, field: str = "reward_on_error") -> str:
@@ -136,22 +135,20 @@ def score_rewards(
         fn = resolve_reward(name)
         info = {"completion_lengths": completion_lengths, "max_completion_length": max_completion_length}
         try:
-            values = list(fn(completions, metadata, **info_for(fn, info)))
+            returned = fn(completions, metadata, **info_for(fn, info))
         except Exception as err:
-            if on_error != "raise":
-                values = [math.nan] * n
-            else:
+            if on_error == "raise":
                 raise RewardError(f"reward {name!r} raised {type(err).__name__}: {err}") from err
-        if len(values) != n:
-            raise RewardError(f"reward {name!r} returned {len(values)} values for {n} completions")
-        vals = torch.tensor([float(v) if v is not None else math.nan for v in values])
+            returned = [None] * n
+        values = reward_values(name, returned, n)  # a RewardError unless n numbers or Nones
+        vals = torch.tensor([v if v is not None else math.nan for v in values])
         bad = (~torch.isfinite(vals)).nonzero().flatten().tolist()
         if bad and on_error == "raise":
             i = bad[0]
             raise RewardError(
                 f"reward {name!r} returned {values[i]!r} for sample {i} (completion "
                 f"{completions[i][:80]!r}, metadata {metadata[i]}); rewards must be finite numbers. "
-                "Set reward_on_error: skip (TRL's handling) or zero to go on."
+                "Set rewards.on_error: skip (TRL's handling) or zero to go on (--model.rewards.on_error skip)."
             )
         vals[bad] = 0.0 if on_error == "zero" else math.nan
         failed[bad] = True

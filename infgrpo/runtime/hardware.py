@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from infgrpo.settings import ConfigError
+
 GPU_ACCELERATORS = ("gpu", "cuda", "mps")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # x86 AVX512-BF16 / AMX; aarch64 FEAT_BF16
 FP16_CPU_FLAGS = ("avx512_fp16", "amx_fp16", "fphp")  # x86 AVX512-FP16 / AMX-FP16; aarch64 half-precision
 
 
 def check_accelerator(accelerator: str | None, cuda_available: bool, mps_available: bool = False) -> None:
-    """Raises a ValueError when ``accelerator`` asks for a GPU this machine lacks (a pure function).
+    """Raises a ConfigError (a ValueError) when ``accelerator`` asks for a GPU this machine lacks (a pure function).
 
     ``auto``, ``cpu`` and accelerator objects pass; ``gpu`` passes with CUDA or Apple MPS, ``cuda``
     needs CUDA, ``mps`` needs MPS.
@@ -28,7 +30,7 @@ def check_accelerator(accelerator: str | None, cuda_available: bool, mps_availab
     name = accelerator.lower()
     found = {"gpu": cuda_available or mps_available, "cuda": cuda_available, "mps": mps_available}.get(name, True)
     if not found:
-        raise ValueError(
+        raise ConfigError(
             f"trainer.accelerator={accelerator!r} but this machine has no {'GPU' if name == 'gpu' else name.upper()} "
             "that torch can use. Run on the CPU with --trainer.accelerator cpu (with --model.policy.dtype float32 "
             "unless the CPU has native bfloat16), or --trainer.accelerator auto to take whatever is there."

@@ -37,6 +37,7 @@ from infgrpo.sampler.pool_sizing import PoolSizer
 from infgrpo.sampler.rollouts import Rollouts
 from infgrpo.sampler.schedule.length_predictor import LengthPredictor, Looks, pool_over_ranks
 from infgrpo.sampler.schedule.schedule_metrics import prediction_stats
+from infgrpo.sampler.stop_tokens import check_stop_token_ids, model_vocab_size
 
 T = TypeVar("T")
 
@@ -67,6 +68,7 @@ class MicroGroupSampler:
             self.eos_id, pad = tokenizer_or_eos.eos_token_id, tokenizer_or_eos.pad_token_id
         pad = pad if pad_id is None else pad_id
         self.pad_id = self.eos_id if pad is None else pad
+        check_stop_token_ids(config.stop_token_ids, model_vocab_size(model))  # a ConfigError naming the ids
         self.stop_ids = stop_token_ids(model, self.eos_id, config.stop_token_ids)
         self.calls = 0
         # After a rollout ran out of device memory, the slot count that worked: later rollouts start there.

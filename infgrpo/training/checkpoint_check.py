@@ -24,14 +24,17 @@ import torch
 from jsonargparse import Namespace
 
 from infgrpo.settings import ConfigError
+from infgrpo.training.checkpoint_fit import checkpoint_mismatch
 
 LIGHTNING_NAMES = ("last", "best", "hpc", "registry")
 LAST_NAMES = ("last.ckpt", "last-v*.ckpt")  # ModelCheckpoint's save_last, and its name when one exists already
 LAST_DEPTH = 4  # root/grpo/version_N/checkpoints/last.ckpt: a deeper search could walk a whole home folder
 
 
-def check_checkpoint_path(ckpt_path: str | None) -> None:
-    """Raises a ConfigError naming ``--ckpt_path`` when it is no file, or a file that is not a checkpoint."""
+def check_checkpoint_path(ckpt_path: str | None, settings: Any = None) -> None:
+    """Raises a ConfigError naming ``--ckpt_path`` when it is no file, a file that is not a checkpoint (or one cut
+    short), or, given the run's ``settings``, a checkpoint whose weights do not fit the model they build
+    (:func:`~infgrpo.training.checkpoint_fit.checkpoint_mismatch`)."""
     if ckpt_path is None or ckpt_path in LIGHTNING_NAMES or ckpt_path.startswith(LIGHTNING_NAMES[-1] + ":"):
         return
     if "://" in ckpt_path:
@@ -43,7 +46,7 @@ def check_checkpoint_path(ckpt_path: str | None) -> None:
         return  # a sharded (distributed) checkpoint folder: Lightning's strategy reads it
     what = "a checkpoint written by Lightning (Trainer.save_checkpoint or ModelCheckpoint, a .ckpt file)"
     if not zipfile.is_zipfile(path):
-        raise ConfigError(f"--ckpt_path={ckpt_path!r} is not {what}: it is no torch.save archive")
+        raise ConfigError(f"--ckpt_path={ckpt_path!r} {not_an_archive(path, what)}")
     try:
         state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except Exception as err:  # noqa: BLE001 - whatever the unpickler says, the file is the problem
@@ -51,6 +54,23 @@ def check_checkpoint_path(ckpt_path: str | None) -> None:
     if not isinstance(state, dict) or "state_dict" not in state:
         keys = ", ".join(map(str, list(state)[:5])) if isinstance(state, dict) else type(state).__name__
         raise ConfigError(f"--ckpt_path={ckpt_path!r} is not {what}: it holds {keys}, no state_dict")
+    mismatch = checkpoint_mismatch(state.get("hyper_parameters"), settings) if settings is not None else None
+    if mismatch is not None:
+        raise ConfigError(f"--ckpt_path={ckpt_path!r}: {mismatch}")
+
+
+def not_an_archive(path: Path, what: str) -> str:
+    """Why the file ``path`` (no zip archive) is no checkpoint: cut short when it starts as one (a copy or a write
+    that stopped early; its size said), else no torch.save archive at all."""
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        start = file.read(4)
+    if start == b"PK\x03\x04":  # a zip archive's first entry, without the directory at its end
+        return (
+            f"is incomplete: it starts as a torch.save archive but its end is missing ({size:,} bytes), as when a copy "
+            "or a write was cut short; copy it again, or resume from another checkpoint"
+        )
+    return f"is not {what}: it is no torch.save archive ({size:,} bytes)"
 
 
 def find_last_checkpoint(folders: list[Path]) -> Path | None:

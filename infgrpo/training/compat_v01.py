@@ -18,10 +18,12 @@ checkpoint moves the flat hyper-parameters into their groups first (:func:`group
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import io
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import torch
 import yaml
@@ -56,11 +58,45 @@ MOVED: dict[str, str] = {**_RENAMED, **{name: f"{g}.{name}" for g, names in _SAM
 ``objective.loss_type``). ``group_size``, ``sampler``, ``output_dir``, ``seed`` and ``threads`` stayed."""
 FLAT_ONLY = frozenset(MOVED) - {"rewards"}
 """The keys of :data:`MOVED` that no group is named after (``rewards`` became the name of a group)."""
+GROUPED = (
+    "GRPOModule's settings are in groups (the README's table lists every key; TRL's names are kept inside the groups)"
+)
 
 
 def moved_hint(key: str) -> str:
     """``"; it is <group.field> now"`` when ``key`` is a flat argument of 0.1, else ``""`` (for an unknown key)."""
     return f"; it is {MOVED[key]} now" if key in MOVED else ""
+
+
+Init = TypeVar("Init", bound=Callable[..., None])
+
+
+def refuse_flat_arguments(init: Init) -> Init:
+    """``GRPOModule.__init__`` refusing the flat keywords of 0.1 (``learning_rate=...``) with a TypeError that shows
+    the call in groups (``optimizer={'learning_rate': ...}``) instead of Python's bare "unexpected keyword"; the
+    signature is kept (``functools.wraps``: the command line reads it)."""
+    accepted = set(inspect.signature(init).parameters)
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        flat = {k: v for k, v in kwargs.items() if k not in accepted and k in MOVED}
+        if flat:
+            raise TypeError(flat_arguments_message(type(self).__name__, flat))
+        init(self, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]
+
+
+def flat_arguments_message(cls: str, flat: Mapping[str, Any]) -> str:
+    """``cls(learning_rate=...)``'s message: the flat keywords given, and the same call in groups."""
+    grouped: dict[str, dict[str, Any]] = {}
+    for key, value in flat.items():
+        group, name = MOVED[key].split(".")
+        grouped.setdefault(group, {})[name] = value
+    given = ", ".join(f"{k}={v!r}" for k, v in flat.items())
+    call = ", ".join(f"{group}={fields!r}" for group, fields in grouped.items())
+    what = "is a flat argument" if len(flat) == 1 else "are flat arguments"
+    return f"{cls}({given}) {what} of infgrpo 0.1; the settings are in groups now: {cls}({call})"
 
 
 def is_old_rewards(rewards: Any) -> bool:
@@ -122,30 +158,52 @@ def grouped_checkpoint(checkpoint: str | Path | IO[bytes]) -> Any:
 
 
 def old_keys(argv: list[str]) -> str | None:
-    """The message for the first flat key of infgrpo 0.1 under ``model`` in ``argv``'s YAML files or flags, if any.
+    """The message for the flat keys of infgrpo 0.1 under ``model`` in ``argv``'s YAML files or flags, if any: every
+    one of them, in one line; a ``--model.rewards`` flag or YAML ``rewards`` mapping names to weights included.
 
     Such a key is now in a group (:data:`MOVED`); it is named with its new key, never read as the new one.
     """
     found: list[tuple[str, str]] = []
     for i, arg in enumerate(argv):
-        name, _, value = arg.partition("=")
+        name, eq, value = arg.partition("=")
+        value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
         if name in ("-c", "--config"):
-            path = value or (argv[i + 1] if i + 1 < len(argv) else "")
-            found += [(k, f"in {path}") for k in yaml_model_keys(path)]
+            found += [(k, f"in {value}") for k in yaml_model_keys(value)]
+        elif name == "--model.rewards" and is_old_rewards(yaml_value(value)):
+            found.append(("rewards:weights", f"({name})"))
         elif name.startswith("--model."):
             found.append((name.removeprefix("--model.").split(".")[0], f"({name})"))
-    for key, where in found:
-        if key == "rewards:weights":
-            return (
-                f"model.rewards {where} maps reward names to weights: they go in model.rewards.functions now "
-                "(model.rewards is a group: functions, accuracy, on_error)"
-            )
-        if key in FLAT_ONLY:
-            return (
-                f"model.{key} {where} is model.{MOVED[key]} now: GRPOModule's settings are in groups (the README's "
-                "table lists every key; TRL's names are kept inside the groups)"
-            )
-    return None
+    messages = [
+        f"model.rewards {where} maps reward names to weights: they go in model.rewards.functions now "
+        "(model.rewards is a group: functions, accuracy, on_error)"
+        for key, where in found[:1] + found[1:]
+        if key == "rewards:weights"
+    ][:1]
+    flat = list(dict.fromkeys((key, where) for key, where in found if key in FLAT_ONLY))
+    if flat:
+        messages.append(moved_keys_message(flat))
+    return "; ".join(messages) or None
+
+
+def moved_keys_message(flat: list[tuple[str, str]]) -> str:
+    """``model.<key> <where> is model.<group>.<key> now: ...`` for one flat key; for several, every pair."""
+    if len(flat) == 1:
+        key, where = flat[0]
+        return f"model.{key} {where} is model.{MOVED[key]} now: {GROUPED}"
+    wheres = list(dict.fromkeys(where for _, where in flat))
+    if len(wheres) == 1:
+        pairs = ", ".join(f"model.{key} is model.{MOVED[key]}" for key, _ in flat)
+        return f"{len(flat)} keys of infgrpo 0.1 {wheres[0]}: {pairs} now: {GROUPED}"
+    pairs = ", ".join(f"model.{key} {where} is model.{MOVED[key]}" for key, where in flat)
+    return f"{len(flat)} keys of infgrpo 0.1: {pairs} now: {GROUPED}"
+
+
+def yaml_value(text: str) -> Any:
+    """``text`` (a command-line value) read as YAML, or None when it is no YAML."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
 
 
 def yaml_model_keys(path: str) -> list[str]:

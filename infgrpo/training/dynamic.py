@@ -18,7 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+import torch
+
 from infgrpo.registry import Registry
+from infgrpo.rewards.returns import abbreviated
 from infgrpo.sampler.engine.dynamic import Scheme
 from infgrpo.settings import ConfigError, check_types
 from infgrpo.training.scoring import Scores
@@ -26,6 +30,10 @@ from infgrpo.training.scoring import Scores
 CRITERIA = Registry("dynamic_sampling.criterion")
 """Whether a scored group carries a gradient: ``criterion(scores) -> bool`` on the group's :class:`Scores`."""
 WARN_AFTER = 3  # consecutive capped steps before the warning
+
+
+class CriterionError(ValueError):
+    """A ``dynamic_sampling.criterion`` raised, or returned something other than a bool."""
 
 
 @CRITERIA.register("reward_spread")
@@ -76,3 +84,22 @@ class DynamicSamplingConfig:
 def resolve_criterion(name: str) -> Callable[[Scores], bool]:
     """The criterion called ``name``: a registered one or ``module.path:function``; a ConfigError otherwise."""
     return CRITERIA.resolve(name)
+
+
+def judge(criterion: Callable[[Scores], object], name: str, scores: Scores) -> bool:
+    """``criterion(scores)`` (the criterion called ``name``) as a bool; a :class:`CriterionError` naming it when it
+    raises or returns anything but a bool (Python's, numpy's or a 0-dim bool tensor): ``"no"`` or a count would
+    otherwise be read as true and keep every group."""
+    field = f"dynamic_sampling.criterion {name!r}"
+    try:
+        verdict = criterion(scores)
+    except Exception as err:
+        raise CriterionError(f"{field} raised {type(err).__name__}: {err}") from err
+    if isinstance(verdict, bool | np.bool_):
+        return bool(verdict)
+    if isinstance(verdict, torch.Tensor) and verdict.dim() == 0 and verdict.dtype == torch.bool:
+        return bool(verdict)
+    raise CriterionError(
+        f"{field} returned {type(verdict).__name__} {abbreviated(verdict)}; it must return a bool (True: the group "
+        "carries a gradient and is kept), e.g. bool(scores.total.max() > scores.total.min())"
+    )

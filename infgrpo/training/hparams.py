@@ -30,6 +30,7 @@ from infgrpo.settings import ConfigError, build_group, check_types
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.compat_v01 import check_rewards_mapping, moved_hint
 from infgrpo.training.dynamic import DynamicSamplingConfig
+from infgrpo.training.ignored import warn_ignored
 from infgrpo.training.judged_check import check_judged_rollout
 from infgrpo.training.optim import OptimizerConfig
 from infgrpo.update.config import UpdateConfig
@@ -128,6 +129,7 @@ def check_settings(
     resolve_skip(built["update"].skip_zero_advantage, built["objective"], warn=False)  # 'on' where not exact
     warn_filtered_behaviour_logprobs(built["sampler"], built["objective"])
     check_judged_rollout(built, group_size)  # dynamic sampling and adaptive groups: the engine decodes
+    warn_ignored(built, group_size)  # values a run would ignore, greedy groups without a gradient
     return ModuleSettings(
         group_size=group_size, output_dir=output_dir, seed=run_seed(seed),
         threads=threads, **built,

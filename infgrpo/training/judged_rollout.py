@@ -26,7 +26,7 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import DynamicSpec, DynamicSummary, MicroGroupSampler, Rollouts
 from infgrpo.sampler.schedule.sequence import Sequence
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
-from infgrpo.training.dynamic import DynamicSamplingConfig, resolve_criterion
+from infgrpo.training.dynamic import DynamicSamplingConfig, judge, resolve_criterion
 from infgrpo.training.scoring import Scorer, Scores
 
 WARN_AFTER = 3  # consecutive capped steps before the warning
@@ -60,7 +60,7 @@ class GroupJudge:
     """
 
     def __init__(self, scorer: Scorer, criterion: str, items: list[dict]) -> None:
-        self.scorer, self.criterion, self.items = scorer, resolve_criterion(criterion), items
+        self.scorer, self.name, self.criterion, self.items = scorer, criterion, resolve_criterion(criterion), items
         self.scored: dict[int, Scores] = {}
 
     def __call__(self, position: int, group: list[Sequence]) -> bool:
@@ -71,7 +71,7 @@ class GroupJudge:
             [s.finish_reason for s in group],
         )  # fmt: skip
         self.scored[position] = self.scorer(one, [item["meta"]])
-        return bool(self.criterion(self.scored[position]))
+        return judge(self.criterion, self.name, self.scored[position])  # a CriterionError unless a bool
 
     def select(self, position: int, group: list[Sequence], m: int) -> list[int]:
         """The ``m`` samples of a grown group with the largest reward variance (PODS)."""

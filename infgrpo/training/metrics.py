@@ -71,7 +71,7 @@ def step_metrics(
     metrics: dict[str, Any] = {
         "reward": batch.total.nanmean(),  # failed rewards (NaN under skip) left out, as TRL does
         "reward_std": nanstd(batch.total),
-        "rewards_failed": batch.failed.sum(),  # completions with a failed reward (reward_on_error)
+        "rewards_failed": batch.failed.sum(),  # completions with a failed reward (rewards.on_error)
         "completion_length": batch.lengths.mean(),
         "completion_length_max": batch.lengths.max(),
         "completions_truncated": batch.truncated.mean(),  # share that hit max_new_tokens

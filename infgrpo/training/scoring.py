@@ -26,7 +26,7 @@ class BatchScores:
     """Per-completion scores of the whole global batch (every rank's rows in global order), each (N_global,)."""
 
     total: torch.Tensor
-    """Weighted reward (NaN: unscorable under ``reward_on_error: skip``)."""
+    """Weighted reward (NaN: unscorable under ``rewards.on_error: skip``)."""
     lengths: torch.Tensor
     """Completion lengths in tokens."""
     truncated: torch.Tensor

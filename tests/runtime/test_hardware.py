@@ -6,8 +6,8 @@ import torch
 
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
-from infgrpo.fit import main
 from infgrpo.runtime.hardware import check_accelerator, cpu_flags, slow_cpu_dtype
+from tests.test_fit import cli_error
 
 X86 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\nmodel name\t: x\n"
 SAPPHIRE = "flags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
@@ -28,10 +28,12 @@ def test_gpu_accelerator_without_a_gpu_names_the_cpu_option():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
-def test_fit_with_gpu_accelerator_fails_before_loading_the_model():
+def test_fit_with_gpu_accelerator_fails_before_loading_the_model(capsys):
     # a model that does not exist: loading it first would fail with another error
-    with pytest.raises(ValueError, match=r"--trainer.accelerator cpu"):
-        main(["--config", "configs/smollm2.yaml", "--model.policy.model_name_or_path", "/nonexistent/model"])
+    line = cli_error(
+        capsys, "--config", "configs/smollm2.yaml", "--model.policy.model_name_or_path", "/nonexistent/model"
+    )
+    assert line.startswith("error: trainer.accelerator='gpu' but this machine has no GPU") and "accelerator cpu" in line
 
 
 def test_cpu_flags_are_read_from_cpuinfo():

@@ -1,0 +1,50 @@
+"""Settings that a run would take and then ignore, or that leave every group without a gradient: a warning each.
+
+    warn_ignored(built, group_size=8)   # built: check_settings' groups by key
+
+- ``dynamic_sampling.max_prompts`` with ``dynamic_sampling.enabled: false``: no prompt is drawn beyond the batch;
+- ``quantization.upcast_to_float32`` without ``quantization.load_in_4bit``: there is no 4-bit path to upcast;
+- ``sampler.temperature: 0`` (or ``top_k: 1``): greedy decoding makes the ``group_size`` completions of a prompt
+  identical, so their rewards are equal, every advantage is 0 and no step has a gradient, ever.
+
+The shipped configs (``configs/*.yaml``) raise none of them. Warnings, not errors: each setting is valid alone
+(a config may keep ``max_prompts`` for runs that turn dynamic sampling on).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+
+def ignored_settings(built: Mapping[str, Any], group_size: int) -> list[str]:
+    """The warnings (one sentence each, naming the keys and values) for the groups ``built`` (a pure function)."""
+    found = []
+    dynamic, quantization, sampler = built["dynamic_sampling"], built["quantization"], built["sampler"]
+    if dynamic.max_prompts is not None and not dynamic.enabled:
+        found.append(
+            f"dynamic_sampling.max_prompts={dynamic.max_prompts} is ignored: dynamic_sampling.enabled is false "
+            "(set --model.dynamic_sampling.enabled true to draw prompts beyond the batch)"
+        )
+    if quantization.upcast_to_float32 and not quantization.load_in_4bit:
+        found.append(
+            "quantization.upcast_to_float32=True is ignored: it applies to 4-bit loading only and "
+            "quantization.load_in_4bit is false (policy.dtype sets the weights' dtype)"
+        )
+    greedy = "temperature=0" if sampler.temperature == 0 else "top_k=1" if sampler.top_k == 1 else None
+    if greedy is not None:
+        found.append(
+            f"sampler.{greedy} decodes greedily: the group_size={group_size} completions of a prompt are identical, "
+            "their rewards equal and every advantage 0, so no step has a gradient; sample with "
+            "sampler.temperature > 0 (e.g. 1.0; evaluation.temperature sets the held-out decoding)"
+        )
+    return found
+
+
+def warn_ignored(built: Mapping[str, Any], group_size: int) -> None:
+    """Warns (``[infgrpo] ...``) for each of :func:`ignored_settings`; issued from here (``stacklevel=1``), so that
+    Python's default filter shows a message once although the command line checks the settings before the module
+    checks them again."""
+    for message in ignored_settings(built, group_size):
+        warnings.warn(f"[infgrpo] {message}", UserWarning, stacklevel=1)

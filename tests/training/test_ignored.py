@@ -1,0 +1,55 @@
+"""Settings a run would ignore, and greedy groups that never have a gradient: one warning each, none for the shipped
+configs."""
+
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infgrpo.training.hparams import GROUPS, check_settings
+from infgrpo.training.ignored import ignored_settings
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+
+
+def built(**groups):
+    settings = check_settings(**groups)
+    return {key: getattr(settings, key) for key in GROUPS}
+
+
+@pytest.mark.parametrize(
+    "groups,named",
+    [
+        ({"dynamic_sampling": {"max_prompts": 64}}, "dynamic_sampling.max_prompts=64 is ignored: dynamic_sampling"),
+        ({"quantization": {"upcast_to_float32": True}}, "quantization.upcast_to_float32=True is ignored"),
+        ({"sampler": {"temperature": 0.0}}, "sampler.temperature=0 decodes greedily: the group_size=8 completions"),
+        ({"sampler": {"top_k": 1}}, "sampler.top_k=1 decodes greedily"),
+    ],
+)
+def test_each_ignored_value_is_named(groups, named):
+    found = ignored_settings(built(**groups), group_size=8)
+    assert len(found) == 1 and found[0].startswith(named)
+
+
+def test_the_settings_that_are_used_warn_nothing():
+    on = {"dynamic_sampling": {"enabled": True, "max_prompts": 64}, "sampler": {"temperature": 0.7, "top_k": 20}}
+    assert ignored_settings(built(**on), group_size=8) == []
+
+
+def test_the_warning_is_shown_once_although_the_settings_are_checked_twice():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for _ in range(2):
+            check_settings(sampler={"temperature": 0.0, "stop_token_ids": [7]})
+    shown = [str(w.message) for w in caught if "[infgrpo]" in str(w.message)]
+    assert len(shown) == 1 and "sampler.temperature=0" in shown[0]
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_no_shipped_config_warns(path):
+    model = yaml.safe_load(path.read_text())["model"]
+    group_size = model.pop("group_size", 8)
+    for key in ("output_dir", "seed", "threads"):
+        model.pop(key, None)
+    assert ignored_settings(built(**model), group_size) == []
