@@ -122,6 +122,10 @@ class GRPOCLI(LightningCLI):
             settings = check_settings(**namespace_dict(config["model"]))
         except (ValueError, TypeError) as err:
             self.parser.error(f"model.{err}")
+        try:  # the machine first: a config written for a GPU names that before anything else
+            check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
+        except ConfigError as err:
+            self.parser.error(str(err))
         try:
             check_data_settings(namespace_dict(config["data"]))
         except (ValueError, TypeError) as err:  # each names data.<field> or the data file
@@ -133,8 +137,7 @@ class GRPOCLI(LightningCLI):
                 settings.adaptive_groups.budget(config["data"]["batch_size"], settings.group_size)
         except ConfigError as err:
             self.parser.error(f"model.{err}")
-        try:  # a ConfigError is the parser's error line (was a traceback for the accelerator and a GGUF file)
-            check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
+        try:  # a ConfigError is the parser's error line (was a traceback for a GGUF file)
             check_model_source(settings.policy.model_name_or_path, settings.policy.gguf_file)
             if config.get("ckpt_path") == "last":
                 config["ckpt_path"] = resolve_last(checkpoint_folders(config["trainer"]))

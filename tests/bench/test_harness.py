@@ -73,6 +73,7 @@ def test_threads_has_one_meaning_and_each_benchmark_keeps_its_recorded_default()
         "dynamic": 1,  # counts (steps, tokens) are its result; one thread keeps its wall-clock ratios stable
         "skip": 1,
         "adaptive": 1,  # counts are its result, as dynamic's
+        "adaptive-memory": 1,  # peak RSS of one process per cap: one thread keeps it from torch's thread pools
     }
 
 
