@@ -4,6 +4,8 @@
 
 - ``dynamic_sampling.max_prompts`` with ``dynamic_sampling.enabled: false``: no prompt is drawn beyond the batch;
 - ``quantization.upcast_to_float32`` without ``quantization.load_in_4bit``: there is no 4-bit path to upcast;
+- ``lora.target_modules``, ``lora.alpha`` or ``lora.dropout`` changed with ``lora.r: 0``: full fine-tuning
+  trains every weight and has no adapters to place;
 - ``sampler.temperature: 0`` (or ``top_k: 1``): greedy decoding makes the ``group_size`` completions of a prompt
   identical, so their rewards are equal, every advantage is 0 and no step has a gradient, ever.
 
@@ -31,6 +33,14 @@ def ignored_settings(built: Mapping[str, Any], group_size: int) -> list[str]:
         found.append(
             "quantization.upcast_to_float32=True is ignored: it applies to 4-bit loading only and "
             "quantization.load_in_4bit is false (policy.dtype sets the weights' dtype)"
+        )
+    lora, default_lora = built["lora"], type(built["lora"])()
+    changed = [f"lora.{k}={getattr(lora, k)!r}" for k in ("target_modules", "alpha", "dropout")
+               if getattr(lora, k) != getattr(default_lora, k)]  # fmt: skip
+    if lora.r == 0 and changed:
+        found.append(
+            f"{', '.join(changed)} {'is' if len(changed) == 1 else 'are'} ignored: lora.r is 0 (full fine-tuning "
+            "trains every weight; set lora.r > 0, e.g. --model.lora.r 16, for adapters)"
         )
     greedy = "temperature=0" if sampler.temperature == 0 else "top_k=1" if sampler.top_k == 1 else None
     if greedy is not None:

@@ -25,6 +25,8 @@ def built(**groups):
         ({"quantization": {"upcast_to_float32": True}}, "quantization.upcast_to_float32=True is ignored"),
         ({"sampler": {"temperature": 0.0}}, "sampler.temperature=0 decodes greedily: the group_size=8 completions"),
         ({"sampler": {"top_k": 1}}, "sampler.top_k=1 decodes greedily"),
+        ({"lora": {"target_modules": ["q_proj"]}}, "lora.target_modules=['q_proj'] is ignored: lora.r is 0"),
+        ({"lora": {"alpha": 32, "dropout": 0.1}}, "lora.alpha=32, lora.dropout=0.1 are ignored: lora.r is 0"),
     ],
 )
 def test_each_ignored_value_is_named(groups, named):
@@ -33,7 +35,10 @@ def test_each_ignored_value_is_named(groups, named):
 
 
 def test_the_settings_that_are_used_warn_nothing():
-    on = {"dynamic_sampling": {"enabled": True, "max_prompts": 64}, "sampler": {"temperature": 0.7, "top_k": 20}}
+    on = {
+        "dynamic_sampling": {"enabled": True, "max_prompts": 64}, "sampler": {"temperature": 0.7, "top_k": 20},
+        "lora": {"r": 8, "target_modules": ["q_proj"], "alpha": 32},
+    }  # fmt: skip
     assert ignored_settings(built(**on), group_size=8) == []
 
 
