@@ -161,12 +161,9 @@ class GRPOModule(L.LightningModule):
 
     @property
     def ref_model(self) -> torch.nn.Module | None:
-        """The frozen KL reference of full fine-tuning (``beta > 0``, ``lora_r == 0``), else None.
-
-        Held in a plain list, so it is no registered submodule: it stays out of the checkpoint, and
-        :meth:`on_fit_start` moves it to the device. With LoRA the reference is the policy with its adapters
-        disabled.
-        """
+        """The frozen KL reference of full fine-tuning (``beta > 0``, ``lora_r == 0``), else None (with LoRA the
+        reference is the policy with its adapters disabled). Held in a plain list, so it is no registered
+        submodule: it stays out of the checkpoint, and :meth:`on_fit_start` moves it to the device."""
         return self._ref[0] if self._ref else None
 
     def configure_callbacks(self) -> list[L.Callback]:
@@ -176,10 +173,8 @@ class GRPOModule(L.LightningModule):
 
     def on_fit_start(self) -> None:
         """Moves the frozen reference (if any) to the module's device, checks every prompt against the context,
-        and learns the data-parallel ranks.
-
-        On a CPU, warns once when the weights' dtype has no native support there (see infgrpo.runtime.hardware).
-        """
+        and learns the data-parallel ranks. On a CPU, warns once when the weights' dtype has no native support
+        there (see infgrpo.runtime.hardware)."""
         q = self.settings.quantization
         slow = slow_cpu_dtype(q.bnb_4bit_compute_dtype if q.load_in_4bit else self.settings.policy.dtype, cpu_flags())
         if self.device.type == "cpu" and slow:
