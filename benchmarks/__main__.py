@@ -2,6 +2,7 @@
 
 python -m benchmarks train-tiny --json benchmarks/train_tiny.json
 python -m benchmarks table benchmarks/train_tiny.json
+python -m benchmarks learn-merge a.json b.json --json all.json --png all.png   # learn runs of one job, one table
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 
 from benchmarks import BENCHMARKS
 
-COMMANDS = {**BENCHMARKS, "table": "benchmarks.table"}
+COMMANDS = {**BENCHMARKS, "table": "benchmarks.table", "learn-merge": "benchmarks.learn_merge"}
 
 
 def main(argv: list[str] | None = None) -> None:
