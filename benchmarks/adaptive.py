@@ -11,7 +11,9 @@ every variant. The variants (each with its own sampler: its length predictor and
 - ``dynamic``: dynamic sampling (prompts drawn as slots free up, groups without spread dropped, cap 4 x prompts);
 - ``uniform`` / ``value``: adaptive groups with that allocation rule (``--cap`` samples a prompt at most,
   ``--budget`` samples a step, the update's ``--group-size`` picked by PODS's max-variance rule);
-- ``dynamic+value``: both (extend first, drop what cannot grow, draw while the budget holds a group).
+- ``dynamic+value``: both (extend first, drop what cannot grow, draw while the budget holds a group);
+- ``dynamic+value_or_draw``: both, a stalled group dropped for a new prompt once a fresh group is likelier to
+  carry a gradient per token than its extension (rule ``value_or_draw``).
 
 Per variant, over the steps: the groups trained on that carry a gradient (reward spread in the rows trained
 on), those rescued (no spread in the first ``--group-size`` samples, a spread after extension), right answers
@@ -37,7 +39,9 @@ from benchmarks.harness import Benchmark
 from benchmarks.table import markdown_table, ratio
 from infgrpo.runtime.seeds import derive_seed
 
-VARIANTS = ("plain", "dynamic", "uniform", "value", "dynamic+value")
+VARIANTS = ("plain", "dynamic", "uniform", "value", "dynamic+value", "dynamic+value_or_draw")
+RULES = {"uniform": "uniform", "value": "value", "dynamic+value": "value", "dynamic+value_or_draw": "value_or_draw"}
+"""The adaptive variants and their ``adaptive_groups.rule``."""
 
 
 def add_args(ap: argparse.ArgumentParser) -> None:
@@ -78,9 +82,8 @@ def run(args: argparse.Namespace) -> dict:
             sampler, drawn = samplers[variant], []
             judge = GroupJudge(scorer, "reward_spread", drawn if "dynamic" in variant else stream[:b])
             grow = None
-            if variant in ("uniform", "value", "dynamic+value"):
-                rule = "uniform" if variant == "uniform" else "value"
-                adaptive = AdaptiveGroupsConfig(True, args.cap, budget, rule)
+            if variant in RULES:
+                adaptive = AdaptiveGroupsConfig(True, args.cap, budget, RULES[variant])
                 grow = adaptive.spec(judge, judge.select, judge.level, g, b)
             start = time.perf_counter()
             if "dynamic" in variant:
@@ -179,6 +182,12 @@ def tables(result: dict) -> str:
             lines.append(
                 f"value / uniform, rescued groups per 1,000 decoded tokens: "
                 f"{ratio(best['rescued_per_1k'], s['uniform']['rescued_per_1k'])}"
+            )
+    for mine in ("dynamic+value", "dynamic+value_or_draw"):
+        if mine in s and "dynamic" in s:
+            lines.append(
+                f"{mine} / dynamic, informative groups per 1,000 decoded tokens: "
+                f"{ratio(s[mine]['informative_per_1k'], s['dynamic']['informative_per_1k'])}"
             )
     names = ("step", "variant", "informative", "rescued", "right_found", "generated_tokens", "decode_steps", "wall_s")
     lines += ["", markdown_table([(k, lambda r, k=k: f"{r[k]:.2f}" if isinstance(r[k], float) else r[k])

@@ -48,8 +48,9 @@ class AdaptiveGroupsConfig:
     """Most samples decoded in a step (per rank), the first ``group_size`` of every prompt included
     (>= ``data.batch_size`` x ``group_size``). null: 4 x ``data.batch_size`` x ``group_size``."""
     rule: Rule = "value"
-    """Who gets the next samples: ``value`` (the stalled group most likely to get a spread per decoded token)
-    or ``uniform`` (the stalled groups in turn)."""
+    """Who gets the next samples: ``value`` (the stalled group most likely to get a spread per decoded token),
+    ``uniform`` (the stalled groups in turn) or, with dynamic sampling, ``value_or_draw`` (``value``, and a stalled
+    group whose chance per token is below a fresh prompt's is dropped for a new prompt)."""
     extend_by: int | None = None
     """Samples an extension adds (null: ``group_size``)."""
     down_sample: DownSample = "max_variance"

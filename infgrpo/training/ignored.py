@@ -3,6 +3,7 @@
     warn_ignored(built, group_size=8)   # built: check_settings' groups by key
 
 - ``dynamic_sampling.max_prompts`` with ``dynamic_sampling.enabled: false``: no prompt is drawn beyond the batch;
+- ``adaptive_groups.rule: value_or_draw`` without dynamic sampling: there is no new prompt to draw (it is ``value``);
 - ``quantization.upcast_to_float32`` without ``quantization.load_in_4bit``: there is no 4-bit path to upcast;
 - ``lora.target_modules``, ``lora.alpha`` or ``lora.dropout`` changed with ``lora.r: 0``: full fine-tuning
   trains every weight and has no adapters to place;
@@ -28,6 +29,13 @@ def ignored_settings(built: Mapping[str, Any], group_size: int) -> list[str]:
         found.append(
             f"dynamic_sampling.max_prompts={dynamic.max_prompts} is ignored: dynamic_sampling.enabled is false "
             "(set --model.dynamic_sampling.enabled true to draw prompts beyond the batch)"
+        )
+    adaptive = built["adaptive_groups"]
+    if adaptive.enabled and adaptive.rule == "value_or_draw" and not dynamic.enabled:
+        found.append(
+            "adaptive_groups.rule='value_or_draw' compares extending a group with drawing a new prompt, and "
+            "dynamic_sampling.enabled is false: no prompt is drawn, so it is 'value' (set "
+            "--model.dynamic_sampling.enabled true to draw)"
         )
     if quantization.upcast_to_float32 and not quantization.load_in_4bit:
         found.append(

@@ -14,6 +14,7 @@ from infgrpo.data.datamodule import encode_prompt, load_rows
 from infgrpo.rewards.synthetic import synthetic_reward
 from infgrpo.sampler import AdaptiveSpec, DynamicSpec
 from infgrpo.sampler.engine.adaptive import RescueRates, rescue_chance
+from infgrpo.sampler.engine.dynamic import InformativeRate
 from tests.sampler.test_oom_backoff import memory_limit
 
 G, CAP = 4, 24
@@ -154,6 +155,37 @@ def test_with_dynamic_sampling_a_group_that_cannot_grow_is_dropped(tiny_model, t
     assert out.dynamic.capped and out.dynamic.groups_dropped == 4 and out.dynamic.groups_kept == 0
     assert out.stats["adaptive/samples_per_prompt_max"] == 12  # each grew to its cap before it was dropped
     assert len(out.completion_ids) == 2 * G and out.sample_ids == list(range(G)) * 2
+
+
+def never_spreading(model, tokenizer, task, rule, kept, judged):
+    """A dynamic rollout with adaptive groups (cap 12) whose groups never spread, the sampler having judged
+    ``kept`` of ``judged`` fresh groups informative before (its learned rate: what a fresh prompt is worth)."""
+    judge, s = Judge(tokenizer, task[0], never=True), sampler(model, tokenizer)
+    s.rate = InformativeRate(kept, judged)
+    out = s.sample_dynamic(
+        iter(task[1]), G, 3, DynamicSpec(2, 4, judge.spread), max(map(len, task[1])),
+        adaptive=judge.spec(max_samples_per_prompt=12, rule=rule),
+    )  # fmt: skip
+    return judge, out
+
+
+def test_value_or_draw_drops_a_stalled_group_for_a_fresh_prompt_likelier_per_token(tiny_model, tokenizer, task):
+    judge, out = never_spreading(tiny_model, tokenizer, task, "value_or_draw", 1000, 1000)  # fresh: ~all informative
+    first = judge.calls[0][0]  # it stalled while a prompt could still be drawn: given up at G, never extended
+    assert [n for i, n, _ in judge.calls if i == first] == [G]
+    extended = out.stats["adaptive/groups_extended"]
+    assert out.dynamic.prompts_drawn == 4 and out.dynamic.groups_dropped == 4 and 1 <= extended < 4
+    assert out.stats["adaptive/samples_per_prompt_mean"] == (4 * G + extended * (12 - G)) / 4  # extended: to 12
+    _, value = never_spreading(tiny_model, tokenizer, task, "value", 1000, 1000)
+    assert value.stats["adaptive/groups_extended"] == 4  # the value rule extends every one
+
+
+def test_value_or_draw_is_value_where_a_fresh_prompt_is_less_likely_per_token(tiny_model, tokenizer, task):
+    _, got = never_spreading(tiny_model, tokenizer, task, "value_or_draw", 0, 10_000)  # fresh: ~never informative
+    _, want = never_spreading(tiny_model, tokenizer, task, "value", 0, 10_000)
+    assert got.completion_ids == want.completion_ids and got.sample_ids == want.sample_ids
+    adaptive = {k: v for k, v in want.stats.items() if k.startswith("adaptive/")}
+    assert {k: got.stats[k] for k in adaptive} == adaptive and adaptive["adaptive/groups_extended"] == 4
 
 
 def test_bad_settings_are_refused(tiny_model, tokenizer, task):

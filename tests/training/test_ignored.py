@@ -22,6 +22,10 @@ def built(**groups):
     "groups,named",
     [
         ({"dynamic_sampling": {"max_prompts": 64}}, "dynamic_sampling.max_prompts=64 is ignored: dynamic_sampling"),
+        (
+            {"adaptive_groups": {"enabled": True, "rule": "value_or_draw"}},
+            "adaptive_groups.rule='value_or_draw' compares extending a group with drawing a new prompt",
+        ),
         ({"quantization": {"upcast_to_float32": True}}, "quantization.upcast_to_float32=True is ignored"),
         ({"sampler": {"temperature": 0.0}}, "sampler.temperature=0 decodes greedily: the group_size=8 completions"),
         ({"sampler": {"top_k": 1}}, "sampler.top_k=1 decodes greedily"),
@@ -38,6 +42,7 @@ def test_the_settings_that_are_used_warn_nothing():
     on = {
         "dynamic_sampling": {"enabled": True, "max_prompts": 64}, "sampler": {"temperature": 0.7, "top_k": 20},
         "lora": {"r": 8, "target_modules": ["q_proj"], "alpha": 32},
+        "adaptive_groups": {"enabled": True, "rule": "value_or_draw"},
     }  # fmt: skip
     assert ignored_settings(built(**on), group_size=8) == []
 

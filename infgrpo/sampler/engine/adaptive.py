@@ -32,6 +32,12 @@ Who gets the next samples (``rule``), asked each time free slots would otherwise
   with strength ``s`` = :data:`PRIOR_STRENGTH`; before any was observed, Jeffreys' Beta(1/2, 1/2). It spends
   the budget where a rescue is likeliest per token: short prompts before long ones, groups stalled few times
   before groups stalled often, and reward levels that get rescued before levels that never do.
+- ``value_or_draw`` (with dynamic sampling): ``value``, and a stalled group is given up (dropped, its place
+  going to a new prompt) when its ``v_i`` is below a fresh draw's, ``d = rate / (group_size * L)``, with
+  ``rate`` the informative share of fresh groups (dynamic sampling's learned estimate) and ``L`` the mean
+  length of the rollout's ended samples: the next samples go to the likelier gradient per token, an extension
+  or a new prompt. Without a prompt to draw (no dynamic sampling, the source or ``max_prompts`` spent, the
+  budget short of a group) it is ``value``.
 
 The update trains on ``group_size`` samples of every prompt (:meth:`rows`): all of them when the group did not
 grow, else ``spec.select``'s choice (the caller's PODS rule: the subset of largest reward variance).
@@ -48,7 +54,7 @@ from infgrpo.sampler.engine.dynamic import DrawAndJudge, DynamicSpec
 from infgrpo.sampler.engine.feed import FixedBatch
 from infgrpo.sampler.schedule.sequence import Sequence
 
-Rule = Literal["uniform", "value"]
+Rule = Literal["uniform", "value", "value_or_draw"]
 PRIOR_STRENGTH = 2.0  # the prior's weight in samples: a weak prior, the prompt's own samples soon dominate
 
 
@@ -192,6 +198,9 @@ class Extensions:
                 return
             i = self.pick()
             self.stalled.remove(i)
+            if self.give_up is not None and self.drawing_beats(i):
+                self.give_up(i)
+                continue
             k = min(self.extend_by, self.room(i))
             new = self.feed.add_samples(i, k)
             self.extensions[i] = self.extensions.get(i, 0) + 1
@@ -211,6 +220,18 @@ class Extensions:
         a, b = self.rates.prior(self.level_key(i))
         mean_length = max(1.0, sum(len(s) for s in group) / len(group))
         return rescue_chance(len(group), k, a, b) / (k * mean_length)
+
+    def drawing_beats(self, i: int) -> bool:
+        """Rule ``value_or_draw``: whether a fresh prompt's group is likelier to carry a gradient per decoded token
+        than extending prompt ``i`` (False where no prompt can be drawn now)."""
+        feed = self.feed
+        if self.spec.rule != "value_or_draw" or not isinstance(feed, DrawAndJudge):
+            return False
+        if feed.exhausted or len(feed.prompts) >= feed.spec.max_prompts or not feed.can_draw():
+            return False
+        ended = [len(s) for group in feed.groups for s in group if s.finish_reason is not None]
+        mean_length = max(1.0, sum(ended) / max(len(ended), 1))
+        return self.value(i) < feed.spec.informative_rate / (feed.group_size * mean_length)
 
     def level_key(self, i: int) -> str:
         """The reward level prompt ``i`` stalled at (the prior's key)."""
