@@ -58,15 +58,20 @@ def merge(results: Sequence[dict], paths: Sequence[str]) -> dict:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
-    """Merges the files named on the command line, prints the tables, writes ``--json`` and ``--png``."""
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments: the files, ``--json``, ``--png``."""
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks learn-merge", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     ap.add_argument("paths", nargs="+", metavar="PATH", help="JSON files written by 'python -m benchmarks learn'")
     ap.add_argument("--json", default=None, metavar="PATH", help="write the merged result here")
     ap.add_argument("--png", default=None, metavar="PATH", help="draw every run in one figure here")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Merges the files named on the command line, prints the tables, writes ``--json`` and ``--png``."""
+    args = parser().parse_args(argv)
     merged = merge([read_json(p) for p in args.paths], args.paths)
     command = recorded_command("learn-merge", list(sys.argv[1:] if argv is None else argv))
     result = {"benchmark": "learn", "command": command, **merged}

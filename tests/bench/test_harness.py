@@ -109,6 +109,10 @@ def test_every_recorded_json_reprints_and_its_command_parses(path):
         words = shlex.split(command)
         start = words.index("benchmarks")
         assert words[start - 2 : start] == ["python", "-m"]
+        if words[start + 1] == "learn-merge":  # a command over recorded files, not a benchmark
+            args = importlib.import_module("benchmarks.learn_merge").parser().parse_args(words[start + 2 :])
+            assert all((ROOT / source).is_file() for source in args.paths)
+            return
         bench = importlib.import_module(BENCHMARKS[words[start + 1]]).BENCH
         parse = bench.parser().parse_known_args if bench.extra_args else bench.parser().parse_args
         parse(words[start + 2 :])  # an unknown flag or a bad value exits
