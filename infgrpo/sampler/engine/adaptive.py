@@ -225,9 +225,7 @@ class Extensions:
         """Rule ``value_or_draw``: whether a fresh prompt's group is likelier to carry a gradient per decoded token
         than extending prompt ``i`` (False where no prompt can be drawn now)."""
         feed = self.feed
-        if self.spec.rule != "value_or_draw" or not isinstance(feed, DrawAndJudge):
-            return False
-        if feed.exhausted or len(feed.prompts) >= feed.spec.max_prompts or not feed.can_draw():
+        if self.spec.rule != "value_or_draw" or not isinstance(feed, DrawAndJudge) or not feed.may_draw():
             return False
         ended = [len(s) for group in feed.groups for s in group if s.finish_reason is not None]
         mean_length = max(1.0, sum(ended) / max(len(ended), 1))

@@ -174,13 +174,16 @@ class DrawAndJudge(Feed):
         enough: ``kept + rate x in_flight < target``."""
         spec, sched = self.spec, self.sched
         while (
-            not self.exhausted
-            and len(self.prompts) < spec.max_prompts
+            self.may_draw()
             and len(self.kept) + spec.informative_rate * self.in_flight() < spec.target_groups
             and len(sched.policy) < len(sched.free)
-            and self.can_draw()
         ):
             self.draw()
+
+    def may_draw(self) -> bool:
+        """Whether a prompt could be drawn now: the source holds more, ``max_prompts`` is not reached, and
+        :meth:`can_draw`."""
+        return not self.exhausted and len(self.prompts) < self.spec.max_prompts and self.can_draw()
 
     def can_draw(self) -> bool:
         """Whether another prompt may be drawn now (always: the cap is ``max_prompts``)."""
