@@ -45,10 +45,11 @@ def test_a_malformed_line_names_the_file_and_its_line(capsys, tmp_path):
     assert "train.jsonl line 2 is a JSON list, not an object of columns" in cli_error(capsys, *TINY, *own_data(folder))
 
 
-def test_a_data_file_given_as_data_path_says_what_data_path_expects(capsys, tmp_path):
-    folder = data_folder(tmp_path, '{"prompt": "rev ab"}\n')
-    line = cli_error(capsys, *TINY, *own_data(folder / "train.jsonl"))
-    assert "is a file; data.path expects a folder holding one file per split (train.jsonl" in line
+def test_a_data_file_of_another_type_says_what_data_path_expects(capsys, tmp_path):
+    notes = tmp_path / "train.txt"
+    notes.write_text("rev ab\n")
+    line = cli_error(capsys, *TINY, *own_data(notes))
+    assert "is a .txt file; data.path expects one data file (.jsonl, .json, .csv, .parquet) or a folder" in line
 
 
 def test_a_ckpt_path_that_is_no_checkpoint_stops_before_the_model_loads(capsys, tmp_path):

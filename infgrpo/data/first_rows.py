@@ -7,7 +7,7 @@ The data module reads and tokenizes every row when it sets up, which comes after
 stop the run there. The command line reads the first :data:`ROWS` rows of the training and held-out splits
 first (the first lines of a ``.jsonl`` file; other local files through ``datasets``, whose converted copy the
 data module then reuses) and applies the data module's own rules to them (:func:`~infgrpo.data.prompt_rows.
-prompt_of`, :func:`~infgrpo.data.datamodule.encode_prompt`). What is checked where:
+prompt_of`, :func:`~infgrpo.data.conversation.encode_prompt`). What is checked where:
 
 - here (before loading): the columns and template on the first rows of local and ``tiny`` data; their token
   lengths against ``data.max_prompt_length`` (``long_prompts: error``) and, by the caller, the model's context;
@@ -26,6 +26,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from infgrpo.assets import TINY_DATA_DIR
+from infgrpo.data.conversation import encode_prompt
 from infgrpo.data.local_files import FILE_TYPES, split_file
 from infgrpo.data.prompt_rows import prompt_of
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
@@ -50,12 +51,13 @@ def jsonl_head(file: Path, n: int) -> list[dict[str, Any]]:
 
 
 def first_rows(path: str, split: str, n: int = ROWS) -> list[dict[str, Any]] | None:
-    """The first ``n`` rows of ``split`` of a local (or ``tiny``) source; None for a hub dataset or a
-    reasoning-gym task (their rows are left to the data module), or a file ``datasets`` cannot read."""
+    """The first ``n`` rows of ``split`` of a local (or ``tiny``) source, or of one data file (``split`` unused);
+    None for a hub dataset or a reasoning-gym task (their rows are left to the data module), or a file ``datasets``
+    cannot read."""
     folder = TINY_DATA_DIR if path == "tiny" else Path(path).expanduser()
-    if is_reasoning_gym(path) or not folder.is_dir():
+    if is_reasoning_gym(path) or not (folder.is_dir() or folder.is_file()):
         return None
-    file = split_file(folder, split, path)
+    file = folder if folder.is_file() else split_file(folder, split, path)
     if file.suffix == ".jsonl":
         return jsonl_head(file, n)
     import datasets
@@ -75,22 +77,28 @@ def check_first_rows(
 
     ``tokenizer`` is called once, when there are rows to measure.
     """
-    sizes = {hp["train_split"]: min(ROWS, hp.get("train_size") or ROWS)}  # the rows the data module takes
-    if hp.get("eval_split") and hp.get("eval_size"):
-        sizes[hp["eval_split"]] = min(ROWS, hp["eval_size"])
-    rows = {split: first_rows(hp["path"], split, n) for split, n in sizes.items()}
-    texts = {
-        split: [prompt_of(r, hp["prompt_column"], hp["answer_column"], hp["prompt_template"], split)[1] for r in got]
-        for split, got in rows.items()
-        if got
-    }
-    if not texts:
+    if hp.get("train_dataset") is not None:  # in memory (Python): the data module checks its rows
         return []
-    from infgrpo.data.datamodule import encode_prompt  # the module imports this one's folder: imported late
-
+    sizes = {hp["train_split"]: min(ROWS, hp.get("train_size") or ROWS)}  # the rows the data module takes
+    rows = {split: first_rows(hp["path"], split, n) for split, n in sizes.items()}
+    eval_path, eval_size = hp.get("eval_path"), min(ROWS, hp.get("eval_size") or 0)
+    if eval_size and eval_path is not None:
+        rows["eval"] = first_rows(eval_path, "eval", eval_size)
+    elif eval_size and hp.get("eval_split") and not hp.get("eval_fraction") and not Path(hp["path"]).is_file():
+        rows[hp["eval_split"]] = first_rows(hp["path"], hp["eval_split"], eval_size)
+    columns = (hp["prompt_column"], hp["answer_column"], hp["prompt_template"])
+    prompts = {s: [prompt_of(r, *columns, s, i)[1] for i, r in enumerate(got)] for s, got in rows.items() if got}
+    if not prompts:
+        return []
     tok, kept = tokenizer(), []
-    for split, prompts in texts.items():
-        lengths = [len(encode_prompt(tok, t, hp["system_prompt"], hp["chat_template"])) for t in prompts]
+    for split, got in prompts.items():
+        if not hp["chat_template"] and any(isinstance(p, list) for p in got):
+            raise ConfigError(
+                f"data.chat_template is false, but the prompts of split {split!r} are conversations (chat messages in "
+                f"data.prompt_column={hp['prompt_column']!r}), which only the chat template can render"
+            )
+        kwargs = hp.get("chat_template_kwargs")
+        lengths = [len(encode_prompt(tok, p, hp["system_prompt"], hp["chat_template"], kwargs)) for p in got]
         longest = max(range(len(lengths)), key=lengths.__getitem__)
         if lengths[longest] > hp["max_prompt_length"] and hp["long_prompts"] == "error":
             raise ConfigError(

@@ -1,11 +1,13 @@
-"""Local data files (``data.path``: a folder of ``<split>.jsonl`` / ``.json`` / ``.csv`` / ``.parquet``), checked.
+"""Local data files (``data.path``: one data file, or a folder of ``<split>.jsonl`` / ``.json`` / ``.csv`` /
+``.parquet``), checked.
 
     check_local_source("data/", ["train", "eval"])    # ConfigError naming the file (and the line) that is wrong
+    check_local_source("train.jsonl", [])             # one file: its rows are the training rows
     rows = read_split(Path("data/"), "train")          # the split's rows, each a dict
 
-A file path where a folder is expected, a missing split, an empty file and a line of a ``.jsonl`` file that is
-not a JSON object are all reported with the file, the 1-based line and what ``data.path`` expects, before the
-model loads (the data module checks when it is built) instead of from deep inside ``datasets``.
+A file of another type, a missing split, an empty file and a line of a ``.jsonl`` file that is not a JSON object
+are all reported with the file, the 1-based line and what ``data.path`` expects, before the model loads (the data
+module checks when it is built) instead of from deep inside ``datasets``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from typing import Any
 from infgrpo.settings import ConfigError
 
 FILE_TYPES = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
-EXPECTS = "a folder holding one file per split (train.jsonl, eval.jsonl, ...; or .json, .csv, .parquet)"
+EXPECTS = (
+    "one data file (.jsonl, .json, .csv, .parquet) or a folder holding one file per split (train.jsonl, "
+    "eval.jsonl, ...)"
+)
 
 
 def split_file(folder: Path, split: str, path: str) -> Path:
@@ -32,24 +37,34 @@ def split_file(folder: Path, split: str, path: str) -> Path:
     )
 
 
-def check_local_source(path: str, splits: list[str]) -> None:
-    """Raises a ConfigError when ``data.path`` names a local file (not a folder), or a folder whose split files
-    are missing, empty or (``.jsonl``) not one JSON object a line. Paths that do not exist locally are left
-    alone (a hub dataset name)."""
+def check_local_source(path: str, splits: list[str], field: str = "data.path") -> None:
+    """Raises a ConfigError when ``field`` names a local file of another type than :data:`FILE_TYPES`, or an empty
+    one, or a folder whose split files are missing, empty or (``.jsonl``) not one JSON object a line. Paths that do
+    not exist locally are left alone (a hub dataset name)."""
     source = Path(path).expanduser()
     if source.is_file():
-        raise ConfigError(
-            f"data.path={path!r} is a file; data.path expects {EXPECTS}. Put it in a folder as "
-            f"train{source.suffix if source.suffix in FILE_TYPES else '.jsonl'} and give the folder"
-        )
+        if source.suffix not in FILE_TYPES:
+            raise ConfigError(f"{field}={path!r} is a {source.suffix or 'suffix-less'} file; {field} expects {EXPECTS}")
+        check_file(source, field, "its rows")
+        return
     if not source.is_dir():
         return
     for split in splits:
-        file = split_file(source, split, path)
-        if file.stat().st_size == 0:
-            raise ConfigError(f"data.path={path!r}: {file} is empty; split {split!r} needs at least one row")
-        if file.suffix == ".jsonl":
-            jsonl_rows(file)
+        check_file(split_file(source, split, path), field, f"split {split!r}")
+
+
+def check_file(file: Path, field: str, what: str) -> None:
+    """A ConfigError unless ``file`` has rows (and, ``.jsonl``, a JSON object on every line)."""
+    if file.stat().st_size == 0:
+        raise ConfigError(f"{field}: {file} is empty; {what} need at least one row")
+    if file.suffix == ".jsonl":
+        jsonl_rows(file)
+
+
+def read_file(file: Path, field: str = "data.path") -> list[dict[str, Any]]:
+    """The rows of one data file, read by ``datasets`` (one schema for all rows), checked as :func:`read_split`."""
+    check_local_source(str(file), [], field)
+    return _read(file)
 
 
 def jsonl_rows(file: Path) -> list[dict[str, Any]]:
@@ -77,6 +92,10 @@ def read_split(folder: Path, split: str, path: str) -> list[dict[str, Any]]:
     file = split_file(folder, split, path)
     if file.suffix == ".jsonl":
         jsonl_rows(file)
+    return _read(file, f"split {split!r}")
+
+
+def _read(file: Path, what: str = "the file") -> list[dict[str, Any]]:
     import datasets
 
     try:
@@ -85,5 +104,5 @@ def read_split(folder: Path, split: str, path: str) -> list[dict[str, Any]]:
         raise ConfigError(f"{file} could not be read as {file.suffix[1:]} ({type(err).__name__}: {err})") from err
     rows = [dict(r) for r in ds]
     if not rows:
-        raise ConfigError(f"{file} has no rows; split {split!r} needs at least one")
+        raise ConfigError(f"{file} has no rows; {what} needs at least one")
     return rows

@@ -1,6 +1,7 @@
-"""A dataset row's prompt text: its prompt column, or ``data.prompt_template`` over its columns.
+"""A dataset row's prompt: its prompt column (a string, or chat messages), or ``data.prompt_template`` over its columns.
 
     row, text = prompt_of({"question": "2+2?", "answer": "4"}, "question", "answer", None, "train")
+    row, messages = prompt_of({"prompt": [{"role": "user", "content": "2+2?"}]}, "prompt", None, None, "train", 0)
 
 The one rule the data module applies to every row when it sets up, and the command line to the first rows
 before the model loads (:mod:`infgrpo.data.first_rows`); errors name the setting, the split and its columns.
@@ -10,14 +11,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from infgrpo.data.conversation import Prompt, check_messages
 from infgrpo.settings import ConfigError
 
 
 def prompt_of(
-    row: dict[str, Any], prompt_column: str, answer_column: str | None, prompt_template: str | None, split: str
-) -> tuple[dict[str, Any], str]:
-    """(the row, with ``answer`` from ``answer_column`` when set; its prompt text); a ConfigError naming
-    ``data.prompt_column``, ``data.answer_column`` or ``data.prompt_template`` when the row cannot give them."""
+    row: dict[str, Any],
+    prompt_column: str,
+    answer_column: str | None,
+    prompt_template: str | None,
+    split: str,
+    index: int = 0,
+) -> tuple[dict[str, Any], Prompt]:
+    """(the row, with ``answer`` from ``answer_column`` when set; its prompt: text, or the list of chat messages of a
+    conversational row, TRL's format); a ConfigError naming ``data.prompt_column``, ``data.answer_column`` or
+    ``data.prompt_template`` (and the 0-based row ``index``) when the row cannot give them."""
     columns = ", ".join(row)
     if prompt_column not in row:
         raise ConfigError(
@@ -29,6 +37,20 @@ def prompt_of(
                 f"data.answer_column={answer_column!r} is not a column of split {split!r}; columns: {columns}"
             )
         row = {**row, "answer": row[answer_column]}
+    value = row[prompt_column]
+    if isinstance(value, list):  # TRL's conversational format (an empty or malformed list is named, not stringified)
+        check_messages(value, prompt_column, split, index)
+        if prompt_template is not None:
+            raise ConfigError(
+                f"data.prompt_template is set, but data.prompt_column={prompt_column!r} holds chat messages (row "
+                f"{index} of split {split!r}); a template formats string prompts: drop data.prompt_template"
+            )
+        return row, value
+    if isinstance(value, dict):
+        raise ConfigError(
+            f"row {index} of split {split!r}: data.prompt_column={prompt_column!r} holds a mapping "
+            f"({str(value)[:60]}); a prompt is a string or a list of {{role, content}} messages"
+        )
     if prompt_template is None:
         return row, str(row[prompt_column])
     try:
