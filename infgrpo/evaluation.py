@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from infgrpo.rewards import RewardScores, correct_rows, score_rewards
+from infgrpo.rewards import RewardScores, TrainerState, correct_rows, score_rewards
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 from infgrpo.settings import ConfigError, check_types
@@ -46,11 +46,13 @@ def score_heldout(
     rewards: dict[str, float],
     reward_on_error: str = "raise",
     batch_size: int = 128,
+    trainer_state: TrainerState | None = None,
 ) -> tuple[RewardScores, list[int]]:
     """The rewards of one completion per item, and their lengths (at most ``batch_size`` decode at once, on
     the slots :meth:`~infgrpo.sampler.MicroGroupSampler.generate_one` plans).
 
-    ``items`` are ``{"prompt_ids": list[int], "meta": dict}`` as produced by the data module.
+    ``items`` are ``{"prompt_ids": list[int], "meta": dict}`` (and ``"prompt"``: the prompt as the dataset gave
+    it, the rewards' ``prompts``) as produced by the data module.
     """
     adapt_threads(sampler.model, rows=min(batch_size, len(items)))  # CPU threads: work size, free cores
     out = sampler.generate_one([it["prompt_ids"] for it in items], batch_size=batch_size)
@@ -62,6 +64,9 @@ def score_heldout(
         reward_on_error,
         completion_lengths=out.lengths,
         max_completion_length=sampler.config.max_new_tokens,
+        prompts=[it.get("prompt", it["meta"].get("prompt")) for it in items],
+        completion_ids=[list(ids) for ids in out.completion_ids],
+        trainer_state=trainer_state,
     )
     return scores, out.lengths
 

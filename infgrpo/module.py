@@ -30,7 +30,7 @@ from infgrpo.evaluation import EvaluationConfig, score_heldout
 from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig, load_kwargs
 from infgrpo.policy.load import frozen_reference, load_policy, load_tokenizer, resolve_output_dir
 from infgrpo.policy.source import check_model_source
-from infgrpo.rewards import correct_rows
+from infgrpo.rewards import TrainerState, correct_rows
 from infgrpo.rewards.config import RewardConfig
 from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
 from infgrpo.runtime.memory import PhaseMemory
@@ -49,8 +49,9 @@ from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_opt
 from infgrpo.training.output_dir import check_writable_folder, write_trained
 from infgrpo.training.prompt_check import check_data_prompts
 from infgrpo.training.record import StepRecord
+from infgrpo.training.reward_setup import prepare_rewards
 from infgrpo.training.rng_state import gather_rng_state, restore_rng_state
-from infgrpo.training.scoring import Scorer, Scores
+from infgrpo.training.scoring import Scorer, Scores, trainer_state
 from infgrpo.training.stream_state import gather_stream_positions, restore_stream_position
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import check_chunked_head
@@ -143,7 +144,9 @@ class GRPOModule(L.LightningModule):
             s.update, s.objective, temperature=temperature, max_completion_length=s.sampler.max_new_tokens,
             pad_id=self.sampler.pad_id, share_prompt=shared,
         )  # fmt: skip
-        self.scorer = Scorer(self.tokenizer, s.rewards.functions, s.rewards.on_error, s.sampler.max_new_tokens)
+        self.scorer = Scorer(
+            self.tokenizer, s.rewards.functions, s.rewards.on_error, s.sampler.max_new_tokens, self.progress
+        )
         judged = s.dynamic_sampling.enabled or s.adaptive_groups.enabled  # groups judged as they end
         args = (s.dynamic_sampling, s.adaptive_groups, self.sampler, self.scorer, s.group_size, s.rewards.accuracy)
         self.dynamic = JudgedRollout(*args) if judged else None
@@ -182,6 +185,7 @@ class GRPOModule(L.LightningModule):
         if self.ref_model is not None:
             self.ref_model.to(self.device)
         check_data_prompts(self.policy, self.trainer.datamodule, self.settings.sampler.max_new_tokens)
+        prepare_rewards(self.settings.rewards.functions, self.trainer.datamodule, self.device, self.policy.dtype)
         if self.settings.output_dir:  # python -m infgrpo.fit checked it already; the Python API has not
             path = resolve_output_dir(self.settings.output_dir, self.trainer.default_root_dir)
             check_writable_folder("output_dir", self.settings.output_dir, path)
@@ -206,7 +210,7 @@ class GRPOModule(L.LightningModule):
             rollouts = self.sampler.sample(
                 prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks
             )
-        return rollouts, self.scorer(rollouts, [b["meta"] for b in batch]), batch
+        return rollouts, self.scorer(rollouts, batch), batch
 
     def training_step(self, batch: list[dict], batch_idx: int) -> None:
         """One GRPO step on ``batch``: rollout, scores, group advantages, ``num_iterations`` optimizer steps, metrics.
@@ -233,9 +237,14 @@ class GRPOModule(L.LightningModule):
             batch_scores, rollouts.stats, update.metrics(), times, self.ranks, lr, self.phase_memory.metrics(),
             s.group_size, s.rewards.accuracy,
         )  # fmt: skip
+        metrics.update(scores.metrics)  # what the rewards logged (log_metric), this rank's mean
         self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=True, batch_size=len(items))
         self.log_dict(progress_bar(metrics), prog_bar=True, on_step=True, batch_size=len(items), logger=False)
         self.last_step = StepRecord(items, rollouts, scores, self.sampler.calls - 1)
+
+    def progress(self) -> TrainerState:
+        """The run's progress as TRL's reward functions read it (``trainer_state``; see :func:`trainer_state`)."""
+        return trainer_state(self._trainer)
 
     def _optimizer_step(self) -> None:
         """Clips the gradient (``max_grad_norm``), steps the optimizer and the learning-rate scheduler."""
@@ -265,7 +274,7 @@ class GRPOModule(L.LightningModule):
         """Decodes one completion per held-out prompt (``eval_temperature``) and accumulates reward and accuracy."""
         rewards = self.settings.rewards
         scores, _ = score_heldout(
-            self.eval_sampler, self.tokenizer, batch, rewards.functions, rewards.on_error, len(batch)
+            self.eval_sampler, self.tokenizer, batch, rewards.functions, rewards.on_error, len(batch), self.progress()
         )
         if not scores.total.isnan().all():  # failed rewards (NaN under skip) left out
             self.val_reward.update(scores.total[~scores.total.isnan()])

@@ -39,6 +39,10 @@ class Registry:
 
         return deco
 
+    def replace(self, name: str, fn: Callable[..., Any]) -> None:
+        """Registers ``fn`` as ``name``, replacing what was registered under it (user code registered in Python)."""
+        self._items[name] = fn
+
     def get(self, name: str) -> Callable[..., Any]:
         """The callable registered as ``name``; a ValueError naming the field and valid names otherwise."""
         if name not in self._items:

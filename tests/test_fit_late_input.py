@@ -1,6 +1,8 @@
 """Settings that fit no model or data (issue #37, "late"), fed through ``python -m infgrpo.fit``: each stops before
 the model loads with the parser's one ``error:`` line (exit 2) naming the field, the value and what is valid."""
 
+import json
+
 import pytest
 
 from infgrpo.policy.load import load_tokenizer
@@ -14,7 +16,7 @@ from tests.test_fit_bad_input import data_folder, own_data
 TINY = ["--config", str(ROOT / "configs" / "tiny.yaml"), "--trainer.max_steps", "1"]
 
 
-def one_argument(completions):
+def positional_only(completions, /):
     return [0.0 for _ in completions]
 
 
@@ -117,19 +119,35 @@ def test_lora_target_modules_matching_nothing_list_the_linear_layers(capsys):
     assert "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj" in line
 
 
-@pytest.mark.parametrize("fn", ["one_argument", "needs_prompts"])
+@pytest.mark.parametrize("fn", ["positional_only", "needs_prompts"])
 def test_a_reward_that_cannot_take_the_call_is_named_at_setup(capsys, fn):
     name = f"{__name__}:{fn}"
     line = cli_error(capsys, *TINY, "--model.rewards.functions", f"{{{name}: 1.0}}", "--model.rewards.accuracy", "null")
     assert f"model.rewards.functions[{name!r}] has the signature" in line
-    assert "a reward must accept fn(completions: list[str], metadata: list[dict], **info)" in line
+    assert "a reward must accept fn(completions, **kwargs) -> list[float], TRL's convention" in line
 
 
 def test_rewards_that_take_the_call_pass():
     check_reward_call("takes_info", takes_info)
     check_reward_call("lambda", lambda completions, metadata, **kw: [])
+    check_reward_call("trl", lambda completions, solution, **kw: [])  # TRL's: a column by name
+    check_reward_call("one", lambda completions: [])  # gets what it names
     with pytest.raises(ConfigError, match="missing a required argument: 'prompts'"):
         check_reward_call("needs_prompts", needs_prompts)
+
+
+def test_a_trl_reward_needing_a_column_the_data_lacks_is_named_before_loading(capsys):
+    name = "trl.rewards:accuracy_reward"
+    line = cli_error(capsys, *TINY, "--model.rewards.functions", f"{{{name}: 1.0}}", "--model.rewards.accuracy", "null")
+    assert f"reward {name!r} needs the dataset column 'solution'" in line
+    assert "columns: task, prompt, answer" in line
+
+
+def test_malformed_chat_messages_are_named_before_loading(capsys, tmp_path):
+    rows = [{"prompt": [{"role": "user", "content": "rev ab"}]}, {"prompt": [{"role": "user"}]}]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    line = cli_error(capsys, *TINY, "--data.path", str(tmp_path / "train.jsonl"))
+    assert "row 1 of split 'train' (data.prompt_column='prompt'): message 0 (user) has no content" in line
 
 
 def test_first_rows_lengths_use_the_data_modules_encoding():

@@ -136,11 +136,11 @@ def test_reward_that_raises_stops_with_the_function_name(tmp_path):
         trainer(tmp_path, 1).fit(module, data())
 
 
-def synthetic_or_none(completions, metadata):
+def synthetic_or_none(completions, prompts, answer, **kwargs):
     """The synthetic reward, failing (None) on every second completion."""
     from infgrpo.rewards.synthetic import synthetic_reward
 
-    scores = synthetic_reward(completions, metadata)
+    scores = synthetic_reward(completions, prompts, answer)
     return [None if i % 2 else s for i, s in enumerate(scores)]
 
 

@@ -31,9 +31,12 @@ def _short(text: str, n: int = 120) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def _number(value: float) -> str:
-    """``value`` in 3 significant digits, never ``-0`` (a negative zero prints as 0)."""
-    return f"{value + 0.0:.3g}"  # -0.0 + 0.0 == +0.0
+def _number(value: Any) -> str:
+    """``value`` in 3 significant digits, never ``-0`` (a negative zero prints as 0); a text (a reward's ``log_extra``
+    column) shortened."""
+    if isinstance(value, bool | int | float):
+        return f"{value + 0.0:.3g}"  # -0.0 + 0.0 == +0.0
+    return _short(str(value), 40)
 
 
 def prompt_for_table(user_text: str | None, decoded_prompt: str, n: int = 200) -> str:
@@ -77,7 +80,8 @@ def log_completions(loggers: list[Logger], step: int, rows: list[dict], console:
 
 
 def table_rows(record: StepRecord, tokenizer: PreTrainedTokenizerBase, limit: int) -> list[dict]:
-    """Up to ``limit`` rows of ``record`` (one per prompt first): prompt, completion, reward (and each reward)."""
+    """Up to ``limit`` rows of ``record`` (one per prompt first): prompt, completion, reward (and each reward, and the
+    columns the rewards logged with ``log_extra``)."""
     g, prompts = record.rollouts.group_size, len(record.batch)
     order = [p * g + j for j in range(g) for p in range(prompts)][:limit]
     ids = [record.rollouts.prompt_ids[i // g] for i in order]
@@ -88,6 +92,7 @@ def table_rows(record: StepRecord, tokenizer: PreTrainedTokenizerBase, limit: in
         prompt = prompt_for_table(record.batch[i // g].get("prompt_text"), prompt)  # the question, not the system
         row = {"prompt": prompt, "completion": scores.texts[i], "reward": float(scores.total[i])}
         row.update({name: float(v[i]) for name, v in parts.items() if len(parts) > 1})
+        row.update({column: values[i] for column, values in scores.extra.items() if column not in row})
         rows.append(row)
     return rows
 

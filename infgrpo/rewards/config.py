@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from infgrpo.rewards.core import OnError, resolve_reward
+from infgrpo.rewards.core import REWARDS, OnError, resolve_reward
 from infgrpo.rewards.signature import check_reward_call
+from infgrpo.rewards.sources import is_model_source
 from infgrpo.settings import ConfigError, check_types
 
 
@@ -15,9 +16,12 @@ class RewardConfig:
     """Reward functions with their weights; the completion's reward is the weighted sum."""
 
     functions: dict[str, float] = field(default_factory=lambda: {"synthetic": 1.0})
-    """Reward functions and their weights, e.g. ``{reasoning_gym: 1.0}``: names of the registry (``math``,
-    ``reasoning_gym``, ``gsm8k``, ``numeric``, ``format``, ``overlong``, ``synthetic``, ...) or
-    ``module.path:function`` (TRL's ``reward_funcs`` with ``reward_weights``)."""
+    """Reward functions and their weights, e.g. ``{reasoning_gym: 1.0}`` (TRL's ``reward_funcs`` with
+    ``reward_weights``): names of the registry (``math``, ``reasoning_gym``, ``gsm8k``, ``numeric``, ``format``,
+    ``overlong``, ``synthetic``, ...), ``module.path:function`` (``trl.rewards:accuracy_reward``: functions written
+    for TRL run unchanged), a factory's call with literal arguments
+    (``trl.rewards:get_soft_overlong_punishment(max_completion_len=256, soft_punish_cache=64)``), or the folder or
+    hub id of a sequence-classification reward model (scored in token-budget micro-batches)."""
     accuracy: str | None = "synthetic"
     """The reward (one of ``functions``) whose value >= 1 counts as a correct answer, logged as accuracy;
     null disables the accuracy metric."""
@@ -33,6 +37,8 @@ class RewardConfig:
         if not self.functions:
             raise ConfigError("functions={} needs at least one reward function, e.g. {synthetic: 1.0}")
         for name, weight in self.functions.items():  # every name first: a misspelt one is named as such
+            if is_model_source(name, REWARDS):  # a reward model: loaded when fit starts, not by the settings
+                continue
             try:
                 fn = resolve_reward(name)
             except ValueError as err:

@@ -1,14 +1,17 @@
 """The reward registry and the weighted, validated computation of rewards.
 
-A reward function has the signature::
+Reward functions are called in TRL 1.16's convention (:mod:`infgrpo.rewards.calls`)::
 
-    def my_reward(completions: list[str], metadata: list[dict], **info) -> list[float]: ...
+    def my_reward(completions, answer, **kwargs) -> list[float]: ...
 
-``completions[i]`` is the decoded text of completion i (stop token removed) and ``metadata[i]`` the
-dataset row of its prompt (e.g. ``{"answer": "42"}``). ``**info`` is optional: a function that
-takes ``**info`` receives ``completion_lengths`` (tokens, list[int]) and ``max_completion_length``;
-one that names either of them as a parameter receives the ones it names.
-Select built-ins by name or any importable callable as ``"package.module:function"``.
+``completions[i]`` is completion i (a string, or ``[{"role": "assistant", "content": text}]`` for a
+conversational row) and every dataset column arrives by name, one value per completion (``answer[i]``), with
+``prompts``, ``completion_ids``, ``trainer_state``, ``log_extra`` and ``log_metric``; functions written for TRL's
+``GRPOTrainer`` run unchanged. infgrpo 0.2's ``fn(completions, metadata, **info)`` is still served (with a
+warning). Select built-ins by name, any importable callable as ``"package.module:function"`` (a factory's call
+with literal arguments too: ``"trl.rewards:get_soft_overlong_punishment(max_completion_len=256,
+soft_punish_cache=64)"``), a sequence-classification reward model by its folder or hub id, or anything
+registered in Python with :func:`register_reward`.
 
 A reward *fails* for a sample when its function raises (all its samples fail), returns None, NaN or
 inf (``None`` per row is the contract's failed value; anything but a sequence of numbers and Nones, one per
@@ -28,18 +31,20 @@ In every mode the completions with a failed reward are counted in ``train/reward
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import torch
 
 from infgrpo.registry import Registry, check_choice, choices
+from infgrpo.rewards.async_calls import run_concurrently
+from infgrpo.rewards.calls import RewardInputs, RewardLog, TrainerState, call_args, is_async, named_only
 from infgrpo.rewards.returns import RewardError, reward_values
+from infgrpo.rewards.sources import resolve_source
 
-RewardFn = Callable[[list[str], list[dict]], Sequence[float]]
+RewardFn = Callable[..., Sequence[float | None]]
 REWARDS = Registry("rewards")
 OnError = Literal["raise", "zero", "skip"]
 """What a failed reward does (``rewards.on_error``; see the module docstring)."""
@@ -50,24 +55,35 @@ def check_on_error(on_error: str, field: str = "reward_on_error") -> str:
     return check_choice(field, on_error, choices(OnError))
 
 
-INFO_KEYS = ("completion_lengths", "max_completion_length")
-
-
 def info_for(fn: RewardFn, info: dict) -> dict:
     """The entries of ``info`` that ``fn`` takes: all with ``**info``, else those it names."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return {}
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return info
-    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    return {k: v for k, v in info.items() if k in named}
+    return named_only(fn, info)
 
 
 def resolve_reward(name: str) -> RewardFn:
-    """A registered name, or ``"module.path:function"`` of any importable callable."""
-    return REWARDS.resolve(name)
+    """A registered name, ``"module.path:function"`` of any importable callable (or a factory's call,
+    ``"module:factory(key=literal, ...)"``), or the folder / hub id of a sequence-classification reward model
+    (loaded once; see :mod:`infgrpo.rewards.sources`)."""
+    if name in REWARDS:
+        return REWARDS.get(name)
+    return resolve_source(name, REWARDS)
+
+
+def register_reward(name: str, fn: Any, **reward_model: Any) -> str:
+    """Registers ``fn`` as the reward ``name`` (usable in ``rewards.functions``), for rewards made in Python: a
+    factory's result (``get_soft_overlong_punishment(256, 64)``), a closure, or a sequence-classification model
+    (a ``PreTrainedModel``: wrapped in :class:`~infgrpo.rewards.reward_model.RewardModel` with ``reward_model``'s
+    options, e.g. ``tokenizer=``). Registering a name again replaces it. Returns ``name``."""
+    import torch.nn as nn
+
+    if isinstance(fn, nn.Module):
+        from infgrpo.rewards.reward_model import RewardModel
+
+        fn = RewardModel(fn, **reward_model)
+    elif not callable(fn):
+        raise TypeError(f"register_reward({name!r}, ...) needs a callable or a model; got {type(fn).__name__}")
+    REWARDS.replace(name, fn)
+    return name
 
 
 def check_rewards(rewards: dict[str, float]) -> dict[str, float]:
@@ -91,6 +107,8 @@ class RewardScores:
     """Each reward function's raw (N,) values (NaN where it failed under ``skip``, 0 under ``zero``)."""
     failed: torch.Tensor
     """(N,) bool: the completions for which at least one reward failed."""
+    log: RewardLog = field(default_factory=RewardLog)
+    """What the functions logged: ``log_extra`` columns and ``log_metric`` values."""
 
 
 def correct_answers(values: torch.Tensor) -> torch.Tensor:
@@ -118,29 +136,40 @@ def score_rewards(
     on_error: str = "raise",
     completion_lengths: list[int] | None = None,
     max_completion_length: int | None = None,
+    *,
+    prompts: list[Any] | None = None,
+    completion_ids: list[list[int]] | None = None,
+    trainer_state: TrainerState | None = None,
 ) -> RewardScores:
     """Weighted sum of the reward functions over ``completions``, with each function's values and the failures.
 
-    ``on_error="raise"`` turns a failing function or a None/NaN/inf value into a :class:`RewardError`
-    naming the function and the sample; ``"zero"`` scores such values 0; ``"skip"`` keeps them NaN in
-    the function's values, sums the others (NaN-sum) and leaves the total NaN where every function
-    failed (TRL 1.16; see the module docstring).
+    ``metadata[i]`` is completion i's dataset row (its columns reach TRL-convention functions by name),
+    ``prompts[i]`` its prompt as the dataset gave it (default: the row's ``prompt``). ``on_error="raise"`` turns
+    a failing function or a None/NaN/inf value into a :class:`RewardError` naming the function and the sample;
+    ``"zero"`` scores such values 0; ``"skip"`` keeps them NaN in the function's values, sums the others (NaN-sum)
+    and leaves the total NaN where every function failed (TRL 1.16; see the module docstring). ``async``
+    functions run concurrently, after the others.
     """
     check_on_error(on_error)
-    n = len(completions)
+    inputs = RewardInputs(
+        completions, metadata, prompts, completion_ids, completion_lengths, max_completion_length, trainer_state
+    )
+    n, log = len(completions), RewardLog()
+    fns = {name: resolve_reward(name) for name in rewards}
+    returned: dict[str, Any] = {}
+    for name, fn in fns.items():  # plain functions in order; async ones gathered after
+        if not is_async(fn):
+            args, kwargs = call_args(name, fn, inputs, log)
+            returned[name] = _call(name, lambda fn=fn, args=args, kwargs=kwargs: fn(*args, **kwargs), on_error, n)
+    pending = [(name, fn) for name, fn in fns.items() if is_async(fn)]
+    results = run_concurrently([lambda fn=fn, name=name: _await(name, fn, inputs, log) for name, fn in pending])
+    for (name, _), result in zip(pending, results, strict=True):
+        returned[name] = _outcome(name, result, on_error, n)
     total = torch.zeros(n)
     failed = torch.zeros(n, dtype=torch.bool)
     parts: dict[str, torch.Tensor] = {}
     for name, weight in rewards.items():
-        fn = resolve_reward(name)
-        info = {"completion_lengths": completion_lengths, "max_completion_length": max_completion_length}
-        try:
-            returned = fn(completions, metadata, **info_for(fn, info))
-        except Exception as err:
-            if on_error == "raise":
-                raise RewardError(f"reward {name!r} raised {type(err).__name__}: {err}") from err
-            returned = [None] * n
-        values = reward_values(name, returned, n)  # a RewardError unless n numbers or Nones
+        values = reward_values(name, returned[name], n)  # a RewardError unless n numbers or Nones
         vals = torch.tensor([v if v is not None else math.nan for v in values])
         bad = (~torch.isfinite(vals)).nonzero().flatten().tolist()
         if bad and on_error == "raise":
@@ -156,7 +185,32 @@ def score_rewards(
         total += float(weight) * vals.nan_to_num(nan=0.0)
     if on_error == "skip":
         total[torch.stack(list(parts.values())).isnan().all(dim=0)] = math.nan  # unscorable rows
-    return RewardScores(total, parts, failed)
+    return RewardScores(total, parts, failed, log)
+
+
+def _call(name: str, call: Callable[[], Any], on_error: str, n: int) -> Any:
+    """What ``call`` returned; a RewardError when it raised and ``on_error`` is raise, else n failed values."""
+    try:
+        return call()
+    except RewardError:
+        raise
+    except Exception as err:  # noqa: BLE001 - user code: any failure is the function's
+        return _outcome(name, err, on_error, n)
+
+
+async def _await(name: str, fn: RewardFn, inputs: RewardInputs, log: RewardLog) -> Any:
+    """The awaited value of async ``fn``'s call."""
+    args, kwargs = call_args(name, fn, inputs, log)
+    return await fn(*args, **kwargs)
+
+
+def _outcome(name: str, result: Any, on_error: str, n: int) -> Any:
+    """``result``, or for an exception a RewardError (``raise``) or n failed values (None each)."""
+    if isinstance(result, BaseException):
+        if on_error == "raise":
+            raise RewardError(f"reward {name!r} raised {type(result).__name__}: {result}") from result
+        return [None] * n
+    return result
 
 
 def compute_rewards(

@@ -31,6 +31,7 @@ import re
 import threading
 from typing import Any
 
+from infgrpo.rewards.calls import completion_texts
 from infgrpo.rewards.core import REWARDS
 
 # A number not glued to a preceding digit (so "10-20" reads 10 and 20): thousands groups of exactly
@@ -114,18 +115,18 @@ def extract_number(text: str) -> float | None:
 
 @REWARDS.register("numeric")
 @REWARDS.register("gsm8k")
-def numeric_reward(completions: list[str], metadata: list[dict]) -> list[float]:
-    """1.0 when the completion's final number equals the reference answer's (|diff| <= 1e-6)."""
+def numeric_reward(completions: list[Any], answer: list[Any], **kwargs: Any) -> list[float]:
+    """1.0 when the completion's final number equals the reference ``answer``'s (|diff| <= 1e-6)."""
     out = []
-    for text, meta in zip(completions, metadata, strict=True):
-        ref = extract_number(str(meta["answer"]))
+    for text, reference in zip(completion_texts(completions), answer, strict=True):
+        ref = extract_number(str(reference))
         got = extract_number(text)
         out.append(1.0 if ref is not None and got is not None and abs(ref - got) <= 1e-6 else 0.0)
     return out
 
 
 @REWARDS.register("math")
-def math_reward(completions: list[str], metadata: list[dict]) -> list[float | None]:
+def math_reward(completions: list[Any], answer: list[Any], **kwargs: Any) -> list[float | None]:
     """``math_verify.verify`` of the reference and the completion's LaTeX answer: 1.0, 0.0, or None (no reference)."""
     from math_verify import LatexExtractionConfig, LatexNormalizationConfig, parse, verify
 
@@ -137,8 +138,8 @@ def math_reward(completions: list[str], metadata: list[dict]) -> list[float | No
         )
     ]
     out: list[float | None] = []
-    for text, meta in zip(completions, metadata, strict=True):
-        gold = parse(str(meta["answer"]), parsing_timeout=_timeout(10))
+    for text, reference in zip(completion_texts(completions), answer, strict=True):
+        gold = parse(str(reference), parsing_timeout=_timeout(10))
         if not gold:
             out.append(None)
             continue

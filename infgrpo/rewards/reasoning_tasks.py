@@ -25,6 +25,7 @@ import json
 import re
 from typing import Any
 
+from infgrpo.rewards.calls import completion_texts
 from infgrpo.rewards.core import REWARDS
 from infgrpo.rewards.math import NUMBER as WRITTEN_NUMBER
 
@@ -47,7 +48,8 @@ def task_dataset(meta: dict[str, Any]) -> Any:
         if source is None:
             raise ValueError(
                 "the reasoning_gym reward scores rows of a data.path: reasoning_gym:<task> source (or reasoning-gym "
-                f"entries with metadata.source_dataset); this row has neither, keys: {', '.join(meta)}"
+                f"entries with metadata.source_dataset); this row has neither (no reasoning_gym column; metadata "
+                f"{str(meta.get('metadata'))[:60]})"
             )
         maker = {"task": source, "config": {}}
     key = json.dumps(maker, sort_keys=True, default=str)
@@ -74,11 +76,22 @@ def extract_answer(completion: str, reference: str | None = None) -> str | None:
 
 
 @REWARDS.register("reasoning_gym")
-def reasoning_gym_reward(completions: list[str], metadata: list[dict]) -> list[float]:
-    """The task's ``score_answer`` of each completion's extracted answer, in [0, 1] (1 = correct)."""
+def reasoning_gym_reward(
+    completions: list[Any],
+    answer: list[Any],
+    question: list[str] | None = None,
+    metadata: list[dict] | None = None,
+    reasoning_gym: list[dict] | None = None,
+    **kwargs: Any,
+) -> list[float]:
+    """The task's ``score_answer`` of each completion's extracted answer, in [0, 1] (1 = correct); ``question``,
+    ``metadata`` and ``reasoning_gym`` are the rows' columns of those names (see the module docstring)."""
+    n = len(completions)
+    questions, metas, makers = question or [None] * n, metadata or [None] * n, reasoning_gym or [None] * n
     out = []
-    for text, meta in zip(completions, metadata, strict=True):
-        entry = {"question": meta.get("question"), "answer": meta["answer"], "metadata": meta.get("metadata", {})}
-        answer = extract_answer(text, str(meta["answer"]))
-        out.append(float(task_dataset(meta).score_answer(answer, entry)))
+    for i, text in enumerate(completion_texts(completions)):
+        entry = {"question": questions[i], "answer": answer[i], "metadata": metas[i] or {}}
+        row = {"reasoning_gym": makers[i], "metadata": metas[i]} if makers[i] is not None else {"metadata": metas[i]}
+        extracted = extract_answer(text, str(answer[i]))
+        out.append(float(task_dataset(row).score_answer(extracted, entry)))
     return out

@@ -40,6 +40,9 @@ def concat_scores(parts: list[Scores]) -> Scores:
         truncated=cat([p.truncated for p in parts]), failed=cat([p.failed for p in parts]),
         parts={k: cat([p.parts[k] for p in parts]) for k in parts[0].parts},
         texts=[t for p in parts for t in (p.texts or [])],
+        extra={k: [v for p in parts for v in p.extra.get(k, [None] * len(p.total))] for k in parts[0].extra},
+        metrics={k: sum(p.metrics[k] for p in parts if k in p.metrics) / sum(k in p.metrics for p in parts)
+                 for k in dict.fromkeys(k for p in parts for k in p.metrics)},
     )  # fmt: skip
 
 
@@ -50,6 +53,7 @@ def take_scores(scores: Scores, rows: list[int]) -> Scores:
         total=scores.total[idx], lengths=scores.lengths[idx], truncated=scores.truncated[idx],
         failed=scores.failed[idx], parts={k: v[idx] for k, v in scores.parts.items()},
         texts=[scores.texts[i] for i in rows] if scores.texts is not None else None,
+        extra={k: [v[i] for i in rows] for k, v in scores.extra.items()}, metrics=scores.metrics,
     )  # fmt: skip
 
 
@@ -70,7 +74,7 @@ class GroupJudge:
             [item["prompt_ids"]], len(group), [s.token_ids for s in group], [s.logprobs for s in group],
             [s.finish_reason for s in group],
         )  # fmt: skip
-        self.scored[position] = self.scorer(one, [item["meta"]])
+        self.scored[position] = self.scorer(one, [item])
         return judge(self.criterion, self.name, self.scored[position])  # a CriterionError unless a bool
 
     def select(self, position: int, group: list[Sequence], m: int) -> list[int]:

@@ -1,7 +1,7 @@
 """Scoring a rollout: decode, reward, and gather what the batch-wide statistics need from every rank.
 
     scorer = Scorer(tokenizer, {"synthetic": 1.0}, on_error="raise", max_completion_length=max_new_tokens)
-    scores = scorer(rollouts, metas)   # this rank, (N,): score_rollouts with the run's reward settings
+    scores = scorer(rollouts, items)   # this rank, (N,): score_rollouts with the run's reward settings
     batch = scores.gather(ranks)       # all ranks, (N_global,)
 
 Group advantages need only this rank's rewards (a group never spans ranks); the batch-wide reward std
@@ -11,12 +11,14 @@ of ``scale_rewards: batch`` and the logged metrics need every rank's rows, gathe
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from infgrpo.rewards import score_rewards
+from infgrpo.rewards import TrainerState, score_rewards
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import Rollouts
 
@@ -39,9 +41,13 @@ class BatchScores:
 
 @dataclass
 class Scores(BatchScores):
-    """This rank's scores (N,) and the decoded completions they were computed from."""
+    """This rank's scores (N,), the decoded completions they were computed from, and what the rewards logged."""
 
     texts: list[str] | None = None
+    extra: dict[str, list[Any]] = field(default_factory=dict)
+    """Completion-table columns the rewards logged (``log_extra``), one value per completion."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Scalars the rewards logged (``log_metric``), each the mean of its values: ``train/<name>``."""
 
     def gather(self, ranks: Ranks) -> BatchScores:
         """Every rank's scores in global order (one collective call; this rank's own on one process)."""
@@ -68,29 +74,40 @@ class Scorer:
     """What a failed reward does: raise, zero or skip (``rewards.on_error``)."""
     max_completion_length: int
     """What the rewards are told the length cap is (the sampler's ``max_new_tokens``)."""
+    trainer_state: Callable[[], TrainerState] | None = None
+    """The run's progress when a rollout is scored (TRL's ``trainer_state``); None: step 0."""
 
-    def __call__(self, rollouts: Rollouts, metas: list[dict]) -> Scores:
-        """The scores of ``rollouts``; ``metas[p]`` is prompt p's dataset row (see :func:`score_rollouts`)."""
-        return score_rollouts(self.tokenizer, rollouts, metas, self.rewards, self.on_error, self.max_completion_length)
+    def __call__(self, rollouts: Rollouts, items: list[dict]) -> Scores:
+        """The scores of ``rollouts``; ``items[p]`` is prompt p's data item (see :func:`score_rollouts`)."""
+        state = self.trainer_state() if self.trainer_state is not None else None
+        return score_rollouts(
+            self.tokenizer, rollouts, items, self.rewards, self.on_error, self.max_completion_length, state
+        )
 
 
 def score_rollouts(
     tokenizer: PreTrainedTokenizerBase,
     rollouts: Rollouts,
-    metas: list[dict],
+    items: list[dict],
     rewards: dict[str, float],
     on_error: str,
     max_completion_length: int,
+    trainer_state: TrainerState | None = None,
 ) -> Scores:
-    """Decodes the completions and scores them with ``rewards``; ``metas[p]`` is prompt p's dataset row."""
+    """Decodes the completions and scores them with ``rewards`` in TRL's convention; ``items[p]`` is prompt p's data
+    item: its row (``meta``, every column by name) and its prompt as the dataset gave it (``prompt``)."""
     texts = tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
+    of = rollouts.prompt_index
     scored = score_rewards(
         rewards,
         texts,
-        [metas[i] for i in rollouts.prompt_index],
+        [items[i]["meta"] for i in of],
         on_error,
         completion_lengths=rollouts.lengths,
         max_completion_length=max_completion_length,
+        prompts=[items[i].get("prompt", items[i]["meta"].get("prompt")) for i in of],
+        completion_ids=[list(ids) for ids in rollouts.completion_ids],
+        trainer_state=trainer_state,
     )
     dtype = scored.total.dtype
     return Scores(
@@ -100,4 +117,17 @@ def score_rollouts(
         failed=scored.failed.to(dtype),
         parts=scored.parts,
         texts=texts,
+        extra={k: v for k, v in scored.log.extra.items() if len(v) == len(texts)},
+        metrics=scored.log.means(),
     )
+
+
+def trainer_state(trainer: Any) -> TrainerState:
+    """A Lightning ``trainer``'s progress as TRL's reward functions read it: ``global_step``, ``max_steps`` and the
+    fractional ``epoch`` (steps over batches an epoch); a fresh :class:`TrainerState` without a trainer."""
+    if trainer is None:
+        return TrainerState()
+    batches = trainer.num_training_batches
+    finite = isinstance(batches, int) and batches > 0
+    epoch = trainer.global_step / batches if finite else trainer.current_epoch
+    return TrainerState(trainer.global_step, trainer.max_steps, float(epoch))

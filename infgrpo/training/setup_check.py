@@ -18,10 +18,11 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-from infgrpo.data.first_rows import check_first_rows
+from infgrpo.data.first_rows import check_first_rows, first_rows
 from infgrpo.policy.load import load_tokenizer
 from infgrpo.policy.lora_targets import check_lora_targets
 from infgrpo.policy.model_config import load_model_config
+from infgrpo.rewards.signature import check_reward_columns
 from infgrpo.sampler.model_support import context_overflow
 from infgrpo.settings import ConfigError
 from infgrpo.training.hparams import ModuleSettings
@@ -68,3 +69,7 @@ def check_before_loading(config: Any, settings: ModuleSettings) -> None:
     data = data.as_dict() if hasattr(data, "as_dict") else dict(data)
     prompts = check_first_rows(data, lambda: load_tokenizer(policy.model_name_or_path, policy.gguf_file))
     check_context(model_config, settings.sampler.max_new_tokens, prompts)
+    rows = first_rows(data["path"], data["train_split"]) if data.get("train_dataset") is None else None
+    if rows:  # TRL-convention rewards name the columns they read (accuracy_reward: solution)
+        columns = [*dict.fromkeys(k for row in rows for k in row), *(["answer"] if data.get("answer_column") else [])]
+        check_reward_columns(settings.rewards.functions, columns, f"data.path={data['path']!r}")

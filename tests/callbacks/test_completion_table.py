@@ -18,7 +18,7 @@ def test_negative_zero_prints_as_zero(capsys):
 
 
 def test_overlong_reward_is_plus_zero_below_the_buffer():
-    values = overlong_penalty(["a", "b"], [{}, {}], completion_lengths=[3, 12], max_completion_length=12)
+    values = overlong_penalty(completion_lengths=[3, 12], max_completion_length=12)
     assert values[0] == 0.0 and math.copysign(1.0, values[0]) == 1.0
     assert values[1] == -1.0
 

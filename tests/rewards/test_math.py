@@ -24,7 +24,7 @@ def test_math_reward_computes_what_trl_accuracy_reward_computes():
     trl = pytest.importorskip("trl.rewards")
     refs, texts, hand = zip(*MATH_CASES, strict=True)
     want = trl.accuracy_reward([[{"role": "assistant", "content": t}] for t in texts], list(refs))
-    got = math_reward(list(texts), [{"answer": r} for r in refs])
+    got = math_reward(list(texts), list(refs))
     assert got == want
     assert got == list(hand)
 
@@ -73,15 +73,15 @@ REGRESSION = [  # the hand-written cases of test_rewards.py, now through the rew
 
 def test_numeric_reward_keeps_the_hand_written_cases():
     texts, refs = zip(*REGRESSION, strict=True)
-    right = numeric_reward(list(texts), [{"answer": f"#### {r}"} for r in refs])
-    wrong = numeric_reward(list(texts), [{"answer": f"#### {float(r) + 1}"} for r in refs])
+    right = numeric_reward(list(texts), [f"#### {r}" for r in refs])
+    wrong = numeric_reward(list(texts), [f"#### {float(r) + 1}" for r in refs])
     assert right == [1.0] * len(REGRESSION) and wrong == [0.0] * len(REGRESSION)
 
 
 def test_rewards_on_math_verify_run_outside_the_main_thread():
     # math-verify's timeouts use signal.alarm, which raises outside the main thread unless turned off
     texts = [r"\boxed{\frac{1}{2}}", r"\boxed{2^{10}}", "#### 7"]
-    meta = [{"answer": "0.5"}, {"answer": "1024"}, {"answer": "8"}]
+    meta = ["0.5", "1024", "8"]
     results = {}
 
     def score():

@@ -87,7 +87,10 @@ def test_entries_from_elsewhere_are_scored_by_the_task_named_in_their_metadata()
     entry = rg.create_dataset("chain_sum", size=1, seed=11, **CHAIN)[0]  # e.g. a row of an exported jsonl
     _, parts = compute_rewards({"reasoning_gym": 1.0}, [f"<answer>{entry['answer']}</answer>", "0"], [entry, entry])
     assert parts["reasoning_gym"].tolist() == [1.0, 0.0 if entry["answer"] != "0" else 1.0]
-    with pytest.raises(RewardError, match="scores rows of a data.path: reasoning_gym:<task> source .* keys: answer"):
+    with pytest.raises(
+        RewardError,
+        match=r"scores rows of a data.path: reasoning_gym:<task> source .* \(no reasoning_gym column; metadata None\)",
+    ):
         compute_rewards({"reasoning_gym": 1.0}, ["1"], [{"answer": "1"}])
 
 

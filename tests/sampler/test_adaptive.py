@@ -37,7 +37,7 @@ class Judge:
 
     def rewards(self, i, group):
         texts = self.tokenizer.batch_decode([s.token_ids for s in group], skip_special_tokens=True)
-        return synthetic_reward(texts, [self.rows[i]] * len(group))
+        return synthetic_reward(texts, [self.rows[i]["prompt"]] * len(group), [self.rows[i]["answer"]] * len(group))
 
     def spread(self, i, group):
         spread = not self.never and len(set(self.rewards(i, group))) > 1

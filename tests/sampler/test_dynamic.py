@@ -29,7 +29,8 @@ def judge_of(tokenizer, rows, calls=None):
         if calls is not None:
             calls.append(position)
         texts = tokenizer.batch_decode([s.token_ids for s in group], skip_special_tokens=True)
-        return len(set(synthetic_reward(texts, [rows[position]] * len(group)))) > 1
+        row = rows[position]
+        return len(set(synthetic_reward(texts, [row["prompt"]] * len(group), [row["answer"]] * len(group)))) > 1
 
     return keep
 

@@ -10,8 +10,12 @@ from infgrpo.sampler import Rollouts
 from infgrpo.training.scoring import score_rollouts
 
 
-def length_reward(completions, metadata):
-    return [len(c) / 10 if m["ok"] else None for c, m in zip(completions, metadata, strict=True)]
+def length_reward(completions, ok, completion_ids, log_extra, log_metric, **kwargs):
+    """TRL's convention: the ``ok`` column by name; logs a table column and a metric."""
+    assert all(len(ids) == len(c) for ids, c in zip(completion_ids, completions, strict=True))  # 1 char, 1 token
+    log_extra("chars", [len(c) for c in completions])
+    log_metric("mean_chars", sum(map(len, completions)) / len(completions))
+    return [len(c) / 10 if good else None for c, good in zip(completions, ok, strict=True)]
 
 
 def test_rollouts_are_decoded_scored_per_prompt_and_gathered_by_name(tokenizer):
@@ -19,9 +23,10 @@ def test_rollouts_are_decoded_scored_per_prompt_and_gathered_by_name(tokenizer):
     completions = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     rollouts = Rollouts([[5, 6], [7]], 2, completions, [torch.zeros(len(c)) for c in completions],
                         ["stop", "length", "stop", "stop"])  # fmt: skip
-    metas = [{"ok": True}, {"ok": False}]  # prompt 1's rewards fail
-    scores = score_rollouts(tokenizer, rollouts, metas, {f"{__name__}:length_reward": 2.0}, "skip", 4)
+    items = [{"meta": {"ok": True}}, {"meta": {"ok": False}}]  # prompt 1's rewards fail
+    scores = score_rollouts(tokenizer, rollouts, items, {f"{__name__}:length_reward": 2.0}, "skip", 4)
     assert scores.texts == texts
+    assert scores.extra == {"chars": [2, 4, 1, 3]} and scores.metrics == {"mean_chars": 2.5}
     assert scores.total[:2].tolist() == pytest.approx([0.4, 0.8]) and scores.total[2:].isnan().all()
     assert scores.lengths.tolist() == [2, 4, 1, 3] and scores.truncated.tolist() == [0, 1, 0, 0]
     assert scores.failed.tolist() == [0, 0, 1, 1]

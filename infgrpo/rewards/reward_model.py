@@ -1,0 +1,411 @@
+"""Reward models as reward functions: a sequence-classification model scores each prompt + completion.
+
+TRL's ``GRPOTrainer(reward_funcs="org/reward-model")`` rule, scored in micro-batches of at most
+``token_budget`` padded tokens, so the reward model's activations stay the same size whatever the number
+of completions (TRL scores all B x G completions in one padded batch)::
+
+    import torch
+    from infgrpo.rewards.reward_model import RewardModel, is_reward_model
+
+    assert is_reward_model("Skywork/Skywork-Reward-V2-Qwen3-0.6B")  # its config.json is in the local HF cache
+    rm = RewardModel("Skywork/Skywork-Reward-V2-Qwen3-0.6B", token_budget=4096)  # or a local folder
+    rm.to("cuda", torch.bfloat16)  # the training module does this with the policy's device and dtype
+    rm(prompts=["2 + 2 ="], completions=[" 4"])  # [score], one float per completion
+    rm(
+        prompts=[[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2 + 2?"}]],
+        completions=[[{"role": "assistant", "content": "4"}]],  # conversational rows: the chat template
+    )
+
+The rule (TRL 1.16): the model is ``AutoModelForSequenceClassification.from_pretrained(id, num_labels=1)``
+with its own tokenizer (``AutoTokenizer.from_pretrained(id)`` unless one is given); a tokenizer without a pad
+token pads with its eos token, and the model's ``pad_token_id`` is set to the tokenizer's (the model reads its
+score at the last token that is not the pad token). The text of a row is ``prompt + completion`` for standard
+rows, and the tokenizer's chat template over the prompt's messages + the completion's (``tokenize=False``,
+with ``chat_template_kwargs``) for conversational rows. Texts are tokenized with ``add_special_tokens=False``
+and right padding; the reward is ``logits[:, 0]``, under ``torch.inference_mode()``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+Message = Mapping[str, Any]
+"""One chat message: ``{"role": ..., "content": ...}``."""
+Prompt = str | Sequence[Message]
+"""A standard prompt (text) or a conversational one (messages)."""
+Completion = str | Sequence[Message]
+"""A completion: text, or messages (TRL: ``[{"role": "assistant", "content": text}]``)."""
+
+SEQ_CLS_SUFFIX = "ForSequenceClassification"
+"""A reward model's architecture (``config.json``'s ``architectures``) ends with this."""
+
+
+def _is_messages(value: object) -> bool:
+    """True for a non-empty list of dicts with a ``role`` (TRL's test of a conversational row, on its prompt)."""
+    return isinstance(value, Sequence) and not isinstance(value, str) and bool(value) and _is_message(value[0])
+
+
+def _is_message(value: object) -> bool:
+    return isinstance(value, Mapping) and "role" in value
+
+
+def reward_texts(
+    prompts: Sequence[Prompt],
+    completions: Sequence[Completion],
+    tokenizer: PreTrainedTokenizerBase,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """The text the reward model scores for each (prompt, completion) pair, by TRL's rule.
+
+    Standard rows (``prompts[0]`` is a string): ``prompt + completion``. Conversational rows (``prompts[0]``
+    is a list of ``{"role", "content"}`` messages): ``tokenizer.apply_chat_template(prompt + completion,
+    tokenize=False, **chat_template_kwargs)``, where a completion is a list of messages or a string (taken as
+    ``[{"role": "assistant", "content": completion}]``, the form TRL gives it).
+
+    Args:
+        prompts: N prompts, all strings or all lists of messages.
+        completions: N completions, one per prompt.
+        tokenizer: the reward model's tokenizer (its chat template renders conversational rows).
+        chat_template_kwargs: extra arguments of the chat template (e.g. ``{"enable_thinking": False}``).
+
+    Returns:
+        N strings, in the order of the rows.
+    """
+    if len(prompts) != len(completions):
+        raise ValueError(f"reward model: {len(prompts)} prompts but {len(completions)} completions; one per prompt")
+    if not prompts:
+        return []
+    if not _is_messages(prompts[0]):
+        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+            if not isinstance(prompt, str) or not isinstance(completion, str):
+                raise TypeError(
+                    f"reward model: prompts[0] is a string (standard rows), so every prompt and completion must be "
+                    f"a string; row {i} has a {type(prompt).__name__} prompt and a {type(completion).__name__} "
+                    "completion"
+                )
+        return [prompt + completion for prompt, completion in zip(prompts, completions, strict=True)]
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError(
+            f"reward model: the rows are conversational (messages) but the reward tokenizer "
+            f"{getattr(tokenizer, 'name_or_path', '') or type(tokenizer).__name__!r} has no chat template"
+        )
+    kwargs = dict(chat_template_kwargs or {})
+    texts = []
+    for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+        if not _is_messages(prompt):
+            raise TypeError(
+                f"reward model: prompts[0] is a list of messages (conversational rows), but prompts[{i}] is "
+                f"{type(prompt).__name__}: {prompt!r:.80}"
+            )
+        if isinstance(completion, str):
+            completion = [{"role": "assistant", "content": completion}]
+        elif not (isinstance(completion, Sequence) and all(_is_message(m) for m in completion)):
+            raise TypeError(
+                f"reward model: completions[{i}] must be a string or a list of {{'role', 'content'}} messages, "
+                f"not {completion!r:.80}"
+            )
+        texts.append(tokenizer.apply_chat_template([*prompt, *completion], tokenize=False, **kwargs))
+    return texts
+
+
+def check_token_budget(token_budget: int) -> int:
+    """Validates a micro-batch's budget of padded tokens: an integer >= 1."""
+    if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
+        raise ValueError(
+            f"reward model: token_budget={token_budget!r} is not valid; it is the most padded tokens "
+            "(rows x longest row) a scoring micro-batch holds, an integer >= 1 (e.g. 4096)"
+        )
+    return token_budget
+
+
+def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Groups rows into micro-batches whose padded size (rows x longest row) stays within ``token_budget``.
+
+    Rows are taken longest first (so a micro-batch's rows have similar lengths and little padding); a row
+    longer than the budget forms a micro-batch alone.
+
+    Args:
+        lengths: N row lengths, in tokens.
+        token_budget: the most padded tokens in one micro-batch (>= 1).
+
+    Returns:
+        Lists of row indices (into ``lengths``); every index appears in exactly one.
+    """
+    check_token_budget(token_budget)
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if batch and (len(batch) + 1) * max(lengths[batch[0]], 1) > token_budget:
+            batches.append(batch)
+            batch = []
+        batch.append(i)
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    return next(model.parameters()).device
+
+
+def score_texts(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], token_budget: int
+) -> list[float]:
+    """The reward model's score of each text, ``logits[:, 0]``, in micro-batches of at most ``token_budget`` tokens.
+
+    Each micro-batch (see :func:`micro_batches`) is tokenized as TRL tokenizes its one batch
+    (``padding=True, padding_side="right", add_special_tokens=False``) and run under ``torch.inference_mode()``
+    on the model's device, so the activations hold at most about ``token_budget`` tokens (or one text longer
+    than that) whatever ``len(texts)`` is.
+
+    Args:
+        model: a sequence-classification model; ``logits`` of shape (rows, num_labels), column 0 read.
+        tokenizer: its tokenizer, with a pad token equal to the model's ``pad_token_id``.
+        texts: N texts (see :func:`reward_texts`).
+        token_budget: the most padded tokens (rows x longest row) in one micro-batch, >= 1.
+
+    Returns:
+        N floats, in the order of ``texts``.
+    """
+    check_token_budget(token_budget)
+    if not texts:
+        return []
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        raise ValueError(
+            "reward model: the tokenizer has no pad token; set one (TRL uses tokenizer.pad_token = "
+            "tokenizer.eos_token) and the model's config.pad_token_id to it, or use RewardModel, which does"
+        )
+    model_pad = getattr(model.config.get_text_config(), "pad_token_id", None)
+    if model_pad is not None and model_pad != pad_id:
+        raise ValueError(
+            f"reward model: the model's pad_token_id is {model_pad} but the tokenizer pads with {pad_id}; the model "
+            "reads its score at the last token that is not its pad token, so they must agree (RewardModel sets it)"
+        )
+    texts = list(texts)
+    lengths = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    device = _model_device(model)
+    scores = [0.0] * len(texts)
+    with torch.inference_mode():
+        for batch in micro_batches(lengths, token_budget):
+            inputs = tokenizer(
+                [texts[i] for i in batch],
+                return_tensors="pt",
+                padding=True,
+                padding_side="right",
+                add_special_tokens=False,
+            ).to(device)
+            values = model(**inputs).logits[:, 0].float().tolist()  # (rows,)
+            for i, value in zip(batch, values, strict=True):
+                scores[i] = value
+    return scores
+
+
+def _read_config(name: str) -> tuple[dict | None, str]:
+    """(``config.json`` of a local folder or a hub id in the local HF cache, or None; where it was looked for)."""
+    folder = Path(name)
+    if folder.is_dir():
+        path = folder / "config.json"
+        where = f"folder {str(folder)!r}"
+    else:
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(name, "config.json")
+        except ValueError:  # not a valid repo id (huggingface_hub's HFValidationError is a ValueError)
+            return None, f"{name!r} (neither a folder nor a valid hub id)"
+        where = f"hub id {name!r} (local cache)"
+        if not isinstance(cached, str):
+            return None, where
+        path = Path(cached)
+    if not path.is_file():
+        return None, where
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None, where
+    return (config if isinstance(config, dict) else None), where
+
+
+def _architectures(config: Mapping[str, Any]) -> list[str]:
+    archs = config.get("architectures") or []
+    return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+
+
+def _is_seq_cls(config: Mapping[str, Any]) -> bool:
+    return any(arch.endswith(SEQ_CLS_SUFFIX) for arch in _architectures(config))
+
+
+def is_reward_model(name: str) -> bool:
+    """True when ``name`` is a sequence-classification model: a local folder, or a hub id in the local HF cache.
+
+    Reads ``config.json`` only (never the weights, never the network): True when its ``architectures`` has
+    an entry ending in ``ForSequenceClassification``. A registry name (``"math"``), an import path
+    (``"pkg.module:function"``), a causal LM or a hub id whose config is not cached give False.
+    """
+    if not isinstance(name, str) or not name:
+        return False
+    config, _ = _read_config(name)
+    return config is not None and _is_seq_cls(config)
+
+
+def _check_dtype(dtype: str | torch.dtype | None) -> str | torch.dtype | None:
+    """None, ``"auto"``, or a floating torch dtype (given as one or by name, e.g. ``"bfloat16"``)."""
+    if dtype is None or dtype == "auto":
+        return dtype
+    value = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise ValueError(
+            f"reward model: dtype={dtype!r} is not valid; use None, 'auto' or a floating dtype "
+            "(torch.float32, 'bfloat16', 'float16', ...)"
+        )
+    return value
+
+
+def _load_model(name: str, dtype: str | torch.dtype | None) -> PreTrainedModel:
+    """``AutoModelForSequenceClassification.from_pretrained(name, num_labels=1)``, after checking its config."""
+    config, where = _read_config(name)
+    if config is not None:
+        if not _is_seq_cls(config):
+            raise ValueError(
+                f"reward model: {where} is not a sequence-classification model: its config.json names "
+                f"architectures {_architectures(config) or config.get('architectures')}; a reward model must have "
+                f"one ending in {SEQ_CLS_SUFFIX!r} (e.g. Qwen3ForSequenceClassification), with one label "
+                "(it is loaded as AutoModelForSequenceClassification with num_labels=1)"
+            )
+        labels = config.get("id2label")
+        if isinstance(labels, Mapping) and len(labels) != 1:
+            raise ValueError(
+                f"reward model: {where} has a {len(labels)}-label head (config.json id2label); a reward model "
+                "has one label (it is loaded with num_labels=1 and scores with logits[:, 0])"
+            )
+    elif Path(name).is_dir():
+        raise ValueError(f"reward model: {where} has no readable config.json; is it a saved model?")
+    kwargs: dict[str, Any] = {"num_labels": 1}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(name, **kwargs)
+    except OSError as e:
+        raise OSError(
+            f"reward model: {name!r} could not be loaded: it is not a local folder, and as a hub id it is not in "
+            f"the local Hugging Face cache (or the network is off: HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE')})"
+            f": {e}"
+        ) from e
+
+
+def _short_name(name_or_path: str) -> str:
+    """TRL's name of a reward model in its logs: the last part of its id or folder."""
+    return name_or_path.rstrip("/\\").replace("\\", "/").split("/")[-1] or "reward_model"
+
+
+class RewardModel:
+    """A sequence-classification reward model as a reward function: ``rm(prompts, completions) -> list[float]``.
+
+    Args:
+        model: a local folder or hub id (offline: from the local HF cache), loaded as
+            ``AutoModelForSequenceClassification.from_pretrained(model, num_labels=1)``, or a loaded model.
+            It is frozen (``requires_grad_(False)``, eval mode).
+        tokenizer: its tokenizer, a folder or hub id; default: the model's own (``config._name_or_path``).
+            Without a pad token it pads with its eos token (TRL's rule; the tokenizer is changed in place).
+        token_budget: the most padded tokens (rows x longest row) scored in one micro-batch.
+        chat_template_kwargs: extra arguments of the chat template, for conversational rows.
+        dtype: the model's dtype: None (the loader's default), ``"auto"``, or a floating dtype or its name.
+
+    ``__name__`` is the model's short name (the last part of its id), as TRL names it in its logs; the
+    training module calls :meth:`to` with the policy's device and dtype when fitting starts.
+    """
+
+    def __init__(
+        self,
+        model: str | PreTrainedModel,
+        tokenizer: str | PreTrainedTokenizerBase | None = None,
+        token_budget: int = 4096,
+        chat_template_kwargs: dict | None = None,
+        dtype: str | torch.dtype | None = None,
+    ) -> None:
+        self.token_budget = check_token_budget(token_budget)
+        dtype = _check_dtype(dtype)
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, Mapping):
+            raise TypeError(f"reward model: chat_template_kwargs must be a dict, not {chat_template_kwargs!r}")
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        if isinstance(model, str):
+            model = _load_model(model, dtype)
+        elif isinstance(model, PreTrainedModel):
+            if not type(model).__name__.endswith(SEQ_CLS_SUFFIX):
+                raise ValueError(
+                    f"reward model: a {type(model).__name__} is not a sequence-classification model; a reward model's "
+                    f"class ends in {SEQ_CLS_SUFFIX!r} (e.g. Qwen3ForSequenceClassification)"
+                )
+            if isinstance(dtype, torch.dtype):
+                model = model.to(dtype)
+        else:
+            raise TypeError(
+                f"reward model: model must be a folder, a hub id or a PreTrainedModel, not {type(model).__name__}"
+            )
+        name = getattr(model.config, "_name_or_path", "") or ""
+        self.tokenizer = self._tokenizer(tokenizer, name)
+        model.config.get_text_config().pad_token_id = self.tokenizer.pad_token_id
+        self.model = model.requires_grad_(False).eval()
+        self.__name__ = _short_name(name)
+
+    @staticmethod
+    def _tokenizer(tokenizer: str | PreTrainedTokenizerBase | None, model_name: str) -> PreTrainedTokenizerBase:
+        if tokenizer is None:
+            if not model_name:
+                raise ValueError(
+                    "reward model: the model has no name or folder (config._name_or_path) to load its tokenizer "
+                    "from; pass tokenizer="
+                )
+            tokenizer = model_name
+        if isinstance(tokenizer, str):
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        if not isinstance(tokenizer, PreTrainedTokenizerBase):
+            raise TypeError(
+                f"reward model: tokenizer must be a folder, a hub id or a tokenizer, not {type(tokenizer).__name__}"
+            )
+        if tokenizer.pad_token_id is None:
+            if tokenizer.eos_token is None:
+                raise ValueError(
+                    f"reward model: the tokenizer {tokenizer.name_or_path!r} has neither a pad token nor an eos token "
+                    "to pad with; set tokenizer.pad_token"
+                )
+            tokenizer.pad_token = tokenizer.eos_token
+        return tokenizer
+
+    def to(self, device: str | torch.device, dtype: str | torch.dtype | None = None) -> RewardModel:
+        """Moves the model to ``device`` (and casts it to the floating ``dtype`` if one is given); returns self."""
+        if dtype is None:
+            self.model.to(device=device)
+            return self
+        value = _check_dtype(dtype)
+        if not isinstance(value, torch.dtype):
+            raise ValueError(f"reward model: to(dtype={dtype!r}) needs a floating dtype (e.g. torch.bfloat16)")
+        self.model.to(device=device, dtype=value)
+        return self
+
+    def __call__(self, prompts: Sequence[Prompt], completions: Sequence[Completion], **kwargs: Any) -> list[float]:
+        """One score per completion (TRL's reward-function convention; other keyword arguments are ignored).
+
+        Args:
+            prompts: N prompts: strings, or lists of messages.
+            completions: N completions: strings, or lists of messages (see :func:`reward_texts`).
+
+        Returns:
+            N floats, in the order of the rows.
+        """
+        texts = reward_texts(prompts, completions, self.tokenizer, self.chat_template_kwargs)
+        return score_texts(self.model, self.tokenizer, texts, self.token_budget)
+
+    def __repr__(self) -> str:
+        return f"RewardModel({self.__name__!r}, token_budget={self.token_budget})"
