@@ -42,5 +42,6 @@ BENCHMARKS = {
     "skip": "benchmarks.skip",
     "adaptive": "benchmarks.adaptive",
     "adaptive-memory": "benchmarks.adaptive_memory",
+    "reward-model": "benchmarks.reward_model",
 }
 """Benchmark name -> module (with ``main(argv)``, ``tables(result)`` and, if it spawns, ``run_one``)."""

@@ -74,6 +74,7 @@ def test_threads_has_one_meaning_and_each_benchmark_keeps_its_recorded_default()
         "skip": 1,
         "adaptive": 1,  # counts are its result, as dynamic's
         "adaptive-memory": 1,  # peak RSS of one process per cap: one thread keeps it from torch's thread pools
+        "reward-model": 1,  # peak RSS of one process per scoring, as adaptive-memory
     }
 
 
