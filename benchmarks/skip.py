@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> dict:
             data.train_items[i] for i in order[step * data.hparams.batch_size : (step + 1) * data.hparams.batch_size]
         ]
         rollouts = module.sampler.sample([b["prompt_ids"] for b in batch], s.group_size, seed=step)
-        scores = module.scorer(rollouts, [b["meta"] for b in batch])
+        scores = module.scorer(rollouts, batch)
         adv = ADVANTAGES.get(s.objective.advantage)(scores.total, s.group_size, s.objective.scale_rewards)
         before = ({n: p.detach().clone() for n, p in trainable}, copy.deepcopy(opt.state_dict()))
         seconds, after = {}, {}

@@ -106,7 +106,8 @@ def dynamic(out: str) -> None:
 
     def keep(position: int, group: list) -> bool:
         texts = tok.batch_decode([s.token_ids for s in group], skip_special_tokens=True)
-        return len(set(synthetic_reward(texts, [rows[position]] * len(group)))) > 1
+        row, n = rows[position], len(group)
+        return len(set(synthetic_reward(texts, [row["prompt"]] * n, [row["answer"]] * n))) > 1
 
     res: dict = {}
     for scheme in ("continuous", "rounds"):

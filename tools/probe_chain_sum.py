@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from infgrpo.policy import load_policy, load_tokenizer
-from infgrpo.rewards.reasoning_tasks import reasoning_gym_reward
+from infgrpo.rewards import compute_rewards
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout: benchmarks/ is a folder there, not installed
@@ -48,7 +48,7 @@ def main() -> None:
     ids, metas, g = [it["prompt_ids"] for it in items], [it["meta"] for it in items], args.group_size
     greedy = MicroGroupSampler(model, tok, SamplerConfig(max_new_tokens=48, temperature=0.0)).generate_one(ids)
     greedy_texts = tok.batch_decode(greedy.completion_ids, skip_special_tokens=True)
-    greedy_right = reasoning_gym_reward(greedy_texts, metas)
+    greedy_right = compute_rewards({"reasoning_gym": 1.0}, greedy_texts, metas)[0].tolist()
     sampler = MicroGroupSampler(
         model, tok, SamplerConfig(max_new_tokens=48, temperature=args.temperature, num_slots=32)
     )
@@ -56,7 +56,8 @@ def main() -> None:
     for start in range(0, len(ids), 4):
         out = sampler.sample(ids[start : start + 4], g, seed=start)
         texts = tok.batch_decode(out.completion_ids, skip_special_tokens=True)
-        right = reasoning_gym_reward(texts, [metas[start + k // g] for k in range(len(texts))])
+        right = compute_rewards({"reasoning_gym": 1.0}, texts, [metas[start + k // g] for k in range(len(texts))])[0]
+        right = right.tolist()
         for i in range(len(texts) // g):
             s, group = stats[answer_kind(metas[start + i])], right[i * g : (i + 1) * g]
             s[0] += 1

@@ -220,7 +220,11 @@ def compute_rewards(
     on_error: str = "raise",
     completion_lengths: list[int] | None = None,
     max_completion_length: int | None = None,
+    **inputs: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """(total (N,), {name: values (N,)}) of :func:`score_rewards`: the short form for trying rewards by hand."""
-    scores = score_rewards(rewards, completions, metadata, on_error, completion_lengths, max_completion_length)
+    """(total (N,), {name: values (N,)}) of :func:`score_rewards` (``inputs``: its ``prompts``, ``completion_ids``,
+    ``trainer_state``): the short form for trying rewards by hand."""
+    scores = score_rewards(
+        rewards, completions, metadata, on_error, completion_lengths, max_completion_length, **inputs
+    )
     return scores.total, scores.parts
