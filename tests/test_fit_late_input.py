@@ -144,10 +144,10 @@ def test_a_trl_reward_needing_a_column_the_data_lacks_is_named_before_loading(ca
 
 
 def test_malformed_chat_messages_are_named_before_loading(capsys, tmp_path):
-    rows = [{"prompt": [{"role": "user", "content": "rev ab"}]}, {"prompt": [{"role": "user"}]}]
+    rows = [{"prompt": [{"role": "user", "content": "rev ab"}]}] * 100 + [{"prompt": [{"role": "user"}]}]  # past 64
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     line = cli_error(capsys, *TINY, "--data.path", str(tmp_path / "train.jsonl"))
-    assert "row 1 of split 'train' (data.prompt_column='prompt'): message 0 (user) has no content" in line
+    assert "row 100 of split 'train' (data.prompt_column='prompt'): message 0 (user) has no content" in line
 
 
 def test_first_rows_lengths_use_the_data_modules_encoding():

@@ -26,7 +26,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from infgrpo.assets import TINY_DATA_DIR
-from infgrpo.data.conversation import encode_prompt
+from infgrpo.data.conversation import check_messages, encode_prompt
 from infgrpo.data.local_files import FILE_TYPES, split_file
 from infgrpo.data.prompt_rows import prompt_of
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
@@ -69,6 +69,20 @@ def first_rows(path: str, split: str, n: int = ROWS) -> list[dict[str, Any]] | N
     return [dict(r) for r in ds]
 
 
+def check_every_conversation(path: str, split: str, column: str) -> None:
+    """A ConfigError naming the row and ``data.prompt_column`` for the first malformed list of chat messages in a
+    local ``.jsonl`` source (one line read at a time; other sources are checked when the data module sets up)."""
+    source = TINY_DATA_DIR if path == "tiny" else Path(path).expanduser()
+    file = source if source.is_file() else split_file(source, split, path) if source.is_dir() else None
+    if file is None or file.suffix != ".jsonl":
+        return
+    with file.open(encoding="utf-8") as f:
+        rows = (json.loads(line) for line in f if line.strip())
+        for i, row in enumerate(rows):
+            if isinstance(row.get(column), list):
+                check_messages(row[column], column, split, i)
+
+
 def check_first_rows(
     hp: Mapping[str, Any], tokenizer: Callable[[], PreTrainedTokenizerBase]
 ) -> list[tuple[str, int, int]]:
@@ -88,6 +102,10 @@ def check_first_rows(
         rows[hp["eval_split"]] = first_rows(hp["path"], hp["eval_split"], eval_size)
     columns = (hp["prompt_column"], hp["answer_column"], hp["prompt_template"])
     prompts = {s: [prompt_of(r, *columns, s, i)[1] for i, r in enumerate(got)] for s, got in rows.items() if got}
+    if any(isinstance(p, list) for got in prompts.values() for p in got):  # chat messages: every row's, not 64
+        sources = {hp["train_split"]: hp["path"], "eval": eval_path or hp["path"]}
+        for split in prompts:
+            check_every_conversation(sources.get(split, hp["path"]), split, hp["prompt_column"])
     if not prompts:
         return []
     tok, kept = tokenizer(), []
