@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import signal
 import sys
 import warnings
 from typing import Any
@@ -30,6 +31,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from infgrpo.callbacks.checkpoint_io import AtomicCheckpointIO
+from infgrpo.callbacks.interruption import Interruption
 from infgrpo.callbacks.plain_progress import PlainProgress
 from infgrpo.callbacks.progress_bar import StepProgressBar
 from infgrpo.data import PromptDataModule
@@ -164,6 +166,8 @@ class GRPOCLI(LightningCLI):
                 callback.__class__ = StepProgressBar
         if not any(isinstance(c, PlainProgress) for c in trainer.callbacks):
             trainer.callbacks.append(PlainProgress())  # prints only when stdout is not a terminal
+        if not any(isinstance(c, Interruption) for c in trainer.callbacks):
+            trainer.callbacks.append(Interruption())  # Ctrl-C / SIGTERM: a checkpoint at the step's end
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
@@ -201,8 +205,10 @@ def main(args: list[str] | None = None) -> GRPOCLI:
 
     ``cli.model``, ``cli.datamodule`` and ``cli.trainer`` are the trained objects, e.g.
     ``main(["--config", "configs/tiny.yaml", "--trainer.max_steps", "10"]).model.policy``. Exits with status 2 on
-    a bad setting (the parser's ``error:`` line), and with status 1 when ``model.output_dir`` could not be written
-    at the end and the model went to the run's version folder instead (one ``error:`` line says where).
+    a bad setting (the parser's ``error:`` line), with status 1 when ``model.output_dir`` could not be written
+    at the end and the model went to the run's version folder instead (one ``error:`` line says where), and with
+    128 + the signal's number (130, 143) when SIGINT or SIGTERM stopped it at a step boundary, after a checkpoint
+    (:mod:`infgrpo.callbacks.interruption`; one line says where and how to resume).
     """
     cli = GRPOCLI(
         GRPOModule,
@@ -226,7 +232,25 @@ def main(args: list[str] | None = None) -> GRPOCLI:
     cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
     if cli.model.rescued_to is not None:
         sys.exit(1)
+    stopped = next((c for c in cli.trainer.callbacks if isinstance(c, Interruption) and c.signal), None)
+    if stopped is not None:
+        if cli.trainer.is_global_zero:
+            print(resume_line(stopped, sys.argv[1:] if args is None else args), flush=True)
+        sys.exit(128 + stopped.signal)
     return cli
+
+
+def resume_line(stopped: Interruption, argv: list[str]) -> str:
+    """The line an interrupted run ends with: the signal, the step, the checkpoint and the command that resumes."""
+    kept, skip = [], False
+    for a in argv:  # the command as given, without its own --ckpt_path
+        if skip or a.startswith("--ckpt_path"):
+            skip = a == "--ckpt_path"
+            continue
+        kept.append(a)
+    command = " ".join(["python -m infgrpo.fit", *kept, "--ckpt_path last"])
+    name = signal.Signals(stopped.signal).name
+    return f"[infgrpo] stopped by {name} after step {stopped.step}: checkpoint {stopped.checkpoint}; resume: {command}"
 
 
 if __name__ == "__main__":

@@ -262,12 +262,16 @@ class GRPOModule(L.LightningModule):
     def on_train_end(self) -> None:
         """Writes the trained adapter (LoRA) or model to ``output_dir`` (relative: under the run's root),
         when set, from global rank 0, and prints where it went; if that write fails, into the run's version folder
-        (``rescued_to``; see infgrpo.training.output_dir)."""
-        if self.settings.output_dir and self.trainer.is_global_zero:
+        (``rescued_to``; see infgrpo.training.output_dir). Every rank takes part: ``trainer.log_dir`` is a broadcast
+        under DDP, and the ranks wait for the write before they leave."""
+        if not self.settings.output_dir:
+            return
+        rescue = Path(self.trainer.log_dir or self.trainer.default_root_dir)  # a collective: on every rank
+        if self.trainer.is_global_zero:
             path = resolve_output_dir(self.settings.output_dir, self.trainer.default_root_dir)
-            rescue = Path(self.trainer.log_dir or self.trainer.default_root_dir)
             what = "adapter" if self.settings.lora.r else "model"
             self.rescued_to = write_trained(self.policy, self.tokenizer, path, rescue, what)
+        self.trainer.strategy.barrier("output_dir")
 
     # -- evaluation -------------------------------------------------------------------------
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:

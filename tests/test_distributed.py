@@ -197,6 +197,12 @@ def test_two_ddp_ranks_with_adaptive_groups_each_grow_their_own_and_stay_identic
             grew += rank["stats"]["adaptive/groups_extended"]
         assert not set(seen[0]["prompts"]) & set(seen[1]["prompts"])  # each rank its own share of the batch
     assert grew > 0  # some group had no spread at G and grew
+    # model.output_dir was written once at the end of the DDP run (and the run exited 0): the trained weights
+    from transformers import AutoModelForCausalLM
+
+    written = AutoModelForCausalLM.from_pretrained(two / "trained", dtype=torch.float64).state_dict()
+    final = load(two / "step2_rank0.pt")
+    assert all(torch.equal(written[k], final[k]) for k in final if k in written) and len(written) > 0
 
 
 DYNAMIC, ADAPTIVE = "dynamic", "adaptive"
@@ -214,5 +220,6 @@ if __name__ == "__main__":  # a DDP rank under torchrun: python -m torch.distrib
     adaptive = [
         *args(data, out / ADAPTIVE, 2, GLOBAL_BATCH // 2, "grpo", "group"),
         "--model.adaptive_groups.enabled=true",
+        "--model.output_dir=trained",  # written once at the end, by rank 0, every rank taking part (#45)
     ]
     main([*adaptive, "--trainer.strategy=ddp", "--trainer.devices=2"])
