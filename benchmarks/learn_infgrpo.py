@@ -29,13 +29,14 @@ from benchmarks.learn_job import (
     lora_settings,
     optimizer_settings,
     out_of_time,
-    reward_name,
+    reward_on_error,
     snapshot_dir,
     snapshot_steps,
     step_record,
 )
 from infgrpo.data import PromptDataModule
 from infgrpo.policy.load import save_trained
+from infgrpo.rewards.core import resolve_reward
 
 COUNTED = ("train/dynamic/", "train/adaptive/", "train/update/rows")
 """Metrics a step record keeps besides reward and seconds: dynamic sampling's and adaptive groups' counts, the rows the
@@ -91,7 +92,7 @@ class StepLog(L.Callback):
 
 def module_kwargs(job: dict) -> dict[str, Any]:
     """``GRPOModule`` arguments of the job: the matched settings, then the run's ``infgrpo_config`` extras."""
-    reward = reward_name(job["task"])
+    reward = job["reward_function"]
     kwargs: dict[str, Any] = dict(
         policy=dict(
             model_name_or_path=job["model"], gguf_file=job["gguf_file"], dtype=job["dtype"],
@@ -100,7 +101,7 @@ def module_kwargs(job: dict) -> dict[str, Any]:
         lora=dict(r=job["lora_r"], alpha=job["lora_alpha"], dropout=0.0, target_modules="all-linear"),
         group_size=job["group_size"],
         sampler=dict(max_new_tokens=job["max_new_tokens"], temperature=job["temperature"], top_k=0, top_p=1.0),
-        rewards=dict(functions={reward: 1.0}, accuracy=reward),
+        rewards=dict(functions={reward: 1.0}, accuracy=reward, on_error=reward_on_error(job)),
         objective=dict(scale_rewards=job["scale_rewards"], loss_type=job["loss_type"], beta=job["beta"]),
         optimizer=dict(
             learning_rate=job["lr"], lr_scheduler_type=job["lr_schedule"], warmup_steps=0, weight_decay=0.0,
@@ -180,8 +181,10 @@ def train_infgrpo(job: dict) -> dict[str, Any]:
         "seed": hp["seed"],
         "torch_threads": torch.get_num_threads(),
     }
+    called = [resolve_reward(name) for name in hp["rewards"]["functions"]]
     return {
         "per_step": log.steps,
+        "reward_funcs": [f"{fn.__module__}.{fn.__qualname__}" for fn in called],
         **memory.result(),
         **device_info(),
         "initial_adapter_sha": initial,

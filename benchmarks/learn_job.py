@@ -5,12 +5,22 @@
     batches = ordered_batches(data, steps)     # infgrpo's prompts of each step, in its order
     prompts_sha(texts), adapter_sha(model)     # what a step trained on; the LoRA weights
     evaluate_one(job)                          # held-out greedy accuracy of the base model or an adapter
+    write_trl_data(job, folder)                # --format trl: the task as TRL's conversational jsonl, two files
     snapshot_steps(job), snapshot_dir(d, k)    # the held-out curve's adapters: after which steps, where
 
 Everything a trainer needs to run the same job lives here, so the infgrpo child
 (:mod:`~benchmarks.learn_infgrpo`), the TRL child (:mod:`~benchmarks.learn_trl`) and the
 evaluation children build it with one function each: the same :class:`~infgrpo.data.PromptDataModule`
 (so the same held-out prompts are left out of training), the same reward by name, the same hashes.
+
+``--format trl`` (:data:`FORMATS`): the job's task is written once, by :func:`write_trl_data`, as two files in
+TRL's conversational format, ``train.jsonl`` (the training questions the data module would generate) and
+``eval.jsonl`` (its ``eval_size`` held-out ones), each row::
+
+    {"prompt": [{"role": "user", "content": "<question> Put the final answer in \\boxed{}."}], "solution": "<answer>"}
+
+(the user turn: :data:`BOXED`); both trainers read those files (the job's ``data_files``) and are rewarded by
+TRL's own ``trl.rewards:accuracy_reward`` (math-verify of the ``\\boxed{}`` answer against ``solution``).
 """
 
 from __future__ import annotations
@@ -18,12 +28,15 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from benchmarks.memory import PeakRSS
 from infgrpo.data import PromptDataModule
+from infgrpo.data.conversation import last_user_text
 from infgrpo.evaluation import evaluate
 from infgrpo.policy.load import load_policy, load_tokenizer
 
@@ -33,6 +46,15 @@ CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "max_digits": 2}
 """The default ``--task-config`` of ``chain_sum``: two terms of at most two digits."""
 ANSWER_ONLY = "{question} Give only the final answer."
 """The user turn of a reasoning-gym task (the default ``--prompt-template``)."""
+BOXED = "{question} Put the final answer in \\boxed{{}}."
+"""The user turn of ``--format trl`` (a ``str.format`` template over a task row): ``"<question> Put the final answer
+in \\boxed{}."``, the answer form ``trl.rewards:accuracy_reward`` reads."""
+TRL_ACCURACY = "trl.rewards:accuracy_reward"
+"""The reward (and accuracy) of ``--format trl``: TRL's own function, by its import path."""
+FORMATS = ("infgrpo", "trl")
+"""``--format``: ``infgrpo`` (the data module generates the task's prompts; reward ``reasoning_gym``, behind TRL's
+signature on the TRL side), ``trl`` (both trainers read the task written as TRL's conversational jsonl and are
+rewarded by :data:`TRL_ACCURACY`)."""
 MAX_PROMPT_TOKENS = 512
 """Prompts longer than this are an error (neither trainer truncates them)."""
 
@@ -44,14 +66,58 @@ def default_task_config(task: str) -> dict[str, Any] | None:
     return dict(CHAIN_SUM) if task == "chain_sum" else {}
 
 
-def default_template(task: str) -> str | None:
-    """``--prompt-template`` when none is given: the prompt as it is for ``tiny``, :data:`ANSWER_ONLY` otherwise."""
+def default_template(task: str, fmt: str = "infgrpo") -> str | None:
+    """``--prompt-template`` when none is given: the prompt as it is for ``tiny``, :data:`ANSWER_ONLY` otherwise;
+    :data:`BOXED` for ``--format trl``."""
+    if fmt == "trl":
+        return BOXED
     return None if task == TINY_TASK else ANSWER_ONLY
 
 
-def reward_name(task: str) -> str:
-    """The reward (and accuracy) function of a task: ``synthetic`` for ``tiny``, else ``reasoning_gym``."""
+def reward_name(task: str, fmt: str = "infgrpo") -> str:
+    """The reward (and accuracy) function of a task: ``synthetic`` for ``tiny``, else ``reasoning_gym``;
+    :data:`TRL_ACCURACY` for ``--format trl``."""
+    if fmt == "trl":
+        return TRL_ACCURACY
     return "synthetic" if task == TINY_TASK else "reasoning_gym"
+
+
+def is_trl_format(job: dict) -> bool:
+    """Whether the job is ``--format trl`` (results recorded before the flag have no ``format``: ``infgrpo``)."""
+    return job.get("format", "infgrpo") == "trl"
+
+
+def reward_on_error(job: dict) -> str:
+    """``rewards.on_error`` of the job: ``skip`` for ``--format trl`` (TRL's accuracy_reward gives None for a gold
+    solution it cannot parse; TRL leaves such values out), else infgrpo's default ``raise``."""
+    return "skip" if is_trl_format(job) else "raise"
+
+
+def trl_rows(rows: list[dict], template: str) -> list[dict[str, Any]]:
+    """Task rows (the data module's, with ``question`` and ``answer``) as TRL's conversational rows:
+    ``{"prompt": [{"role": "user", "content": template.format(**row)}], "solution": str(answer)}``."""
+    user = [{"role": "user", "content": template.format(**row)} for row in rows]
+    return [{"prompt": [turn], "solution": str(row["answer"])} for turn, row in zip(user, rows, strict=True)]
+
+
+def write_trl_data(job: dict, folder: str | Path) -> dict[str, Any]:
+    """Writes the job's task as ``train.jsonl`` and ``eval.jsonl`` in ``folder`` (see the module docstring).
+
+    The questions are the ones the ``--format infgrpo`` job trains and evaluates on: the data module's own
+    reasoning-gym rows (same task config, seeds, ``train_size`` and ``eval_size``; no training question is a held-out
+    one), one JSON object a line, in the data module's order. Returns ``{"train": {"path", "rows", "sha"}, "eval":
+    ...}`` (``sha``: :func:`digest` of the rows).
+    """
+    source = PromptDataModule(path=f"reasoning_gym:{job['task']}", task_config=job["task_config"],
+                              eval_size=job["eval_size"])  # fmt: skip
+    train, held_out = source.rows()
+    out = {}
+    for split, rows in (("train", train), ("eval", held_out)):
+        converted = trl_rows(rows, job["prompt_template"])
+        path = Path(folder) / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(row) + "\n" for row in converted))
+        out[split] = {"path": str(path), "rows": len(converted), "sha": digest(converted)}
+    return out
 
 
 def data_kwargs(job: dict) -> dict[str, Any]:
@@ -61,19 +127,15 @@ def data_kwargs(job: dict) -> dict[str, Any]:
     questions from training only when it has them, so training without it would see other prompts.
     """
     task = job["task"]
+    common = dict(tokenizer=job["model"], gguf_file=job["gguf_file"], batch_size=job["prompts"],
+                  eval_size=job["eval_size"], seed=job["seed"], max_prompt_length=MAX_PROMPT_TOKENS)  # fmt: skip
+    if is_trl_format(job):  # the written files, conversational: the chat template renders them, no template
+        files = job["data_files"]
+        return dict(path=files["train"]["path"], eval_path=files["eval"]["path"], **common)
     source = {"path": "tiny"} if task == TINY_TASK else {"path": f"reasoning_gym:{task}"}
     if task != TINY_TASK:
         source["task_config"] = job["task_config"]
-    return dict(
-        source,
-        tokenizer=job["model"],
-        gguf_file=job["gguf_file"],
-        prompt_template=job["prompt_template"],
-        batch_size=job["prompts"],
-        eval_size=job["eval_size"],
-        seed=job["seed"],
-        max_prompt_length=MAX_PROMPT_TOKENS,
-    )
+    return dict(source, prompt_template=job["prompt_template"], **common)
 
 
 def snapshot_steps(job: dict) -> list[int]:
@@ -110,6 +172,18 @@ def answer_kind(meta: dict) -> str:
     if "+" in expression:
         return "add3" if answer >= 100 else "add2"
     return "sub+"
+
+
+def trl_answer_kind(meta: dict) -> str:
+    """:func:`answer_kind` of a ``--format trl`` row (its user turn holds the question, ``solution`` the answer)."""
+    return answer_kind({"answer": meta["solution"], "question": last_user_text(meta["prompt"])})
+
+
+def kind_of(job: dict) -> Callable[[dict], str] | None:
+    """The held-out accuracy's grouping of the job (``chain_sum``: :func:`answer_kind`), or None."""
+    if job["task"] != "chain_sum":
+        return None
+    return trl_answer_kind if is_trl_format(job) else answer_kind
 
 
 def snapshot_dir(adapter_dir: str, step: int) -> str:
@@ -236,7 +310,9 @@ def evaluate_one(job: dict) -> dict[str, Any]:
     The same function for every trainer: the job's held-out prompts (:func:`job_data`), the base model
     loaded by infgrpo's loader, the adapter by peft, :func:`infgrpo.evaluation.evaluate` at temperature 0
     with the job's ``max_new_tokens`` and reward; for ``chain_sum`` also ``accuracy_by`` (:func:`answer_kind`:
-    ``{kind: [right, prompts]}``).
+    ``{kind: [right, prompts]}``). With ``--format trl`` the held-out items are the conversational rows of
+    ``eval.jsonl`` (the reward gets their messages as ``prompts`` and one-message completions) and the reward's
+    None values (an unparseable gold solution) are left out (``reward_on_error`` ``skip``).
     """
     start = time.perf_counter()
     data = job_data(job)
@@ -247,11 +323,10 @@ def evaluate_one(job: dict) -> dict[str, Any]:
 
         model = PeftModel.from_pretrained(model, job["adapter_dir"])
     model = model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
-    reward = reward_name(job["task"])
-    by_kind = answer_kind if job["task"] == "chain_sum" else None
+    reward = job["reward_function"]
     result = evaluate(
         model, tok, data.eval_items, {reward: 1.0}, accuracy_reward=reward, max_new_tokens=job["max_new_tokens"],
-        group_by=by_kind,
+        reward_on_error=reward_on_error(job), group_by=kind_of(job),
     )  # fmt: skip
     return {
         **result,

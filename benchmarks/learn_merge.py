@@ -22,6 +22,8 @@ from benchmarks.harness import recorded_command
 from benchmarks.learn_tables import same_job, tables
 from benchmarks.results import read_json, write_json
 
+JOB_DEFAULTS = {"format": "infgrpo"}
+"""Job fields added after some results were recorded: a result without one ran with this value."""
 UNTRAINED_KEYS = ("accuracy", "accuracy_by", "eval_prompts", "eval_prompts_sha")
 """The untrained evaluation's fields that must agree: the same model on the same held-out prompts, greedy."""
 
@@ -35,11 +37,11 @@ def merge(results: Sequence[dict], paths: Sequence[str]) -> dict:
     for result, path in zip(results, paths, strict=True):
         if result.get("benchmark") != "learn":
             raise ValueError(f"{path}: benchmark {result.get('benchmark')!r} is not 'learn'; only learn results merge")
-        job = result["job"]
-        for key in sorted(set(job) | set(first["job"])):
-            if job.get(key) != first["job"].get(key):
+        job, first_job = JOB_DEFAULTS | result["job"], JOB_DEFAULTS | first["job"]
+        for key in sorted(set(job) | set(first_job)):
+            if job.get(key) != first_job.get(key):
                 raise ValueError(
-                    f"{path}: job.{key}={job.get(key)!r} but {base} has {first['job'].get(key)!r}: "
+                    f"{path}: job.{key}={job.get(key)!r} but {base} has {first_job.get(key)!r}: "
                     "only runs of the same job merge"
                 )
         for key in UNTRAINED_KEYS:
@@ -49,13 +51,19 @@ def merge(results: Sequence[dict], paths: Sequence[str]) -> dict:
                 )
     rows = [row for result in results for row in result["rows"]]
     sources = [{"path": str(p), "command": r["command"]} for r, p in zip(results, paths, strict=True)]
-    return {
+    merged = {
         "job": first["job"],
         "eval_before": first["eval_before"],
         "rows": rows,
         "same_job": same_job(rows),
         "merged_from": sources,
     }
+    data = [r.get("data") for r in results]
+    if any(d != data[0] for d in data):
+        raise ValueError("the files were written from different --format trl data (their 'data' hashes differ)")
+    if data[0]:
+        merged["data"] = data[0]
+    return merged
 
 
 def parser() -> argparse.ArgumentParser:

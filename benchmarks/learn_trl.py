@@ -14,6 +14,10 @@ What is shared with the infgrpo side, so the job is the same:
   (each row a user turn, conversational when the tokenizer has a chat template, as infgrpo encodes it);
 - the reward: infgrpo's reward by name through :func:`infgrpo.rewards.score_rewards`, behind TRL's
   reward signature, on each row's metadata (found by the row's ``infgrpo_index``);
+- with ``--format trl``: the job's ``train.jsonl`` read as a ``datasets.Dataset`` (``Dataset.from_json``), its rows
+  selected in infgrpo's order (checked row by row against the items infgrpo draws), and TRL's own
+  ``trl.rewards.accuracy_reward`` as ``reward_funcs`` (no wrapper; what it returned is observed in
+  ``_calculate_rewards``);
 - the settings of :func:`trl_config`, each read back from the trainer after training (``matched``).
 
 Per step: seconds (``on_step_begin`` to ``on_step_end``: generation, scoring and the update) and the
@@ -25,6 +29,7 @@ TRL's reward function received and the prompt token ids TRL generated from (``_t
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import time
 from typing import Any
@@ -37,27 +42,42 @@ from benchmarks.learn_job import (
     TrainingMemory,
     adapter_sha,
     device_info,
+    is_trl_format,
     job_data,
     lora_settings,
     optimizer_settings,
     ordered_batches,
     out_of_time,
-    reward_name,
     snapshot_dir,
     snapshot_steps,
     step_record,
 )
+from infgrpo.data import PromptDataModule
+from infgrpo.data.conversation import last_user_text
 from infgrpo.policy.load import load_policy, load_tokenizer
 from infgrpo.rewards import score_rewards
 
 
 class ObservedGRPOTrainer(GRPOTrainer):
-    """TRL's ``GRPOTrainer`` unchanged, plus two observations: the prompt ids it tokenized, its generation time."""
+    """TRL's ``GRPOTrainer`` unchanged, plus three observations: the prompt ids it tokenized, its generation time,
+    and what its reward functions were given and returned (one record per generation batch)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.observed_prompt_ids: list[list[list[int]]] = []
         self.generation_s: list[float] = []
+        self.observed_rewards: list[dict[str, Any]] = []
         super().__init__(*args, **kwargs)
+
+    def _calculate_rewards(self, inputs: list[dict], prompts: list, completions: list, completion_ids: list) -> Any:
+        out = super()._calculate_rewards(inputs, prompts, completions, completion_ids)
+        self.observed_rewards.append(
+            {
+                "users": [last_user_text(p) for p in prompts],
+                "conversational": all(isinstance(c, list) for c in completions),
+                "values": out.detach().float().cpu().tolist(),  # (rows, reward functions); None -> NaN
+            }
+        )
+        return out
 
     def _tokenize_prompts(self, prompts: list) -> Any:
         out = super()._tokenize_prompts(prompts)
@@ -135,6 +155,17 @@ def trl_reward(name: str, items: list[dict], group_size: int, max_len: int, reco
     return reward
 
 
+def observed_record(rec: dict, group_size: int) -> dict[str, Any]:
+    """One generation batch's record (:func:`trl_reward`'s fields) from what ``_calculate_rewards`` was given and
+    returned (``--format trl``, where TRL calls its own function); a ValueError unless the batch is whole groups."""
+    users = rec["users"]
+    if any(len(set(users[i : i + group_size])) != 1 for i in range(0, len(users), group_size)):
+        raise ValueError(f"TRL's generation batch is not whole groups of {group_size} in order: {users}")
+    values = [row[0] for row in rec["values"]]  # one reward function; NaN where it returned None
+    scored = [v for v in values if not math.isnan(v)]
+    return {"users": users[::group_size], "completions": len(users), "reward_fn_mean": scored or [math.nan]}
+
+
 def trl_config(job: dict, output_dir: str) -> GRPOConfig:
     """The ``GRPOConfig`` that matches the job (every field named, none left to TRL's defaults where they differ).
 
@@ -181,6 +212,24 @@ def trl_config(job: dict, output_dir: str) -> GRPOConfig:
     )
 
 
+def trl_dataset(job: dict, data: PromptDataModule, items: list[dict]) -> Any:
+    """``--format trl``: the job's ``train.jsonl`` as TRL reads a data file (a ``datasets.Dataset``), its rows
+    selected in the order infgrpo draws ``items``; a ValueError unless each selected row is its item's row."""
+    from datasets import Dataset
+
+    path = job["data_files"]["train"]["path"]
+    rows = Dataset.from_json(path)
+    if len(rows) != len(data.train_items):
+        raise ValueError(f"{path}: {len(rows)} rows, but infgrpo's data module kept {len(data.train_items)}")
+    where = {id(it): i for i, it in enumerate(data.train_items)}  # the loader hands out the items themselves
+    order = [where[id(it)] for it in items]
+    dataset = rows.select(order)
+    for i, (row, item) in enumerate(zip(dataset, items, strict=True)):
+        if row != item["meta"]:
+            raise ValueError(f"row {i} of TRL's dataset is not the row infgrpo draws there: {row} != {item['meta']}")
+    return dataset
+
+
 def train_trl(job: dict) -> dict[str, Any]:
     """Trains the job with TRL's ``GRPOTrainer`` in this process; returns the records of :func:`train_infgrpo`."""
     from datasets import Dataset
@@ -190,9 +239,13 @@ def train_trl(job: dict) -> dict[str, Any]:
     data = job_data(job)
     items = [item for batch in ordered_batches(data, job["steps"]) for item in batch]
     tok = load_tokenizer(job["model"], job["gguf_file"])
-    chat = bool(data.hparams.chat_template and tok.chat_template)  # as infgrpo's encode_prompt decides
-    prompts = [[{"role": "user", "content": it["prompt_text"]}] if chat else it["prompt_text"] for it in items]
-    dataset = Dataset.from_dict({"prompt": prompts, "infgrpo_index": list(range(len(items)))})
+    trl_format = is_trl_format(job)
+    if trl_format:  # the file itself; every prompt a conversation
+        dataset, chat = trl_dataset(job, data, items), bool(tok.chat_template)
+    else:
+        chat = bool(data.hparams.chat_template and tok.chat_template)  # as infgrpo's encode_prompt decides
+        prompts = [[{"role": "user", "content": it["prompt_text"]}] if chat else it["prompt_text"] for it in items]
+        dataset = Dataset.from_dict({"prompt": prompts, "infgrpo_index": list(range(len(items)))})
     # 2) the same base weights, the same LoRA, the same reward
     model = load_policy(job["model"], job["dtype"], gguf_file=job["gguf_file"])
     lora = LoraConfig(
@@ -203,8 +256,12 @@ def train_trl(job: dict) -> dict[str, Any]:
         task_type="CAUSAL_LM",
     )
     records: list[dict] = []
-    name = reward_name(job["task"])
-    reward = trl_reward(name, items, job["group_size"], job["max_new_tokens"], records)
+    if trl_format:  # TRL's own function, as a TRL user passes it
+        from trl.rewards import accuracy_reward
+
+        reward = accuracy_reward
+    else:
+        reward = trl_reward(job["reward_function"], items, job["group_size"], job["max_new_tokens"], records)
     clock = StepClock(job)
     with tempfile.TemporaryDirectory(prefix="infgrpo-learn-trl-") as out:
         args = trl_config(job, out)
@@ -223,6 +280,8 @@ def train_trl(job: dict) -> dict[str, Any]:
         trainer.save_model(job["adapter_dir"])
     # 3) one record per optimizer step
     group = job["group_size"]
+    if trl_format:  # what TRL's own reward function was given and returned
+        records = [observed_record(rec, group) for rec in trainer.observed_rewards]
     steps = []
     for i, (rec, ids, seconds) in enumerate(zip(records, trainer.observed_prompt_ids, clock.seconds, strict=True)):
         fn_rewards = rec["reward_fn_mean"]
@@ -269,9 +328,16 @@ def train_trl(job: dict) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
     }
     settings = json.loads(json.dumps(args.to_dict(), default=str))  # every field, as plain JSON
+    funcs = [f"{fn.__module__}.{fn.__qualname__}" for fn in trainer.reward_funcs]
     settings = {k: v for k, v in settings.items() if k not in ("output_dir", "logging_dir")}
     return {
         "per_step": steps,
+        "reward_funcs": funcs,
+        **(
+            {"conversational_completions": all(r["conversational"] for r in trainer.observed_rewards)}
+            if trl_format
+            else {}
+        ),
         **memory.result(),
         **device_info(),
         "initial_adapter_sha": initial,

@@ -12,9 +12,20 @@ import json
 import pytest
 import torch
 
-from benchmarks.learn import BENCH, job_of, main, runs_of, same_job, tables
+import benchmarks.learn as learn
+from benchmarks.learn import BENCH, job_of, main, run_one, runs_of, same_job, tables
 from benchmarks.learn_infgrpo import module_kwargs
-from benchmarks.learn_job import CHAIN_SUM, KINDS, VARIANTS, TrainingMemory, answer_kind, digest
+from benchmarks.learn_job import (
+    CHAIN_SUM,
+    KINDS,
+    VARIANTS,
+    TrainingMemory,
+    answer_kind,
+    data_kwargs,
+    digest,
+    trl_answer_kind,
+    write_trl_data,
+)
 from benchmarks.table import render
 from infgrpo.data import PromptDataModule
 from infgrpo.data.resumable import ResumableBatchSampler
@@ -244,3 +255,72 @@ def test_chain_sum_answers_fall_in_four_kinds_and_the_table_shows_each_runs_accu
     kwargs = module_kwargs(dict(job("--variants", "adaptive"), variant="adaptive", gradient_checkpointing=False,
                                 share_prompt="auto", adapter_dir=None))  # fmt: skip
     assert kwargs["adaptive_groups"]["enabled"] is True
+
+
+TRL_FORMAT = ["--model", "tiny", "--task", "chain_sum", "--format", "trl", "--prompts", "2", "--group-size", "2"]
+
+
+def test_format_trl_both_trainers_read_one_conversational_jsonl_and_trls_own_accuracy_reward(tmp_path, monkeypatch):
+    from trl.rewards import accuracy_reward
+
+    from infgrpo.rewards import score_rewards
+
+    # every child in this process (the wiring is the parent's; fresh processes only cost imports here)
+    def in_process(name: str, configs: list[dict], timeout: float | None = None) -> list[dict]:
+        return [c if "skipped" in c else run_one(json.loads(json.dumps(c))) for c in configs]
+
+    monkeypatch.setattr(learn, "spawn_all", in_process)
+    argv = [*TRL_FORMAT, "--max-new-tokens", "8", "--steps", "2", "--eval-size", "8", "--threads", "1"]
+    result = main(argv)
+    cfg = job(*argv)
+    assert (cfg["format"], cfg["reward_function"]) == ("trl", "trl.rewards:accuracy_reward")
+    assert cfg["prompt_template"].format(question="1 + 2 =") == "1 + 2 = Put the final answer in \\boxed{}."
+
+    # 1) the files: the default job's questions (reasoning-gym rows of the same task config), the user turn + boxed
+    files = write_trl_data(cfg, tmp_path)
+    assert result["data"] == {split: {"rows": f["rows"], "sha": f["sha"]} for split, f in files.items()}
+    assert (files["train"]["rows"], files["eval"]["rows"]) == (1000, 8)
+    source = PromptDataModule(path="reasoning_gym:chain_sum", task_config=CHAIN_SUM, eval_size=8)
+    train_rows, eval_rows = source.rows()
+    written = [json.loads(line) for line in open(files["eval"]["path"])]
+    assert written == [
+        {"prompt": [{"role": "user", "content": r["question"] + " Put the final answer in \\boxed{}."}],
+         "solution": str(r["answer"])} for r in eval_rows
+    ]  # fmt: skip
+    assert json.loads(open(files["train"]["path"]).readline())["solution"] == str(train_rows[0]["answer"])
+
+    # 2) both trained on the same rows each step (TRL from the file, in infgrpo's order), from the same adapter,
+    #    with TRL's own accuracy_reward (TRL: as reward_funcs; its completions conversational)
+    infgrpo, trl = result["rows"]
+    assert (infgrpo["trainer"], trl["trainer"]) == ("infgrpo", "trl") and "skipped" not in infgrpo | trl
+    assert result["same_job"] == {"same": True, "runs": 2, "steps": 2, "first_difference": None}
+    assert infgrpo["initial_adapter_sha"] == trl["initial_adapter_sha"] and infgrpo["matched"] == trl["matched"]
+    own = f"{accuracy_reward.__module__}.{accuracy_reward.__qualname__}"
+    assert infgrpo["reward_funcs"] == trl["reward_funcs"] == [own] and trl["conversational_completions"]
+    assert infgrpo["settings"]["rewards"]["on_error"] == "skip" and infgrpo["matched"]["chat_template"]
+    assert all(s["reward"] == pytest.approx(s["reward_fn_mean"]) for s in trl["per_step"])
+    assert "data_files" not in infgrpo and "data_files" not in result["eval_before"]
+
+    # 3) the held-out evaluation reads eval.jsonl's conversations: the untrained figure is evaluate()'s here, and the
+    #    reward gets conversational prompts and completions (a right \boxed{} answer scores 1, a wrong one 0)
+    data = PromptDataModule(**data_kwargs({**cfg, "data_files": files}))
+    data.setup("fit")
+    items = data.eval_items
+    assert [it["prompt"] for it in items] == [r["prompt"] for r in written]
+    reference = evaluate(
+        load_policy("tiny").eval(), load_tokenizer("tiny"), items, {cfg["reward_function"]: 1.0},
+        cfg["reward_function"], 8, reward_on_error="skip", group_by=trl_answer_kind,
+    )  # fmt: skip
+    before = result["eval_before"]
+    assert (before["accuracy"], before["reward"]) == (reference["accuracy"], reference["reward"])
+    assert before["accuracy_by"] == reference["accuracy_by"] and sum(n for _, n in before["accuracy_by"].values()) == 8
+    texts = [f"So the sum is \\boxed{{{int(r['solution']) + k % 2}}}." for k, r in enumerate(written)]
+    prompts = [it["prompt"] for it in items]
+    scores = score_rewards({cfg["reward_function"]: 1.0}, texts, [it["meta"] for it in items], prompts=prompts)
+    assert scores.total.tolist() == [1.0 - k % 2 for k in range(8)]
+
+
+def test_format_trl_needs_a_reasoning_gym_task():
+    with pytest.raises(ValueError, match="--format trl writes a reasoning-gym task's questions"):
+        job("--format", "trl", "--task", "tiny")
+    assert job()["format"] == "infgrpo" and job("--format", "trl")["prompt_template"].endswith("\\boxed{{}}.")
