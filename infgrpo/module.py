@@ -38,8 +38,11 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.seeds import derive_seed
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
+from infgrpo.sampler.engine.finite import NonFiniteLogitsError
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
+from infgrpo.training.collapse import CollapseWatch
 from infgrpo.training.compat_v01 import grouped_checkpoint, refuse_flat_arguments
+from infgrpo.training.divergence import check_update, rollout_divergence
 from infgrpo.training.dynamic import DynamicSamplingConfig
 from infgrpo.training.fit_ranks import trainer_ranks
 from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
@@ -154,6 +157,7 @@ class GRPOModule(L.LightningModule):
         self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
         self.phase_memory = PhaseMemory()  # peaks (CUDA) and windows of the rollout and the update; CPU: trims the heap
         self.last_step: StepRecord | None = None  # read by the CompletionTable callback and benchmarks
+        self.collapse = CollapseWatch(s.optimizer)  # warns once when entropy and reward spread stay at 0
         self.rescued_to: Path | None = None  # where the model went when output_dir failed at the end (fit: exit 1)
 
     @classmethod
@@ -220,7 +224,10 @@ class GRPOModule(L.LightningModule):
         scheduler itself, and nothing is returned.
         """
         s = self.settings
-        rollouts, scores, items = self.rollout(batch)  # G completions of each prompt, no gradients; (N,) scores
+        try:
+            rollouts, scores, items = self.rollout(batch)  # G completions of each prompt, no gradients; (N,) scores
+        except NonFiniteLogitsError as err:  # the sampler's, named here with the settings that likely caused it
+            raise rollout_divergence(err, s, self.trainer) from err
         lr = self.lr_schedulers().get_last_lr()[0]  # the rate of this step's (first) optimizer step
         with self.phase_memory.phase("update", self.device):
             batch_scores = scores.gather(self.ranks)  # (N_global,): for the batch std and the metrics
@@ -231,6 +238,7 @@ class GRPOModule(L.LightningModule):
                 self.policy, rollouts, advantages, self.manual_backward, self._optimizer_step, self._zero_grad,
                 self.ref_model, self.ranks, self._no_sync,
             )  # fmt: skip
+        check_update(update.stats["loss"], self.policy, s, self.trainer)  # non-finite loss, gradient or weights: stop
         self.updater.observe(self.phase_memory.rise("update"), update)
         times = (rollouts.stats["wall_time_s"], self.phase_memory.seconds("update"))
         metrics = step_metrics(
@@ -238,6 +246,7 @@ class GRPOModule(L.LightningModule):
             s.group_size, s.rewards.accuracy,
         )  # fmt: skip
         metrics.update(scores.metrics)  # what the rewards logged (log_metric), this rank's mean
+        self.collapse(metrics, self.global_step)
         self.log_dict({f"train/{k}": v for k, v in metrics.items()}, on_step=True, batch_size=len(items))
         self.log_dict(progress_bar(metrics), prog_bar=True, on_step=True, batch_size=len(items), logger=False)
         self.last_step = StepRecord(items, rollouts, scores, self.sampler.calls - 1)

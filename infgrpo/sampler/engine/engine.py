@@ -51,6 +51,7 @@ from transformers import PreTrainedModel
 
 from infgrpo.sampler.engine.decode_step import StepSettings
 from infgrpo.sampler.engine.feed import Feed
+from infgrpo.sampler.engine.finite import check_logprobs
 from infgrpo.sampler.engine.model_runner import ModelRunner
 from infgrpo.sampler.engine.pool_keeper import PoolKeeper
 from infgrpo.sampler.schedule.refill import REFILL_POLICIES
@@ -168,7 +169,9 @@ class Engine:
                     break
                 continue
             running = dict(sched.running)
-            ended = sched.postprocess(runner.decode())
+            out = runner.decode()  # (S, 2) host array: tokens, log-probs
+            check_logprobs(out[list(running), 1], f"decode step {sched.now + 1}")  # NaN: non-finite logits; no sync
+            ended = sched.postprocess(out)
             runner.update(sched.running, ended)
             feed.ended([running[slot] for slot in ended])
             if feed.done():

@@ -30,6 +30,7 @@ from transformers import PreTrainedModel
 
 from infgrpo.sampler.engine.counter_rng import counter_uniform
 from infgrpo.sampler.engine.decode_step import DecodeStep, StepSettings
+from infgrpo.sampler.engine.finite import check_logprobs
 from infgrpo.sampler.engine.prefill import prefill
 from infgrpo.sampler.engine.slot_pool import SlotPool
 from infgrpo.sampler.schedule.sequence import Sequence
@@ -88,7 +89,9 @@ class ModelRunner:
         kv, tokens, logps = prefill(
             self.model, prompts, uniforms, self.pool.dtype, s.temperature, s.top_k, s.top_p, s.pad_id
         )
-        tokens, logps = tokens.cpu().numpy().tolist(), logps.double().cpu().numpy().tolist()  # its read-back
+        tokens, logps = tokens.cpu().numpy().tolist(), logps.double().cpu().numpy()  # its read-back
+        check_logprobs(logps[:, 0], "the prefill", "prompts")  # a prompt's samples share its row of logits
+        logps = logps.tolist()
         for k, (i, w) in enumerate(zip(prompt_indices, waiting, strict=True)):
             first = {seq.sample_idx: (tokens[k][j], logps[k][j]) for j, seq in enumerate(w)}
             self.prompt_kv[i] = PromptState(kv[k], first)

@@ -42,7 +42,9 @@ def sample_tokens(
     that rounds up to ``cdf[-1]`` takes the last token of positive probability. The decode step uses
     K = 1; a prefill draws the first tokens of all K samples of a prompt from its one row of logits.
     ``temperature`` 0 is greedy (``uniforms`` unused). The log-prob is that of the tempered,
-    unfiltered distribution, as the training forward computes it.
+    unfiltered distribution, as the training forward computes it. Non-finite logits (NaN, inf) give
+    tokens within the vocabulary and a NaN log-prob, which the host sees in what it reads back anyway
+    (:mod:`infgrpo.sampler.engine.finite`): no check of its own on the device, no host sync.
     """
     logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
     scaled = logits / temperature if temperature not in (0.0, 1.0) else logits
@@ -55,6 +57,8 @@ def sample_tokens(
         cdf = torch.exp(filter_logits(scaled, top_k, top_p) - lse).cumsum_(dim=-1)  # (A, V)
         total = cdf[:, -1:].contiguous()  # (A, 1); searchsorted copies a strided value tensor anyway
         drawn = torch.searchsorted(cdf, uniforms.to(cdf.dtype) * total, right=True)  # (A, K)
-        last = torch.searchsorted(cdf, total, right=False)  # (A, 1): the last token of positive probability
+        # (A, 1): the last token of positive probability, the first index of the CDF's maximum (argmax returns the
+        # first); what searchsorted(cdf, total) finds, but a NaN row (non-finite logits) stays inside the vocabulary
+        last = torch.argmax(cdf, dim=-1, keepdim=True)
         tokens = torch.minimum(drawn, last)
     return tokens, scaled.gather(-1, tokens) - lse  # log-softmax of the chosen tokens only
