@@ -37,16 +37,23 @@ from infgrpo.callbacks.progress_bar import StepProgressBar
 from infgrpo.data import PromptDataModule
 from infgrpo.data.datamodule import check_data_settings
 from infgrpo.module import GRPOModule
+from infgrpo.policy.load import load_tokenizer
 from infgrpo.policy.source import check_model_source
 from infgrpo.runtime.hardware import check_accelerator
 from infgrpo.settings import ConfigError
 from infgrpo.training.checkpoint_check import check_checkpoint_path, checkpoint_folders, resolve_last
+from infgrpo.training.checkpoint_folder import check_checkpoint_name
 from infgrpo.training.compat_v01 import old_keys
 from infgrpo.training.config_files import config_file_problem
+from infgrpo.training.data_check import check_system_prompt, check_training_data
 from infgrpo.training.hparams import check_settings
+from infgrpo.training.no_effect import warn_no_effect
 from infgrpo.training.output_dir import check_run_folders
+from infgrpo.training.resume_check import check_resume
 from infgrpo.training.setup_check import check_before_loading
 from infgrpo.training.stop_token_check import check_stop_tokens_of
+from infgrpo.training.trainer_check import check_trainer_flags, world_size
+from infgrpo.training.trl_names import trl_keys
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.
@@ -98,6 +105,7 @@ class GRPOCLI(LightningCLI):
         shown as the run's ``seed_everything`` they become."""
         argv = list(sys.argv[1:] if args is None else args) if not isinstance(args, dict | Namespace) else []
         problem = config_file_problem(argv) or old_keys(argv)  # a file that is no YAML; 0.1's keys
+        problem = problem or trl_keys(argv, {action.dest for action in parser._actions})  # TRL's names
         if problem:
             parser.error(problem)
         printing = [a for a in argv if a == "--print_config" or a.startswith("--print_config=")]
@@ -126,10 +134,12 @@ class GRPOCLI(LightningCLI):
             self.parser.error(f"model.{err}")
         try:  # the machine first: a config written for a GPU names that before anything else
             check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
+            check_trainer_flags(config["trainer"])  # strategies, accumulation and clipping GRPOModule cannot take
         except ConfigError as err:
             self.parser.error(str(err))
         try:
             check_data_settings(namespace_dict(config["data"]))
+            check_system_prompt(namespace_dict(config["data"]))
         except (ValueError, TypeError) as err:  # each names data.<field> or the data file
             self.parser.error(str(err))
         try:
@@ -141,12 +151,21 @@ class GRPOCLI(LightningCLI):
             self.parser.error(f"model.{err}")
         try:  # a ConfigError is the parser's error line (was a traceback for a GGUF file)
             check_model_source(settings.policy.model_name_or_path, settings.policy.gguf_file)
+            check_checkpoint_name(config.get("ckpt_path"))  # best, a folder
             if config.get("ckpt_path") == "last":
                 config["ckpt_path"] = resolve_last(checkpoint_folders(config["trainer"]))
                 print(f"[infgrpo] --ckpt_path last: resuming from {config['ckpt_path']}", flush=True)
             check_checkpoint_path(config.get("ckpt_path"), settings)  # a file whose weights fit these settings
+            check_resume(config.get("ckpt_path"), config, settings)  # steps left; the data and groups it resumes
             check_run_folders(config)
             check_before_loading(config, settings)  # trainer.max_steps, the model's config, the data's first rows
+            policy = settings.policy
+            check_training_data(  # at least one batch of prompts, long_prompts: skip included
+                namespace_dict(config["data"]),
+                world_size(config["trainer"]),
+                lambda: load_tokenizer(policy.model_name_or_path, policy.gguf_file),
+            )
+            warn_no_effect(settings, namespace_dict(config["data"]))
             check_stop_tokens_of(settings.policy, settings.sampler.stop_token_ids, "model.sampler.stop_token_ids")
         except ConfigError as err:
             self.parser.error(str(err))

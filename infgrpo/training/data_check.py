@@ -1,0 +1,111 @@
+"""Data settings that leave no prompt to train on, or no place for one: found before the model loads.
+
+    check_system_prompt(data)                              # data.system_prompt without the chat template
+    check_training_data(data, world=2, tokenizer=load)     # fewer prompts than one batch; long_prompts: skip
+
+The data module found these after the model loaded: a system prompt with ``chat_template: false`` when it
+encoded the first prompt, and too few prompts for one global batch (``data.batch_size`` per rank x the ranks) when
+its batch sampler was built (also when ``long_prompts: skip`` dropped them). Here the rows are counted
+(:mod:`infgrpo.training.train_rows`) and, with ``long_prompts: skip``, the first rows measured with the tokenizer
+(:func:`~infgrpo.data.first_rows.check_first_rows`, the data module's rule). Where the first rows are not every
+row, prompts dropped among them are a warning: later rows may be short enough.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from infgrpo.data.first_rows import check_first_rows
+from infgrpo.settings import ConfigError
+from infgrpo.training.train_rows import held_out, source_rows, training_rows
+
+
+def check_system_prompt(data: Mapping[str, Any]) -> None:
+    """A ConfigError naming ``data.system_prompt`` when ``data.chat_template`` is false (no system message to put it
+    in); the data module's own message."""
+    system = data.get("system_prompt")
+    if system and not data.get("chat_template", True):
+        raise ConfigError(
+            f"data.system_prompt={system[:40]!r} is set but data.chat_template is false, so there is no system "
+            "message to put it in; drop it, set data.chat_template true, or put the instructions into "
+            "data.prompt_template"
+        )
+
+
+def batch_words(data: Mapping[str, Any], world: int) -> str:
+    """``data.batch_size=4 x 2 ranks = 8 prompts``: one global batch, said."""
+    size = data.get("batch_size", 4)
+    return f"data.batch_size={size} x {world} rank{'s' if world > 1 else ''} = {size * world} prompts"
+
+
+def check_one_batch(data: Mapping[str, Any], world: int) -> None:
+    """A ConfigError naming ``data.train_size`` (or ``data.path``) when the training rows are fewer than one global
+    batch of ``data.batch_size`` x ``world`` prompts."""
+    rows, size = training_rows(data), data.get("batch_size", 4)
+    if rows is None or rows >= size * world:
+        return
+    fix = f"lower data.batch_size to <= {rows // world}" if rows >= world else f"use at most {rows} ranks"
+    source, cap = source_rows(data), data.get("train_size")
+    if cap is not None and (source is None or cap <= source):
+        raise ConfigError(
+            f"data.train_size={cap} is fewer prompts than one batch ({batch_words(data, world)} a step): raise "
+            f"data.train_size to >= {size * world}, or {fix}"
+        )
+    fraction = data.get("eval_fraction") or 0.0
+    held = f" after data.eval_fraction={fraction} holds {held_out(source or 0, fraction)} out" if fraction else ""
+    raise ConfigError(
+        f"data.path={data.get('path')!r} has {rows} training rows{held}, fewer than one batch "
+        f"({batch_words(data, world)} a step): give more rows, or {fix}"
+    )
+
+
+def check_skipped_prompts(
+    data: Mapping[str, Any], world: int, tokenizer: Callable[[], PreTrainedTokenizerBase]
+) -> None:
+    """With ``data.long_prompts: skip``: a ConfigError when the prompts left are fewer than one batch (every row was
+    measured), a warning when every one of the first rows is dropped (there are more rows)."""
+    measure = {**data, "eval_size": 0, "max_prompt_length": sys.maxsize, "long_prompts": "skip"}
+    lengths = [n for _, _, n in check_first_rows(measure, tokenizer)]  # the first rows of the training split
+    if not lengths:
+        return
+    longest, read = data["max_prompt_length"], len(lengths)
+    kept, shortest = sum(n <= longest for n in lengths), min(lengths)
+    source, cap = source_rows(data), data.get("train_size")
+    whole_source = source is not None and source <= read  # held-out rows among them: `kept` bounds the rest
+    whole_cap = cap is not None and cap <= read and not data.get("eval_fraction")
+    every_row = whole_source or whole_cap  # every training row was measured: the counts are certain
+    head = f"data.long_prompts='skip' with data.max_prompt_length={longest}"
+    if every_row and kept == 0:
+        raise ConfigError(
+            f"{head} drops every training prompt: all {read} of split {data['train_split']!r} are longer (the "
+            f"shortest has {shortest} tokens); raise data.max_prompt_length to >= {shortest}"
+        )
+    if every_row and kept < data.get("batch_size", 4) * world:
+        raise ConfigError(
+            f"{head} keeps {kept} of the {read} training prompts, fewer than one batch ({batch_words(data, world)} a "
+            f"step): raise data.max_prompt_length (the longest prompt has {max(lengths)} tokens), or lower "
+            "data.batch_size"
+        )
+    if kept == 0:
+        warnings.warn(
+            f"[infgrpo] {head} drops all of the first {read} prompts of split {data['train_split']!r} (the shortest "
+            f"has {shortest} tokens): only later rows that are short enough will train; raise "
+            f"data.max_prompt_length to >= {shortest} to keep them",
+            UserWarning,
+            stacklevel=1,
+        )
+
+
+def check_training_data(data: Mapping[str, Any], world: int, tokenizer: Callable[[], PreTrainedTokenizerBase]) -> None:
+    """The checks of the module on the data settings ``data`` (a plain mapping) for ``world`` ranks; ``tokenizer``
+    is called only with ``long_prompts: skip`` and local rows to measure."""
+    if data.get("train_dataset") is not None:
+        return  # in memory (Python): the data module counts its rows
+    check_one_batch(data, world)
+    if data.get("long_prompts") == "skip":
+        check_skipped_prompts(data, world, tokenizer)

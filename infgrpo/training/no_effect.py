@@ -1,0 +1,95 @@
+"""Settings the command line takes and that then do nothing: a warning each, before the model loads.
+
+    warn_no_effect(settings, config["data"])   # in GRPOCLI.before_instantiate_classes
+
+The pattern of :mod:`infgrpo.training.ignored` (which the settings' own check calls), for what it does not cover:
+
+- ``adaptive_groups.*`` fields changed while ``adaptive_groups.enabled`` is false: no group is extended;
+- ``adaptive_groups.max_samples_per_prompt`` equal to ``group_size`` with adaptive groups on: a prompt starts with
+  ``group_size`` samples, so no group can grow;
+- a weight of 0 in ``rewards.functions``: the function is computed and logged, and adds nothing to the reward
+  (unless it is ``rewards.accuracy``, kept for its accuracy metric); every weight 0 leaves no step a gradient;
+- ``data.config_name`` with a local ``data.path`` (``tiny``, a folder, a file) or a reasoning-gym task: it selects a
+  hub dataset's configuration only.
+
+The shipped configs (``configs/*.yaml``) raise none of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from infgrpo.data.reasoning_tasks import is_reasoning_gym
+
+
+def adaptive_no_effect(adaptive: Any, group_size: int) -> list[str]:
+    """Warnings for ``adaptive_groups`` (an ``AdaptiveGroupsConfig``) with ``group_size``."""
+    default = type(adaptive)()
+    changed = [
+        f"model.adaptive_groups.{f.name}={getattr(adaptive, f.name)!r}"
+        for f in dataclasses.fields(adaptive)
+        if f.name != "enabled" and getattr(adaptive, f.name) != getattr(default, f.name)
+    ]
+    if changed and not adaptive.enabled:
+        verb = "is" if len(changed) == 1 else "are"
+        return [
+            f"{', '.join(changed)} {verb} ignored: model.adaptive_groups.enabled is false (set "
+            "--model.adaptive_groups.enabled true to extend groups without a reward spread)"
+        ]
+    if adaptive.enabled and adaptive.max_samples_per_prompt == group_size:
+        return [
+            f"model.adaptive_groups.max_samples_per_prompt={group_size} equals model.group_size={group_size}: a "
+            "prompt starts with group_size samples, so no group can be extended; raise it (e.g. "
+            f"{4 * group_size}) or set model.adaptive_groups.enabled false"
+        ]
+    return []
+
+
+def reward_no_effect(functions: Mapping[str, float], accuracy: str | None) -> list[str]:
+    """Warnings for weights of 0 in ``rewards.functions`` (``accuracy``: the reward kept for its metric)."""
+    if functions and all(weight == 0 for weight in functions.values()):
+        return [
+            f"model.rewards.functions={dict(functions)!r}: every weight is 0, so every completion's reward is 0, every "
+            "advantage 0 and no step has a gradient; give a reward a weight > 0"
+        ]
+    return [
+        f"model.rewards.functions[{name!r}]=0 adds nothing to the reward: it is computed and logged only; give it a "
+        "weight, or drop it"
+        for name, weight in functions.items()
+        if weight == 0 and name != accuracy
+    ]
+
+
+def data_no_effect(data: Mapping[str, Any]) -> list[str]:
+    """Warnings for the data settings ``data``: ``config_name`` with a source that is not a hub dataset."""
+    name, path = data.get("config_name"), data.get("path", "tiny")
+    if name is None or not isinstance(path, str):
+        return []
+    local = path == "tiny" or Path(path).expanduser().exists()
+    if not (local or is_reasoning_gym(path)):
+        return []
+    what = "a reasoning-gym task" if is_reasoning_gym(path) else "local data"
+    return [
+        f"data.config_name={name!r} is ignored: data.path={path!r} is {what}, and config_name selects a hub "
+        "dataset's configuration (e.g. main for openai/gsm8k)"
+    ]
+
+
+def no_effect(settings: Any, data: Mapping[str, Any]) -> list[str]:
+    """Every warning of the module for the checked ``settings`` (a ``ModuleSettings``) and ``data`` (a pure
+    function)."""
+    return [
+        *adaptive_no_effect(settings.adaptive_groups, settings.group_size),
+        *reward_no_effect(settings.rewards.functions, settings.rewards.accuracy),
+        *data_no_effect(data),
+    ]
+
+
+def warn_no_effect(settings: Any, data: Mapping[str, Any]) -> None:
+    """Warns (``[infgrpo] ...``) for each of :func:`no_effect`, from here (``stacklevel=1``: shown once)."""
+    for message in no_effect(settings, data):
+        warnings.warn(f"[infgrpo] {message}", UserWarning, stacklevel=1)

@@ -1,0 +1,148 @@
+"""A resumed run (``--ckpt_path``) compared with its checkpoint before the model loads: steps left, data, groups.
+
+    check_resume(ckpt_path, config, settings)   # a ConfigError, or an ``[infgrpo]`` warning per changed setting
+
+The checkpoint's top level is read through a memory map (no tensor is read): ``global_step``, the module's and the
+data module's hyper-parameters (``hyper_parameters``, ``datamodule_hyper_parameters``) and the data module's saved
+position (``PromptDataModule``: the epoch and the prompts of it consumed, in the shuffled order). Then:
+
+- a checkpoint at or past ``trainer.max_steps`` has nothing to train (Lightning loaded the model, trained nothing
+  and, with ``model.output_dir``, wrote it again): an error;
+- other training data (``data.path``, ``config_name``, ``train_split``, ``train_size``, ``eval_fraction``, a task's
+  ``task_config`` / ``task_seed``), another ``model.group_size`` or ``data.batch_size``: a warning that says what the
+  resumed run does with the saved position; an error where the position cannot apply (past the new data's rows, or
+  counted in batches of another size by a checkpoint of an older infgrpo).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from infgrpo.settings import ConfigError
+from infgrpo.training.compat_v01 import group_flat_hparams
+from infgrpo.training.train_rows import training_rows
+from infgrpo.training.trainer_check import world_size
+
+DATA_IDENTITY = ("path", "config_name", "train_split", "train_size", "eval_fraction", "task_config", "task_seed")
+"""The data settings that decide which rows are the training rows (and so what the saved position points at)."""
+DATA_STATE = "PromptDataModule"
+"""Where Lightning keeps the data module's state in a checkpoint (its class name)."""
+
+
+def read_top(ckpt_path: str) -> Mapping[str, Any] | None:
+    """The checkpoint's dictionary (tensors memory-mapped, not read), or None for a name Lightning resolves or a
+    remote path (``check_checkpoint_path`` has checked a local file already)."""
+    path = Path(ckpt_path).expanduser()
+    if "://" in ckpt_path or not path.is_file():
+        return None
+    state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    return state if isinstance(state, Mapping) else None
+
+
+def check_steps_left(ckpt_path: str, step: Any, max_steps: Any) -> None:
+    """A ConfigError when the checkpoint's ``global_step`` is at or past ``trainer.max_steps`` (-1: no limit)."""
+    if not isinstance(step, int) or not isinstance(max_steps, int) or max_steps < 0 or step < max_steps:
+        return
+    raise ConfigError(
+        f"--ckpt_path={ckpt_path!r}: the checkpoint is at step {step} and trainer.max_steps={max_steps}: nothing to "
+        f"train; raise trainer.max_steps above {step} (it counts from the run's start: --trainer.max_steps "
+        f"{step + max_steps} trains {max_steps} more)"
+    )
+
+
+def same_value(key: str, before: Any, now: Any) -> bool:
+    """Whether a data setting is unchanged; local paths compare by the file or folder they name."""
+    if before == now:
+        return True
+    if key == "path" and isinstance(before, str) and isinstance(now, str):
+        old, new = Path(before).expanduser(), Path(now).expanduser()
+        return old.exists() and new.exists() and old.resolve() == new.resolve()
+    return False
+
+
+def data_changes(saved: Mapping[str, Any], data: Mapping[str, Any]) -> list[str]:
+    """``data.<key>=<now> (the checkpoint's: <before>)`` for each of :data:`DATA_IDENTITY` that differs."""
+    defaults = {"eval_fraction": 0.0, "task_seed": 0, "train_split": "train"}
+    changed = []
+    for key in DATA_IDENTITY:
+        if key not in saved and key not in defaults:
+            continue
+        before, now = saved.get(key, defaults.get(key)), data.get(key, defaults.get(key))
+        if not same_value(key, before, now):
+            changed.append(f"data.{key}={now!r} (the checkpoint's: {before!r})")
+    return changed
+
+
+def position_words(position: Mapping[str, Any]) -> str:
+    """``epoch 0, 48 prompts consumed``: the saved position, said."""
+    return f"epoch {position.get('epoch', 0)}, {position.get('consumed_prompts', 0)} prompts consumed"
+
+
+def check_data_position(
+    ckpt_path: str, state: Mapping[str, Any], data: Mapping[str, Any], group_size: int, world: int = 1
+) -> None:
+    """The data and group checks of the module for a run of ``world`` ranks: a ConfigError where the saved position
+    cannot apply, else a warning per change."""
+    saved = state.get("datamodule_hyper_parameters")
+    saved = saved if isinstance(saved, Mapping) else {}
+    position = (state.get(DATA_STATE) or {}).get("sampler") if isinstance(state.get(DATA_STATE), Mapping) else None
+    where = f"--ckpt_path={ckpt_path!r}"
+    found = []
+    changed = data_changes(saved, data)
+    if changed and position is not None:
+        rows = training_rows(data)
+        consumed = int(position.get("consumed_prompts", 0))
+        if rows is not None and consumed > rows:
+            raise ConfigError(
+                f"{where}: {', '.join(changed)}: the checkpoint's data position ({position_words(position)}) is past "
+                f"the {rows} training rows of this data; resume with the checkpoint's data settings, or drop "
+                "--ckpt_path to start a new run (model.policy.model_name_or_path can start from a model that "
+                "model.output_dir wrote)"
+            )
+        found.append(
+            f"{', '.join(changed)}: the saved data position still applies, so the resumed run starts epoch "
+            f"{position.get('epoch', 0)} of this data's shuffled order after its first {consumed} prompts"
+        )
+    elif changed:
+        found.append(f"{', '.join(changed)}: the resumed run trains on other data than the checkpoint's")
+    size, before = data.get("batch_size"), saved.get("batch_size")
+    if isinstance(before, int) and size != before:
+        if position is not None and "consumed_prompts" not in position:  # counted in batches (an older infgrpo)
+            raise ConfigError(
+                f"{where}: data.batch_size={size} differs from the checkpoint's {before}, and the checkpoint counts "
+                "its data position in batches (an older infgrpo), which batches of another size cannot resume; "
+                f"resume with --data.batch_size {before}"
+            )
+        ranks = size * world // before if size * world % before == 0 else None
+        same = f" (the same {size * world} prompts a step if the checkpoint's run had {ranks} ranks)" if ranks else ""
+        found.append(
+            f"data.batch_size={size} differs from the checkpoint's {before}: the saved data position (counted in "
+            f"prompts) carries over, and each step now takes {size} prompts per rank{same}"
+        )
+    hparams = state.get("hyper_parameters")
+    saved_group = group_flat_hparams(hparams).get("group_size") if isinstance(hparams, Mapping) else None
+    if isinstance(saved_group, int) and saved_group != group_size:
+        found.append(
+            f"model.group_size={group_size} differs from the checkpoint's {saved_group}: the resumed steps sample "
+            f"{group_size} completions a prompt (the checkpoint's steps sampled {saved_group}); its optimizer state "
+            "and data position carry over"
+        )
+    for message in found:
+        warnings.warn(f"[infgrpo] {where}: {message}", UserWarning, stacklevel=1)
+
+
+def check_resume(ckpt_path: str | None, config: Any, settings: Any) -> None:
+    """The checks of the module for ``--ckpt_path`` against the parsed ``config`` (trainer, data) and the checked
+    ``settings`` (a ``ModuleSettings``); nothing without a local checkpoint file."""
+    state = read_top(ckpt_path) if ckpt_path is not None else None
+    if state is None:
+        return
+    check_steps_left(ckpt_path, state.get("global_step"), config["trainer"].get("max_steps"))
+    data = config["data"]
+    data = data.as_dict() if hasattr(data, "as_dict") else dict(data)
+    check_data_position(ckpt_path, state, data, settings.group_size, world_size(config["trainer"]))

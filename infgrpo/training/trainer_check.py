@@ -1,0 +1,102 @@
+"""Lightning Trainer flags that a GRPO run cannot take, refused before the model loads.
+
+    check_trainer_flags(config["trainer"])   # in GRPOCLI.before_instantiate_classes; ConfigError names the flag
+    world_size(config["trainer"])            # data-parallel processes the flags ask for (devices x num_nodes)
+
+``GRPOModule`` steps its optimizer itself (Lightning's manual optimization): once a step, over the whole rollout,
+in micro-batches it packs by ``model.update.token_budget``, clipping by ``model.optimizer.max_grad_norm``. Lightning
+refuses its own accumulation and clipping with manual optimization, but only after the model loaded, in a
+traceback that names no setting of ours. Its data parallelism must be DDP in processes launched before the module
+is built (``ddp``: Lightning's subprocess launcher, or ``torchrun``): under ``ddp_spawn`` the module is pickled
+into new processes and the rollout's length predictor gets no hidden states, and FSDP or DeepSpeed shard what the
+sampler and the update expect whole (and on a CPU Lightning refuses them after loading). Each is one line here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from infgrpo.settings import ConfigError
+
+SUPPORTED = "data parallel with trainer.strategy: ddp (and trainer.devices N) is what infgrpo supports"
+SHARDING = ("fsdp", "deepspeed")
+"""Strategy names (and class names, lower-cased) that shard the model."""
+
+
+def strategy_name(strategy: Any) -> str | None:
+    """The strategy's registry name or class name (``ddp_spawn``, ``fsdp``, ``FSDPStrategy``), its start method
+    folded in (``DDPStrategy`` with ``start_method: spawn`` is ``DDPStrategy(spawn)``); None for ``auto``/unset."""
+    if strategy is None or strategy == "auto":
+        return None
+    if isinstance(strategy, str):
+        return strategy
+    if isinstance(strategy, Mapping) or hasattr(strategy, "get"):  # a class_path / init_args mapping
+        name = str(strategy.get("class_path") or "").rsplit(".", 1)[-1]
+        method = (strategy.get("init_args") or {}).get("start_method")
+        return f"{name}({method})" if method and method != "popen" else name
+    name = type(strategy).__name__  # an instance (Python)
+    method = getattr(strategy, "_start_method", None)
+    return f"{name}({method})" if method and method != "popen" else name
+
+
+def check_strategy(strategy: Any) -> None:
+    """A ConfigError naming ``trainer.strategy`` for a sharding strategy (FSDP, DeepSpeed) or a spawned DDP."""
+    name = strategy_name(strategy)
+    if name is None:
+        return
+    lowered = name.lower()
+    if any(lowered.startswith(kind) for kind in SHARDING):
+        raise ConfigError(
+            f"trainer.strategy={name!r} is not supported: it shards the model, and infgrpo's sampler and update "
+            f"need it whole on each rank; {SUPPORTED}"
+        )
+    if "spawn" in lowered:
+        raise ConfigError(
+            f"trainer.strategy={name!r} is not supported: it pickles the module into new processes, where the "
+            "rollout's length predictor gets no hidden states; use trainer.strategy: ddp (Lightning launches the "
+            "processes first; or torchrun)"
+        )
+
+
+def check_trainer_flags(trainer: Mapping[str, Any]) -> None:
+    """A ConfigError for the first flag of ``trainer`` (the parsed ``trainer`` section) that a GRPO run cannot take,
+    naming the flag, its value and the setting of ours that does its job."""
+    check_strategy(trainer.get("strategy"))
+    accumulate = trainer.get("accumulate_grad_batches")
+    if accumulate is not None and accumulate != 1:
+        raise ConfigError(
+            f"trainer.accumulate_grad_batches={accumulate!r} is not supported: GRPOModule steps its optimizer once a "
+            "step over the whole rollout (manual optimization), already in micro-batches; for more prompts a step "
+            "raise data.batch_size (per rank), and size the micro-batches with model.update.token_budget"
+        )
+    clip = trainer.get("gradient_clip_val")
+    if clip is not None and clip > 0:
+        raise ConfigError(
+            f"trainer.gradient_clip_val={clip!r} is not supported: GRPOModule clips its gradients itself (manual "
+            f"optimization); set model.optimizer.max_grad_norm {clip} instead (default 1.0; 0 turns clipping off)"
+        )
+
+
+def device_count(devices: Any, accelerator: Any) -> int:
+    """Processes per node that ``trainer.devices`` asks for: an int, a list of ids, ``"2"``, ``"0,1"``; ``auto``
+    and -1 are every CUDA device with a GPU accelerator, else 1."""
+    if isinstance(devices, list | tuple):
+        return max(1, len(devices))
+    if isinstance(devices, str):
+        text = devices.strip()
+        if "," in text:
+            return len([d for d in text.split(",") if d.strip()])
+        devices = int(text) if text.lstrip("-").isdigit() else -1
+    if isinstance(devices, int) and not isinstance(devices, bool) and devices > 0:
+        return devices
+    on_gpu = accelerator in (None, "auto", "gpu", "cuda")
+    return max(1, torch.cuda.device_count()) if on_gpu and torch.cuda.is_available() else 1
+
+
+def world_size(trainer: Mapping[str, Any]) -> int:
+    """Data-parallel processes of the run: ``trainer.devices`` per node x ``trainer.num_nodes``."""
+    nodes = trainer.get("num_nodes") or 1
+    return device_count(trainer.get("devices", "auto"), trainer.get("accelerator")) * max(1, int(nodes))
