@@ -157,7 +157,7 @@ class GRPOModule(L.LightningModule):
         self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
         self.phase_memory = PhaseMemory()  # peaks (CUDA) and windows of the rollout and the update; CPU: trims the heap
         self.last_step: StepRecord | None = None  # read by the CompletionTable callback and benchmarks
-        self.collapse = CollapseWatch(s.optimizer)  # warns once when entropy and reward spread stay at 0
+        self.collapse = CollapseWatch(s.optimizer, s.rewards)  # warns once: entropy and reward spread at 0, no reward
         self.rescued_to: Path | None = None  # where the model went when output_dir failed at the end (fit: exit 1)
 
     @classmethod

@@ -1,7 +1,7 @@
-"""A policy that collapsed warns once: entropy near 0 and no reward spread, several steps in a row.
+"""A run in which nothing trains warns once: a collapsed policy, or rewards that score no completion.
 
-    watch = CollapseWatch(settings.optimizer)
-    watch(metrics, trainer.global_step)     # after each step's metrics; rank zero warns the first time it fires
+    watch = CollapseWatch(settings.optimizer, settings.rewards)
+    watch(metrics, trainer.global_step)     # after each step's metrics; rank zero warns the first time each fires
 
 A learning rate far too high (``learning_rate: 10`` on the tiny model) can collapse the policy in one update
 while every number stays finite: from then on each prompt's completions are one and the same (mean token
@@ -11,14 +11,22 @@ entropy 0, every completion cut at ``max_new_tokens``), every group's rewards ar
 policy that solved every prompt also has equal rewards and may have a low entropy: the text gives the numbers
 so that the reader can tell which. The entropy is the update's mean over the tokens of the rows it ran (with
 ``update.skip_zero_advantage`` and no reward spread: one row).
+
+The other way nothing trains with every number finite: under ``rewards.on_error: skip`` a reward that fails for
+every completion (a function that raises, a column it needs that is missing) leaves every completion unscorable
+(its reward NaN, its advantage 0): the logged reward is NaN step after step. That warns once too, after the same
+number of steps in a row, naming ``rewards.on_error`` and the functions.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_warn
 
+from infgrpo.rewards.config import RewardConfig
 from infgrpo.training.optim import OptimizerConfig
 
 ENTROPY_BELOW = 1e-3
@@ -52,17 +60,40 @@ def collapse_message(run: list[tuple[int, dict[str, float]]], optimizer: Optimiz
     )
 
 
+def unscorable(metrics: dict[str, Any]) -> bool:
+    """Whether no completion of the step had a reward: the logged ``reward`` (the mean over scorable completions)
+    is NaN. False when it is missing."""
+    reward = metrics.get("reward")
+    return reward is not None and math.isnan(float(reward))
+
+
+def unscorable_message(first: int, last: int, rewards: RewardConfig | None) -> str:
+    """The warning for steps ``first``-``last`` in which every completion was unscorable under ``rewards``."""
+    names = ", ".join(rewards.functions) if rewards is not None else "the reward functions"
+    return (
+        f"[infgrpo] no completion had a reward in steps {first}-{last}: every reward function ({names}) failed for "
+        "every completion, and model.rewards.on_error=skip leaves such completions out (reward NaN, advantage 0), so "
+        "the loss is 0 and nothing trains. Run with --model.rewards.on_error raise to see the first failure (a "
+        "column a reward needs, an exception it raises)."
+    )
+
+
 @dataclass
 class CollapseWatch:
     """Counts collapsed steps in a row (:func:`collapsed`) and warns once, on rank zero, at ``steps`` of them."""
 
     optimizer: OptimizerConfig
     """The run's optimizer settings (the warning names the learning rate and clipping)."""
+    rewards: RewardConfig | None = None
+    """The run's reward settings (the unscorable warning names the functions)."""
     steps: int = STEPS
     entropy_below: float = ENTROPY_BELOW
     run: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     """(step, metrics) of the collapsed steps in a row so far."""
     warned: bool = False
+    unscorable_steps: list[int] = field(default_factory=list)
+    """The steps in a row so far in which no completion had a reward."""
+    warned_unscorable: bool = False
 
     def observe(self, metrics: dict[str, float], step: int) -> str | None:
         """Takes one step's metrics; returns the warning's text the first time ``steps`` steps in a row collapsed,
@@ -76,8 +107,20 @@ class CollapseWatch:
         self.warned = True
         return collapse_message(self.run, self.optimizer)
 
+    def observe_unscorable(self, metrics: dict[str, float], step: int) -> str | None:
+        """Takes one step's metrics; returns the unscorable warning's text the first time ``steps`` steps in a row
+        scored no completion (:func:`unscorable`), else None."""
+        if not unscorable(metrics):
+            self.unscorable_steps = []
+            return None
+        self.unscorable_steps = [*self.unscorable_steps, step][-self.steps :]
+        if self.warned_unscorable or len(self.unscorable_steps) < self.steps:
+            return None
+        self.warned_unscorable = True
+        return unscorable_message(self.unscorable_steps[0], step, self.rewards)
+
     def __call__(self, metrics: dict[str, float], step: int) -> None:
-        """:meth:`observe`, warning on rank zero when it fires."""
-        message = self.observe(metrics, step)
-        if message is not None:
-            rank_zero_warn(message)
+        """:meth:`observe` and :meth:`observe_unscorable`, warning on rank zero when either fires."""
+        for message in (self.observe(metrics, step), self.observe_unscorable(metrics, step)):
+            if message is not None:
+                rank_zero_warn(message)

@@ -6,7 +6,9 @@ import pytest
 
 from infgrpo import GRPOModule, OptimizerConfig, SamplerConfig
 from infgrpo.data import PromptDataModule
-from infgrpo.training.collapse import CollapseWatch, collapse_message, collapsed
+from infgrpo.rewards import register_reward
+from infgrpo.rewards.config import RewardConfig
+from infgrpo.training.collapse import CollapseWatch, collapse_message, collapsed, unscorable, unscorable_message
 from tests.helpers import trainer
 
 DEAD = {"entropy": 0.0, "frac_reward_zero_std": 1.0, "reward": 0.0, "completions_truncated": 1.0}
@@ -58,3 +60,26 @@ def test_a_normal_run_does_not_warn(tmp_path):
         trainer(tmp_path, 3).fit(module, PromptDataModule(path="tiny", batch_size=2, eval_size=8))
     assert not module.collapse.warned and module.collapse.run == []
     assert not [w for w in caught if "collapsed" in str(w.message)]
+
+
+def test_unscorable_steps_warn_once_naming_on_error_and_the_functions():
+    watch = CollapseWatch(OptimizerConfig(), RewardConfig(functions={"synthetic": 1.0}, on_error="skip"))
+    nan = {**ALIVE, "reward": float("nan")}
+    fired = [s for s, m in enumerate([nan, ALIVE, nan, nan, nan, nan], 1) if watch.observe_unscorable(m, s)]
+    assert fired == [5]  # three in a row; a scored step resets the count
+    text = unscorable_message(3, 5, watch.rewards)
+    assert text.startswith("[infgrpo] no completion had a reward in steps 3-5: every reward function (synthetic)")
+    assert "--model.rewards.on_error raise" in text
+    assert not unscorable(ALIVE) and not unscorable({})
+
+
+def test_a_run_whose_reward_always_fails_under_skip_warns(tmp_path):
+    register_reward("unscored", lambda completions, **kwargs: [None] * len(completions))
+    module = GRPOModule(
+        group_size=2,
+        sampler=SamplerConfig(num_slots=2, max_new_tokens=4),
+        rewards=RewardConfig(functions={"unscored": 1.0}, accuracy=None, on_error="skip"),
+    )
+    with pytest.warns(UserWarning, match=r"no completion had a reward in steps 1-3: every reward function \(unscored"):
+        trainer(tmp_path, 3).fit(module, PromptDataModule(path="tiny", batch_size=1, eval_size=1))
+    assert module.collapse.warned_unscorable
