@@ -3,6 +3,7 @@
     python tools/fingerprint.py rollout OUT.json   # every default configuration of bench rollout --model tiny
     python tools/fingerprint.py train OUT.json     # fit configs/tiny.yaml for 5 steps: sha256 of every parameter
     python tools/fingerprint.py dynamic OUT.json   # dynamic sampling: both schemes, 5 fit steps, bench dynamic's rows
+    python tools/fingerprint.py adaptive OUT.json  # adaptive groups: 5 fit steps under each rule, alone and dynamic
 
 Two commits whose fingerprints agree sample the same completions and train to the same parameters
 (issues #17 and #28 compared the commits before and after their restructurings this way; threads fixed at 1).
@@ -136,5 +137,23 @@ def dynamic(out: str) -> None:
         json.dump(res, f, indent=1)
 
 
+def adaptive(out: str) -> None:
+    """Adaptive groups on the tiny default, to ``out``: the parameters after 5 fit steps under each rule (and the
+    value rule with dynamic sampling), small caps so that groups are extended and the caps bind."""
+    on = ["--model.adaptive_groups.enabled", "true", "--model.adaptive_groups.max_samples_per_prompt", "24",
+          "--model.adaptive_groups.max_samples_per_step", "96"]  # fmt: skip
+    runs = {
+        "value": on,
+        "uniform": [*on, "--model.adaptive_groups.rule", "uniform"],
+        "value+dynamic": [*on, "--model.dynamic_sampling.enabled", "true"],
+    }
+    res = {}
+    for name, overrides in runs.items():
+        res[name] = fit_params(*overrides)
+        print(name, res[name], flush=True)
+    with open(out, "w") as f:
+        json.dump(res, f, indent=1)
+
+
 if __name__ == "__main__":
-    {"rollout": rollout, "train": train, "dynamic": dynamic}[sys.argv[1]](sys.argv[2])
+    {"rollout": rollout, "train": train, "dynamic": dynamic, "adaptive": adaptive}[sys.argv[1]](sys.argv[2])
