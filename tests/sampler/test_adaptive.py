@@ -221,3 +221,13 @@ def test_a_reward_that_never_varies_warns_once_after_three_steps_of_extensions_w
             module, PromptDataModule(path="tiny", batch_size=2, eval_split=None)
         )
     assert module.dynamic.unrescued and len(module.dynamic.unrescued) == 3
+
+
+@pytest.mark.parametrize("rule", ["uniform", "value"])
+def test_groups_of_one_token_completions_grow_to_the_cap(tiny_model, tokenizer, task, rule):
+    """Every sample ends on its first token (nothing runs in the pool): stalled groups still grow to the cap."""
+    judge = Judge(tokenizer, task[0], never=True)
+    spec = judge.spec(max_samples_per_prompt=12, max_samples_per_step=24, rule=rule)
+    out = sampler(tiny_model, tokenizer, max_new_tokens=1).sample(task[1][:2], G, seed=3, adaptive=spec)
+    assert out.stats["adaptive/samples_per_prompt_max"] == 12 and out.stats["adaptive/samples_per_prompt_mean"] == 12
+    assert [n for _, n, _ in judge.calls if n == 12] and out.stats["decode_steps"] == 0

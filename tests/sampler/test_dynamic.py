@@ -128,3 +128,16 @@ def test_a_cap_below_the_target_and_another_decoder_are_refused(tiny_model, toke
         run(tiny_model, tokenizer, task, {"max_prompts": 2})
     with pytest.raises(ValueError, match="dynamic sampling runs on decoder 'engine'"):
         run(tiny_model, tokenizer, task, decoder="hf_micro")
+
+
+@pytest.mark.parametrize("scheme", ["continuous", "rounds"])
+def test_one_token_completions_draw_up_to_max_prompts(tiny_model, tokenizer, task, scheme):
+    """Every sample ends on its first token, so nothing ever runs in the pool: the rollout must still admit
+    until the feed has drawn max_prompts (it stopped after two such admissions)."""
+    _, prompts = task
+    spec = DynamicSpec(3, 12, lambda position, group: False, scheme=scheme, round_size=3)
+    out = sampler(tiny_model, tokenizer, max_new_tokens=1).sample_dynamic(
+        iter(prompts), G, seed=1, spec=spec, max_prompt_len=max(map(len, prompts))
+    )
+    assert out.dynamic.prompts_drawn == 12 and out.dynamic.groups_dropped == 12 and out.dynamic.capped
+    assert out.stats["decode_steps"] == 0 and all(len(ids) == 1 for ids in out.completion_ids)

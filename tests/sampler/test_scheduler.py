@@ -56,14 +56,14 @@ def test_postprocess_appends_in_slot_order_and_refills_the_freed_slots():
         sched.start(picks, [sched.append(s, 5, 0.0) for _, s in picks])
     assert sched.schedule() == []
     out = np.array([[6.0, -1.0], [2.0, -2.0]])  # slot 0 continues, slot 1 stops
-    assert sched.postprocess(out) == [1] and sched.now == 1 and sched.busy_slot_steps == 2
+    assert sched.postprocess(out) == [(1, seqs[1])] and sched.now == 1 and sched.busy_slot_steps == 2
     assert seqs[1].token_ids == [5, 2] and seqs[1].finish_reason == "stop"
     assert seqs[1].logprobs.dtype.is_floating_point and seqs[1].logprobs.tolist() == [0.0, -2.0]
     assert ids(sched.schedule()) == [(1, 0, 2)]  # the freed slot, at step 1
     assert sched.timeline == [(1, 0, 1, 0, 1)]
     out = np.array([[7.0, -1.0], [9.0, -1.0]])
     sched.start([(1, seqs[2])], [sched.append(seqs[2], 5, 0.0)])
-    assert sched.postprocess(out) == [0]  # three tokens: max_new_tokens
+    assert sched.postprocess(out) == [(0, seqs[0])]  # three tokens: max_new_tokens
     assert seqs[0].token_ids == [5, 6, 7] and seqs[0].finish_reason == "length"
 
 

@@ -6,13 +6,13 @@
 
 One rollout reads schedule -> prefill -> decode -> postprocess, whatever decides what enters the pool::
 
-    feed.top_up(); admit()                       # the feed queues work; the free slots are filled
     while not feed.done():
+        feed.top_up(); admitted = admit()        # the feed queues work; the free slots are filled
+        if not sched.running: ...                # stop unless admitted (all ended on their first token): top up again
         out = runner.decode()                    # one static forward + sampling over the whole pool, (S, 2)
-        ended = sched.postprocess(out)           # append, stop, free slots (host bookkeeping only)
+        ended = sched.postprocess(out)           # append, stop, free slots (host bookkeeping only): (slot, seq)
         runner.update(sched.running, ended)      # the next step's inputs
         feed.ended(...)                          # the sequences that ended: a group may end, be judged, extend
-        feed.top_up(); admit()
 
     admit():                                     # in rounds, while the refill policy fills free slots
         picks = sched.schedule()
@@ -158,26 +158,21 @@ class Engine:
         sched = Scheduler(policy, slots, feed.group_size, cfg.max_new_tokens, self.stop_ids, feed.waiting)
         runner = ModelRunner(self.model, pool, step, self.settings, feed.prompts, feed.groups)
         feed.bind(sched)
-        # 3) decode until the feed is done, or nothing runs and nothing can be admitted
-        feed.top_up()
-        self.admit(sched, runner, feed)
+        # 3) decode until the feed is done, or nothing runs and nothing more can be admitted
         while not feed.done():
-            if not sched.running:  # every queued sequence ended (or ended on its first token): queue again, or stop
-                feed.top_up()
-                self.admit(sched, runner, feed)
-                if not sched.running:
-                    break
-                continue
-            running = dict(sched.running)
-            out = runner.decode()  # (S, 2) host array: tokens, log-probs
-            check_logprobs(out[list(running), 1], f"decode step {sched.now + 1}")  # NaN: non-finite logits; no sync
-            ended = sched.postprocess(out)
-            runner.update(sched.running, ended)
-            feed.ended([running[slot] for slot in ended])
+            feed.top_up()
+            admitted = self.admit(sched, runner, feed)
+            if not sched.running:  # all admitted ended on their first token (the feed may queue more), or none was
+                if admitted:
+                    continue
+                break
             if feed.done():
                 break
-            feed.top_up()
-            self.admit(sched, runner, feed)
+            out = runner.decode()  # (S, 2) host array: tokens, log-probs
+            check_logprobs(out[list(sched.running), 1], f"decode step {sched.now + 1}")  # NaN logits; no sync
+            ended = sched.postprocess(out)  # (slot, sequence) of each that ended
+            runner.update(sched.running, [slot for slot, _ in ended])
+            feed.ended([seq for _, seq in ended])
         return EngineStats(
             num_slots=slots, pool_positions=pool.max_len, decode_steps=sched.now,
             prefill_tokens=runner.prefill_tokens, prefill_calls=runner.prefill_calls,
@@ -187,14 +182,16 @@ class Engine:
         )  # fmt: skip
 
     @staticmethod
-    def admit(sched: Scheduler, runner: ModelRunner, feed: Feed) -> None:
+    def admit(sched: Scheduler, runner: ModelRunner, feed: Feed) -> int:
         """Fills the free slots: admission rounds of the scheduler, each round's new prompts prefilled together.
+        Returns the number of sequences admitted (0: nothing was queued, or no slot was free).
 
         A sample that ends on its first token releases its prompt at once (and the feed hears of it); the
         K/V of the others are copied into their slots once the admission is over, and released then.
         """
-        started = []
+        started, admitted = [], 0
         while picks := sched.schedule():
+            admitted += len(picks)
             runner.prefill(sched.to_prefill(picks))
             ends = [sched.append(seq, *runner.first_token(seq)) for _, seq in picks]
             started += sched.start(picks, ends)
@@ -204,3 +201,4 @@ class Engine:
         for slot, seq in started:
             runner.load(slot, seq)
         runner.keep(sched.release(seq for _, seq in started))
+        return admitted

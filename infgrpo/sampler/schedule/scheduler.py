@@ -163,16 +163,15 @@ class Scheduler:
         seq.logprobs = torch.tensor(seq.logprobs, dtype=torch.float32)
         return True
 
-    def postprocess(self, out: np.ndarray) -> list[int]:
+    def postprocess(self, out: np.ndarray) -> list[tuple[int, Sequence]]:
         """After a decode step: appends each running slot's token from ``out`` (S, 2) (token, log-prob),
-        in slot order; returns the slots whose sequence finished (they are free again)."""
+        in slot order; returns (slot, sequence) of each sequence that finished (its slot is free again)."""
         self.now += 1
         self.busy_slot_steps += len(self.running)
         ended = []
         for slot in sorted(self.running):
             if self.append(self.running[slot], int(out[slot, 0]), float(out[slot, 1])):
-                self.finish(slot)
-                ended.append(slot)
+                ended.append((slot, self.finish(slot)))
         return ended
 
     def finish(self, slot: int) -> Sequence:
