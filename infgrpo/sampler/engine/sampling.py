@@ -19,8 +19,8 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        cum = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-        drop_sorted = cum - torch.softmax(sorted_logits, dim=-1) >= top_p  # keep the first token past top_p
+        probs = torch.softmax(sorted_logits, dim=-1)  # (A, V), once
+        drop_sorted = probs.cumsum(dim=-1) - probs >= top_p  # keep the first token past top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
