@@ -39,9 +39,9 @@ from infgrpo.runtime.seeds import derive_seed
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.sampler.engine.finite import NonFiniteLogitsError
+from infgrpo.settings import ConfigError
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.collapse import CollapseWatch
-from infgrpo.training.compat_v01 import grouped_checkpoint, refuse_flat_arguments
 from infgrpo.training.divergence import check_update, rollout_divergence
 from infgrpo.training.dynamic import DynamicSamplingConfig
 from infgrpo.training.fit_ranks import trainer_ranks
@@ -60,6 +60,8 @@ from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import check_chunked_head
 from infgrpo.update.runner import PolicyUpdate
 from infgrpo.update.share_check import resolve_share_prompt
+from infgrpo.upgrade_checkpoint import COMMAND as UPGRADE
+from infgrpo.upgrade_checkpoint import is_v01_checkpoint
 
 
 class GRPOModule(L.LightningModule):
@@ -96,7 +98,6 @@ class GRPOModule(L.LightningModule):
             (bit-identical CPU runs across machines). See infgrpo.runtime.threads.
     """
 
-    @refuse_flat_arguments  # GRPOModule(learning_rate=...) of 0.1 shows the call in groups
     def __init__(
         self,
         policy: PolicyConfig = PolicyConfig(),  # noqa: B008 - copied; a dataclass gives one YAML block
@@ -162,9 +163,18 @@ class GRPOModule(L.LightningModule):
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> GRPOModule:  # noqa: D417
-        """Lightning's ``load_from_checkpoint``; a checkpoint of infgrpo 0.1 (flat hyper-parameters) has them
-        moved into the groups first (:mod:`~infgrpo.training.compat_v01`, until 0.4)."""
-        return super().load_from_checkpoint(grouped_checkpoint(checkpoint_path), *args, **kwargs)
+        """Lightning's ``load_from_checkpoint``; a checkpoint of infgrpo 0.1 (flat hyper-parameters) is one error
+        naming :mod:`infgrpo.upgrade_checkpoint`, the command that upgrades it (checked only when loading fails)."""
+        try:
+            return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
+        except (TypeError, ValueError) as err:  # an unknown flat key; 0.1's rewards mapping (a ConfigError)
+            local = isinstance(checkpoint_path, str | Path) and Path(checkpoint_path).is_file()
+            if not (local and is_v01_checkpoint(checkpoint_path)):
+                raise
+            raise ConfigError(
+                f"{checkpoint_path} is a checkpoint of infgrpo 0.1 (flat settings); upgrade it once with "
+                f"{UPGRADE} {checkpoint_path} <new.ckpt>, then load that"
+            ) from err
 
     @property
     def ref_model(self) -> torch.nn.Module | None:

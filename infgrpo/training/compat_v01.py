@@ -1,31 +1,27 @@
 """Compatibility with infgrpo 0.1, whose ``GRPOModule`` took flat arguments (``loss_type``, ``lora_r``, ...).
 
-**Goes away in infgrpo 0.4**, with the 56 moved keys: from then on a flat key is an unknown setting, and a 0.1
-checkpoint loads only through a script that moves its hyper-parameters into the groups.
+**The messages go away in infgrpo 0.3**, with the 56 moved keys: from then on a flat key is an unknown setting. A
+0.1 checkpoint loads through :mod:`infgrpo.upgrade_checkpoint` (a one-off command that moves its hyper-parameters
+into the groups), not through a shim on ``GRPOModule``.
 
     MOVED["loss_type"]                                # 'objective.loss_type': each flat key's key in the groups
     group_flat_hparams(old["hyper_parameters"])       # a 0.1 checkpoint's hyper-parameters, in the groups
-    GRPOModule.load_from_checkpoint(grouped_checkpoint("old.ckpt"))   # what GRPOModule.load_from_checkpoint does
     old_keys(["--config", "old.yaml"])                # fit's message for a 0.1 key in a config or a flag, or None
 
 What each caller does with it: ``check_settings`` names the new key of a flat argument (:func:`moved_hint`)
 and refuses 0.1's ``rewards`` mapping of names to weights (:func:`check_rewards_mapping`); ``fit`` refuses the
-flat keys of a YAML config or a ``--model.`` flag before parsing (:func:`old_keys`); loading a module from a
-checkpoint moves the flat hyper-parameters into their groups first (:func:`grouped_checkpoint`). Resuming a run
-(``fit --ckpt_path``) never reads the hyper-parameters (the module is built from the configuration).
+flat keys of a YAML config or a ``--model.`` flag before parsing (:func:`old_keys`); ``python -m
+infgrpo.upgrade_checkpoint`` moves a 0.1 checkpoint's hyper-parameters into their groups (:func:`group_flat_hparams`).
+Resuming a run (``fit --ckpt_path``) never builds the module from them (it is built from the configuration).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
-import io
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any
 
-import torch
 import yaml
 
 from infgrpo.rewards.config import RewardConfig
@@ -68,37 +64,6 @@ def moved_hint(key: str) -> str:
     return f"; it is {MOVED[key]} now" if key in MOVED else ""
 
 
-Init = TypeVar("Init", bound=Callable[..., None])
-
-
-def refuse_flat_arguments(init: Init) -> Init:
-    """``GRPOModule.__init__`` refusing the flat keywords of 0.1 (``learning_rate=...``) with a TypeError that shows
-    the call in groups (``optimizer={'learning_rate': ...}``) instead of Python's bare "unexpected keyword"; the
-    signature is kept (``functools.wraps``: the command line reads it)."""
-    accepted = set(inspect.signature(init).parameters)
-
-    @functools.wraps(init)
-    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
-        flat = {k: v for k, v in kwargs.items() if k not in accepted and k in MOVED}
-        if flat:
-            raise TypeError(flat_arguments_message(type(self).__name__, flat))
-        init(self, *args, **kwargs)
-
-    return checked  # type: ignore[return-value]
-
-
-def flat_arguments_message(cls: str, flat: Mapping[str, Any]) -> str:
-    """``cls(learning_rate=...)``'s message: the flat keywords given, and the same call in groups."""
-    grouped: dict[str, dict[str, Any]] = {}
-    for key, value in flat.items():
-        group, name = MOVED[key].split(".")
-        grouped.setdefault(group, {})[name] = value
-    given = ", ".join(f"{k}={v!r}" for k, v in flat.items())
-    call = ", ".join(f"{group}={fields!r}" for group, fields in grouped.items())
-    what = "is a flat argument" if len(flat) == 1 else "are flat arguments"
-    return f"{cls}({given}) {what} of infgrpo 0.1; the settings are in groups now: {cls}({call})"
-
-
 def is_old_rewards(rewards: Any) -> bool:
     """Whether ``rewards`` is 0.1's form: a non-empty mapping of reward names to weights (not of the group's
     fields)."""
@@ -136,25 +101,6 @@ def group_flat_hparams(hp: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
-
-
-def grouped_checkpoint(checkpoint: str | Path | IO[bytes]) -> Any:
-    """``checkpoint`` itself when its hyper-parameters are grouped (or absent); else an in-memory copy with the
-    flat hyper-parameters moved into their groups (the weights are read once through a memory map)."""
-    if not isinstance(checkpoint, str | Path):
-        return checkpoint  # a stream or URL: Lightning's own loading
-    path = Path(checkpoint)
-    if not path.is_file():
-        return checkpoint
-    state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    hparams = state.get("hyper_parameters")
-    if not isinstance(hparams, dict) or not is_flat(hparams):
-        return checkpoint
-    state["hyper_parameters"] = group_flat_hparams(hparams)
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    return buffer
 
 
 def old_keys(argv: list[str]) -> str | None:
