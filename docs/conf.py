@@ -6,6 +6,7 @@ Lightning and the other libraries stay unresolved by pattern (``nitpick_ignore_r
 infgrpo's own names must resolve (``-n``), and a warning fails the build (``-W``).
 """
 
+import re
 import sys
 from pathlib import Path
 
@@ -45,6 +46,9 @@ nitpick_ignore_regex = [
     (r"py:.*", r"(Mapping|Iterable|Any|Literal|Self|TypeVar|T|Generator|NamedTuple|Enum|ModuleType|Future)"),
     (r"py:.*", r"(contextlib|os|random|enum|argparse|jsonargparse|inspect|json|re|threading|io)\..*"),
     (r"py:.*", r"(optional|default|callable|function|module|class|RichProgressBar|TQDMProgressBar)"),
+    # the benchmark pages live beside their JSON in the checkout, outside this site: plain text here, links on
+    # GitHub (tests/test_docs.py checks that every such file exists)
+    ("myst", re.escape(str(DOCS.parent / "benchmarks")) + r"/.*"),
 ]
 
 html_theme = "alabaster"
