@@ -6,8 +6,9 @@ The data module reads and tokenizes every row when it sets up, which comes after
 ``data.prompt_column`` or ``data.prompt_template``, or a ``data.max_prompt_length`` below the prompts, would
 stop the run there. The command line reads the first :data:`ROWS` rows of the training and held-out splits
 first (the first lines of a ``.jsonl`` file; other local files through ``datasets``, whose converted copy the
-data module then reuses) and applies the data module's own rules to them (:func:`~infgrpo.data.prompt_rows.
-prompt_of`, :func:`~infgrpo.data.conversation.encode_prompt`). What is checked where:
+data module then reuses) and applies the data module's own rules to them
+(:func:`~infgrpo.data.prompt_rows.prompt_of`, :func:`~infgrpo.data.conversation.encode_prompt`). What is checked
+where:
 
 - here (before loading): the columns and template on the first rows of local and ``tiny`` data; their token
   lengths against ``data.max_prompt_length`` (``long_prompts: error``) and, by the caller, the model's context;

@@ -1,4 +1,4 @@
-"""How a reward function is called: TRL 1.16's convention (by keyword), or infgrpo 0.2's (detected and served).
+"""How a reward function is called: TRL 1.16's convention (by keyword), or infgrpo 0.2's (detected and served)::
 
     kwargs = trl_kwargs(fn, RewardInputs(texts, rows, prompts, completion_ids), RewardLog())
     values = fn(**kwargs)

@@ -116,7 +116,7 @@ def extract_number(text: str) -> float | None:
 @REWARDS.register("numeric")
 @REWARDS.register("gsm8k")
 def numeric_reward(completions: list[Any], answer: list[Any], **kwargs: Any) -> list[float]:
-    """1.0 when the completion's final number equals the reference ``answer``'s (|diff| <= 1e-6)."""
+    """1.0 when the completion's final number equals the reference ``answer``'s (``|diff| <= 1e-6``)."""
     out = []
     for text, reference in zip(completion_texts(completions), answer, strict=True):
         ref = extract_number(str(reference))

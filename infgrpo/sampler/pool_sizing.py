@@ -8,10 +8,10 @@ With ``T = longest prompt + max_new_tokens`` positions per slot, ``V`` the vocab
     prompt_kv          = 2 * layers * kv_heads * head_dim * dtype_bytes * sum(prompt lengths)
     S = floor((budget - prompt_kv) / (kv_per_slot + workspace_per_slot))
 
-The decode-step workspace is the live set at the sampling peak (:func:`~infgrpo.sampler.engine.sampling.
-sample_tokens` on the (S, V) logits): the model's logits and their gather to the running slots
-(``2 * logits_bytes``), then ``n_vocab`` vectors of the sampling dtype (float32, float64 for float64
-models): the upcast or tempered logits, the softmax cumulated in place into the CDF, the
+The decode-step workspace is the live set at the sampling peak
+(:func:`~infgrpo.sampler.engine.sampling.sample_tokens` on the (S, V) logits): the model's logits and their
+gather to the running slots (``2 * logits_bytes``), then ``n_vocab`` vectors of the sampling dtype (float32,
+float64 for float64 models): the upcast or tempered logits, the softmax cumulated in place into the CDF, the
 temporary of ``logsumexp`` and one spare = 4; top-k adds the masked copy (+1); top-p adds a sort
 (values, int64 indices = 2 floats), two softmaxes, the cumulative sum and its shifted copy (+6).
 Hidden activations of one token per slot (``hidden`` and ``intermediate`` sizes) are small beside the

@@ -2,6 +2,7 @@
 
 import importlib
 import json
+import re
 import shlex
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from infgrpo.policy import load_tokenizer
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = sorted((ROOT / "benchmarks/tools").glob("*.json"))  # written by tools/*.py, not by benchmarks
 RECORDED = sorted(set((ROOT / "benchmarks").rglob("*.json")) - set(TOOLS))
+PAGES = [ROOT / "benchmarks/README.md", *sorted((ROOT / "benchmarks/results").glob("*.md"))]  # the recorded figures
 CFG = dict(model="tiny", prompts=1, group_size=2, decoder="engine", seed=0, num_slots=2, max_new_tokens=4, threads=1)
 
 
@@ -93,7 +95,7 @@ def test_markdown_table_shows_a_skipped_row_by_its_configuration_and_reason():
 
 def test_a_table_with_skipped_rows_reprints_from_its_json_as_it_was_recorded():
     text = render(ROOT / "benchmarks/rollout_qwen3_42m.json")  # 18 configurations ran, 6 were skipped
-    recorded = (ROOT / "benchmarks/RESULTS.md").read_text().splitlines()
+    recorded = (ROOT / "benchmarks/results/rollout.md").read_text().splitlines()
     lines = text.splitlines()
     assert [line for line in lines if "skipped" not in line and line not in recorded] == []
     skipped = [line for line in lines if "skipped" in line]
@@ -117,6 +119,28 @@ def test_every_recorded_json_reprints_and_its_command_parses(path):
         bench = importlib.import_module(BENCHMARKS[words[start + 1]]).BENCH
         parse = bench.parser().parse_known_args if bench.extra_args else bench.parser().parse_args
         parse(words[start + 2 :])  # an unknown flag or a bad value exits
+
+
+def page_commands(path):
+    """Every ``python -m benchmarks <name> ...`` a results page records, as the words a shell would pass."""
+    for match in re.finditer(r"python -m benchmarks ([a-z-]+)( [^`\n]*)?", path.read_text()):
+        if match[1] in BENCHMARKS or match[1] == "learn-merge":  # not the prose's `<name>` or `table PATH`
+            line = match[0].split(" #")[0].split(";")[0].split(" && ")[0].removesuffix(" &")
+            yield shlex.split(line.replace("$s", "0"))  # `for s in 0 1; do ... --seed $s ...`: the loop's first seed
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_every_command_a_results_page_records_parses(path):
+    commands = list(page_commands(path))
+    assert commands, f"{path.name} records no command"
+    for words in commands:
+        if words[3] == "learn-merge":
+            args = importlib.import_module("benchmarks.learn_merge").parser().parse_args(words[4:])
+            assert all((ROOT / source).is_file() for source in args.paths)
+            continue
+        bench = importlib.import_module(BENCHMARKS[words[3]]).BENCH
+        parse = bench.parser().parse_known_args if bench.extra_args else bench.parser().parse_args
+        parse(words[4:])  # an unknown flag or a bad value exits
 
 
 @pytest.mark.parametrize("path", TOOLS, ids=lambda p: p.name)

@@ -111,7 +111,7 @@ def test_every_flat_key_of_0_1_moved_into_a_group_and_the_docs_list_it():
         assert name in fields[group], new
     assert len(MOVED) + len({"group_size", "sampler", "output_dir", "seed", "threads"}) == 61
     assert FLAT_ONLY == set(MOVED) - set(GROUPS)  # the keys no group is named after
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "settings.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "migration-0.2.md").read_text()
     for old, new in MOVED.items():
         assert f"| `model.{old}` | `model.{new}` |" in doc
 

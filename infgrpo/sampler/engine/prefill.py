@@ -58,8 +58,8 @@ def prefill(
         dtype: the K/V dtype the slot pool holds.
 
     Returns:
-        kv: one tensor per prompt, (2, layers, kv_heads, L_i, head_dim) in ``dtype``.
-        first_tokens: (P, G) int64; first_logps: (P, G), on the model's device.
+        The K/V (one tensor per prompt, (2, layers, kv_heads, L_i, head_dim) in ``dtype``), the first tokens
+        ((P, G) int64) and their log-probs ((P, G)), on the model's device.
     """
     device = uniforms.device
     ids, positions, mask = padded_batch(prompts, pad_id, dtype, device)

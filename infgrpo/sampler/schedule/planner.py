@@ -42,7 +42,7 @@ examined (~10 ms for 4,096 jobs): it never raises the makespan, so the bounds ab
 4. The best final representative gets the other (small) jobs by list scheduling, longest first, then
    the local search; the better of this plan and lpt's is returned.
 
-Why 1 + eps: a slot with large jobs J has real load r <= u * key < r + u (|J| + 1). Every key vector
+Why 1 + eps: a slot with large jobs J has real load r <= u * key < r + u (``|J|`` + 1). Every key vector
 that some schedule of the first k large jobs reaches is kept (extend the parent vector's representative
 at the same coordinate), so if OPT < UB, OPT's schedule of the large jobs (<= q per slot) has a
 representative of real makespan <= OPT + u (q + 1) = OPT + eps LB <= (1 + eps) OPT -- unless an
