@@ -69,7 +69,7 @@ def first_non_finite(values: dict[str, float]) -> str | None:
 
 
 def largest_weight(model: torch.nn.Module) -> str:
-    """Where ``model``'s trainable weights are worst: its first non-finite parameter, else its largest |weight|
+    """Where ``model``'s trainable weights are worst: its first non-finite parameter, else its largest ``|weight|``
     (for the error's text; reads every parameter, so only once a check failed)."""
     worst, name = 0.0, ""
     for n, p in model.named_parameters():
