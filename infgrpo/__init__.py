@@ -16,11 +16,15 @@ if TYPE_CHECKING:  # the names load when first used (below): `import infgrpo.sam
     from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig
     from infgrpo.rewards.config import RewardConfig
     from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
+    from infgrpo.training.adaptive import AdaptiveGroupsConfig
+    from infgrpo.training.dynamic import DynamicSamplingConfig
     from infgrpo.training.hparams import LoggingConfig
     from infgrpo.training.optim import OptimizerConfig
     from infgrpo.update.config import UpdateConfig
 
 HOMES = {
+    "AdaptiveGroupsConfig": "infgrpo.training.adaptive",
+    "DynamicSamplingConfig": "infgrpo.training.dynamic",
     "Objective": "infgrpo.algo",
     "EvaluationConfig": "infgrpo.evaluation",
     "GRPOModule": "infgrpo.module",
@@ -52,6 +56,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AdaptiveGroupsConfig",
+    "DynamicSamplingConfig",
     "EvaluationConfig",
     "GRPOModule",
     "LoRAConfig",
