@@ -237,7 +237,7 @@ def test_a_reward_that_never_varies_warns_once_after_three_steps_of_extensions_w
         trainer(tmp_path, 3, enable_checkpointing=False).fit(
             module, PromptDataModule(path="tiny", batch_size=2, eval_split=None)
         )
-    assert module.dynamic.unrescued and len(module.dynamic.unrescued) == 3
+    assert module.judged.unrescued and len(module.judged.unrescued) == 3
 
 
 @pytest.mark.parametrize("rule", ["uniform", "value"])
