@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> dict:
             grow = None
             if variant in RULES:
                 adaptive = AdaptiveGroupsConfig(True, args.cap, budget, RULES[variant])
-                grow = adaptive.spec(judge, judge.select, judge.level, g, b)
+                grow = adaptive.spec(judge, g, b)
             start = time.perf_counter()
             if "dynamic" in variant:
 
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> dict:
                         drawn.append(item)
                         yield item["prompt_ids"]
 
-                spec = DynamicSpec(b, 4 * b, judge)
+                spec = DynamicSpec(b, 4 * b, judge.spread)
                 out = sampler.sample_dynamic(source(), g, seed, spec, longest, adaptive=grow)
                 chosen = out.drawn
             else:
@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> dict:
             if variant == "plain":  # nothing judged it while it decoded: the same judge, afterwards
                 for k in chosen:
                     rows_k = range(k * g, (k + 1) * g)
-                    judge(k, [SimpleNamespace(token_ids=out.completion_ids[r], logprobs=out.logprobs[r],
-                                              finish_reason=out.finish_reasons[r]) for r in rows_k])  # fmt: skip
+                    judge.spread(k, [SimpleNamespace(token_ids=out.completion_ids[r], logprobs=out.logprobs[r],
+                                                     finish_reason=out.finish_reasons[r]) for r in rows_k])  # fmt: skip
             rows.append(count(step, variant, out, judge, chosen, g, wall, correct_answers, reward))
     return {"job": vars(args) | {"budget": budget}, "rows": rows, "summary": summary(rows, args.variants)}
 
@@ -131,7 +131,7 @@ def count(step: int, variant: str, out: Any, judge: Any, chosen: list[int], g: i
         "step": step, "variant": variant, "informative": informative, "rescued": rescued,
         "right_found": found, "no_right_at_g": none_at_g, "generated_tokens": st["generated_tokens"],
         "decode_steps": st["decode_steps"], "wall_s": wall,
-        "samples_per_prompt_max": st.get("adaptive/samples_per_prompt_max", g),
+        "samples_per_prompt_max": out.adaptive.samples_per_prompt_max if out.adaptive is not None else g,
     }  # fmt: skip
 
 

@@ -73,7 +73,7 @@ def run_one(cfg: dict) -> dict:
     judge = GroupJudge(scorer, "reward_spread", chosen)
     grow = None
     if cap > g:
-        grow = AdaptiveGroupsConfig(True, cap, b * cap, "value").spec(judge, judge.select, judge.level, g, b)
+        grow = AdaptiveGroupsConfig(True, cap, b * cap, "value").spec(judge, g, b)
     sampler = MicroGroupSampler(
         model, tok, SamplerConfig(num_slots=cfg["num_slots"], max_new_tokens=cfg["max_new_tokens"])
     )
@@ -83,14 +83,14 @@ def run_one(cfg: dict) -> dict:
     with PeakRSS() as rss:
         out = sampler.sample([it["prompt_ids"] for it in chosen], g, seed=0, adaptive=grow)
     wall = time.perf_counter() - start
-    st = out.stats
+    st, grew = out.stats, out.adaptive
     result = {
         **cfg,
         "rss_peak_bytes": rss.peak,
         "rss_rise_bytes": rss.peak - rss.base,
-        "samples_per_prompt_mean": st.get("adaptive/samples_per_prompt_mean", g),
-        "samples_per_prompt_max": st.get("adaptive/samples_per_prompt_max", g),
-        "groups_rescued": st.get("adaptive/groups_rescued", 0),
+        "samples_per_prompt_mean": grew.samples_per_prompt_mean if grew is not None else g,
+        "samples_per_prompt_max": grew.samples_per_prompt_max if grew is not None else g,
+        "groups_rescued": grew.groups_rescued if grew is not None else 0,
         "generated_tokens": st["generated_tokens"],
         "decode_steps": st["decode_steps"],
         "wall_s": wall,

@@ -151,9 +151,9 @@ class GRPOModule(L.LightningModule):
         self.scorer = Scorer(
             self.tokenizer, s.rewards.functions, s.rewards.on_error, s.sampler.max_new_tokens, self.progress
         )
-        judged = s.dynamic_sampling.enabled or s.adaptive_groups.enabled  # groups judged as they end
+        judging = s.dynamic_sampling.enabled or s.adaptive_groups.enabled  # groups judged as they end
         args = (s.dynamic_sampling, s.adaptive_groups, self.sampler, self.scorer, s.group_size, s.rewards.accuracy)
-        self.dynamic = JudgedRollout(*args) if judged else None
+        self.judged = JudgedRollout(*args) if judging else None
         self.val_reward, self.val_accuracy = MeanMetric(), MeanMetric()
         self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
         self.phase_memory = PhaseMemory()  # peaks (CUDA) and windows of the rollout and the update; CPU: trims the heap
@@ -203,8 +203,8 @@ class GRPOModule(L.LightningModule):
         if self.settings.output_dir:  # python -m infgrpo.fit checked it already; the Python API has not
             path = resolve_output_dir(self.settings.output_dir, self.trainer.default_root_dir)
             check_writable_folder("output_dir", self.settings.output_dir, path)
-        if self.dynamic is not None:
-            self.dynamic.check(self.trainer.datamodule)
+        if self.judged is not None:
+            self.judged.check(self.trainer.datamodule)
         self.setup_ranks()
 
     def setup_ranks(self) -> None:
@@ -218,8 +218,8 @@ class GRPOModule(L.LightningModule):
         and the data module's prompt stream (:mod:`infgrpo.training.dynamic`), else ``batch``."""
         seed = derive_seed(self.settings.seed, self.sampler.calls)  # the same on every rank
         with self.phase_memory.phase("rollout", self.device):
-            if self.dynamic is not None:
-                return self.dynamic(batch, seed, self.trainer.datamodule, self.ranks)
+            if self.judged is not None:
+                return self.judged(batch, seed, self.trainer.datamodule, self.ranks)
             offset, prompts = self.ranks.prompt_offset(len(batch)), [b["prompt_ids"] for b in batch]
             rollouts = self.sampler.sample(
                 prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks

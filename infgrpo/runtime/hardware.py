@@ -14,7 +14,6 @@ from pathlib import Path
 
 from infgrpo.settings import ConfigError
 
-GPU_ACCELERATORS = ("gpu", "cuda", "mps")
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # x86 AVX512-BF16 / AMX; aarch64 FEAT_BF16
 FP16_CPU_FLAGS = ("avx512_fp16", "amx_fp16", "fphp")  # x86 AVX512-FP16 / AMX-FP16; aarch64 half-precision
 

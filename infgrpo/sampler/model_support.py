@@ -42,11 +42,6 @@ def kv_bytes_per_token(model: torch.nn.Module) -> int:
     return 2 * layers * kv_heads * head_dim * (torch.finfo(kv_dtype(model)).bits // 8)
 
 
-def max_positions(model: PreTrainedModel) -> int | None:
-    """The model's context length (``max_position_embeddings`` of its text config); None when it has none."""
-    return getattr(text_config(model.config), "max_position_embeddings", None)
-
-
 ENGINE_ATTENTION = ("eager", "sdpa")
 
 

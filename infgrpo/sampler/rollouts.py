@@ -10,6 +10,7 @@ import torch
 from infgrpo.sampler.schedule.sequence import Sequence
 
 if TYPE_CHECKING:
+    from infgrpo.sampler.engine.adaptive import AdaptiveSummary
     from infgrpo.sampler.engine.dynamic import DynamicSummary
 
 
@@ -34,9 +35,11 @@ class Rollouts:
     """Dynamic sampling: each prompt's position in the rollout's draw order (None: the prompts as given)."""
     sample_ids: list[int] | None = None
     """The engine's: each entry's sample index within its prompt's group (its random stream; adaptive groups train
-    on ``group_size`` samples of a group that grew, not always the first)."""
+    on ``group_size`` samples of a group that grew, the judge's pick, not always the first)."""
     dynamic: DynamicSummary | None = None
     """Dynamic sampling: what the rollout found (kept, dropped, capped, ...); None otherwise."""
+    adaptive: AdaptiveSummary | None = None
+    """Adaptive groups: what the rollout's extensions did (stalled, extended, rescued groups, ...); None otherwise."""
 
     @classmethod
     def from_sequences(cls, prompt_ids: list[list[int]], group_size: int, seqs: list[Sequence]) -> Rollouts:

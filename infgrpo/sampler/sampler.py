@@ -26,11 +26,13 @@ from infgrpo.runtime.oom import first_line, retry_on_oom
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler.config import SamplerConfig
-from infgrpo.sampler.engine.adaptive import AdaptiveBatch, AdaptiveDrawAndJudge, AdaptiveSpec, RescueRates
-from infgrpo.sampler.engine.dynamic import DrawAndJudge, DynamicSpec, InformativeRate, Replay, dynamic_feed
+from infgrpo.sampler.engine.adaptive import AdaptiveSpec
+from infgrpo.sampler.engine.dynamic import DynamicSpec, InformativeRate, Replay
 from infgrpo.sampler.engine.engine import Engine, EngineStats
 from infgrpo.sampler.engine.feed import Feed, FixedBatch
 from infgrpo.sampler.engine.pool_keeper import PoolKeeper
+from infgrpo.sampler.engine.rescue_rates import RescueRates
+from infgrpo.sampler.feed_plan import FeedPlan, make_feed
 from infgrpo.sampler.hf.baselines import BASELINES, generation_kwargs
 from infgrpo.sampler.model_support import check_engine_support, check_prompts, kv_bytes_per_token, stop_token_ids
 from infgrpo.sampler.pool_sizing import PoolSizer
@@ -103,7 +105,8 @@ class MicroGroupSampler:
         ``ranks``: the data-parallel ranks sharing the batch; what the rollout teaches the length
         predictor is pooled over them, so every rank's predictor stays identical. ``adaptive``: groups
         without a reward spread grow (:mod:`infgrpo.sampler.engine.adaptive`); each prompt still returns
-        ``group_size`` completions, the ones ``adaptive.select`` picks, with ``adaptive/*`` statistics.
+        ``group_size`` completions, the ones ``adaptive.judge.select`` picks (``Rollouts.sample_ids``), with
+        ``Rollouts.adaptive`` and ``adaptive/*`` statistics.
         """
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1")
@@ -118,15 +121,8 @@ class MicroGroupSampler:
                     )
                 rollouts = self._baseline(prompt_ids, group_size, seed, prompt_offset)
             else:
-                grow = self._with_rates(adaptive)
-
-                def feed(looks: Looks | None) -> FixedBatch:
-                    preds = looks.all(prompt_ids) if looks is not None else None  # length-aware refill orders by them
-                    if grow is not None:
-                        return AdaptiveBatch(prompt_ids, group_size, seed, grow, preds, prompt_offset)
-                    return FixedBatch(prompt_ids, group_size, seed, preds, prompt_offset)
-
-                rollouts = self._on_engine(feed, self.sizer.slots(self.model, prompt_ids), ranks)
+                plan = FeedPlan(group_size, seed, prompt_offset, prompts=prompt_ids, adaptive=adaptive)
+                rollouts = self._on_engine(plan, self.sizer.slots(self.model, prompt_ids), ranks)
         return self._finish(rollouts, start)
 
     def sample_dynamic(
@@ -147,30 +143,19 @@ class MicroGroupSampler:
         ``max_prompt_len`` bounds every prompt the source can yield (the pool's width). The admission's
         informative rate is the one observed in earlier rollouts (checkpointed); the length predictor learns
         from the trained groups. ``adaptive``: a group without spread grows first and is dropped only when it
-        cannot grow (:class:`~infgrpo.sampler.engine.adaptive.AdaptiveDrawAndJudge`; not with ``rounds``).
+        cannot grow (:mod:`infgrpo.sampler.engine.adaptive`; not with ``rounds``).
         """
         if self.config.decoder != "engine":
             raise ValueError(f"dynamic sampling runs on decoder 'engine'; sampler.decoder={self.config.decoder!r}")
         adapt_threads(self.model, rows=spec.target_groups * group_size)
-        start, replay = self._start(), Replay(source)
+        start = self._start()
         spec = dataclasses.replace(spec, informative_rate=self.rate.estimate())
         if adaptive is not None and spec.scheme != "continuous":
             raise ValueError(f"adaptive groups grow inside the continuous scheme; got scheme={spec.scheme!r}")
-        grow = self._with_rates(adaptive)
-
-        def feed(looks: Looks | None) -> DrawAndJudge:
-            predict = looks.one if looks is not None else None
-            if grow is not None:
-                return AdaptiveDrawAndJudge(
-                    replay.rewind(), group_size, seed, spec, grow, max_prompt_len, predict, prompt_offset
-                )
-            return dynamic_feed(replay.rewind(), group_size, seed, spec, max_prompt_len, predict, prompt_offset)
-
+        plan = FeedPlan(group_size, seed, prompt_offset, None, Replay(source), spec, max_prompt_len, adaptive)
         with self._decoding():
             slots = self.sizer.slots(self.model, [[self.pad_id] * max_prompt_len])
-            rollouts = self._on_engine(feed, slots, ranks)
-        found = rollouts.dynamic
-        self.rate.observe(found.groups_kept, found.groups_kept + found.groups_dropped)
+            rollouts = self._on_engine(plan, slots, ranks)
         return self._finish(rollouts, start)
 
     def generate_one(self, prompt_ids: list[list[int]], batch_size: int = 128) -> Rollouts:
@@ -212,26 +197,34 @@ class MicroGroupSampler:
         keep = self.config.keep_pool
         return keep if isinstance(keep, bool) else next(self.model.parameters()).device.type == "cuda"
 
-    def _on_engine(self, feed_of: Callable[[Looks | None], Feed], slots: int, ranks: Ranks | None) -> Rollouts:
-        """Decodes ``feed_of(looks)`` on the engine (a new feed, and new looks, again with half the slots on OOM);
-        returns the groups the feed trains on, prompt-major, and teaches the length predictor their lengths."""
+    def _on_engine(self, plan: FeedPlan, slots: int, ranks: Ranks | None) -> Rollouts:
+        """Decodes ``plan`` on the engine (a new feed, and new looks, again with half the slots on OOM); returns the
+        groups the feed trains on, prompt-major, with what it found. What the rollout teaches the next ones is
+        learned here: the informative share (dynamic sampling), the rescue rates (adaptive groups) and, from the
+        trained groups' lengths, the length predictor."""
         predictor = self.predictor
 
         def attempt(n: int) -> tuple[Feed, EngineStats, Looks | None]:
             looks = Looks(predictor, self.model) if predictor is not None else None
-            feed = feed_of(looks)
+            feed = make_feed(plan, looks, self.rescue)
             return feed, self.engine.run(feed, n), looks
 
         (feed, stats, looks), retries = self._backoff(attempt, slots, "model.sampler.num_slots")
         chosen = feed.trained()
-        rollouts = Rollouts.from_sequences(
-            [feed.prompts[i] for i in chosen], feed.group_size, [s for i in chosen for s in feed.rows(i)]
-        )
-        rollouts.sample_ids = [s.sample_idx for i in chosen for s in feed.rows(i)]
+        rows = [s for i in chosen for s in feed.rows(i)]  # group_size of each (of a grown group: the judge's pick)
+        rollouts = Rollouts.from_sequences([feed.prompts[i] for i in chosen], feed.group_size, rows)
+        rollouts.sample_ids = [s.sample_idx for s in rows]
         rollouts.stats = stats.to_stats([len(s) for group in feed.groups for s in group])  # all decoded
-        rollouts.stats.update(feed.stats(), oom_retries=retries)
-        if isinstance(feed, DrawAndJudge):
-            rollouts.drawn, rollouts.dynamic = chosen, feed.summary()
+        rollouts.dynamic = found = feed.summary()
+        if found is not None:
+            rollouts.drawn = chosen
+            rollouts.stats.update(found.stats())
+            self.rate.observe(found.groups_kept, found.groups_kept + found.groups_dropped)
+        if feed.grow is not None:
+            rollouts.adaptive = feed.grow.summary()
+            rollouts.stats.update(rollouts.adaptive.stats())
+            self.rescue.observe(feed.grow.counts)
+        rollouts.stats["oom_retries"] = retries
         if looks is not None and chosen:
             seen = looks.picked(chosen)
             rollouts.stats.update(prediction_stats(seen.lengths, rollouts.lengths, feed.group_size))
@@ -248,10 +241,6 @@ class MicroGroupSampler:
         rollouts = Rollouts.from_sequences(prompt_ids, group_size, feed.sequences())
         rollouts.stats = stats.to_stats(rollouts.lengths)
         return rollouts
-
-    def _with_rates(self, adaptive: AdaptiveSpec | None) -> AdaptiveSpec | None:
-        """``adaptive`` with the rescue rates this sampler learned over its rollouts (the value rule's prior)."""
-        return None if adaptive is None else dataclasses.replace(adaptive, rates=self.rescue)
 
     def _start(self) -> float:
         """A rollout starts: the device's peak memory reset; returns the start time."""

@@ -1,7 +1,7 @@
 """Adaptive groups in a training step (``model.adaptive_groups``): a prompt gets as many samples as its gradient needs.
 
     config = AdaptiveGroupsConfig(enabled=True, max_samples_per_prompt=64)
-    spec = config.spec(judge, group_size=8, batch_size=4)       # the engine's AdaptiveSpec, judged by the scorer
+    spec = config.spec(judge, group_size=8, batch_size=4)   # the engine's AdaptiveSpec; judge: a GroupJudge
 
 A group whose rewards are all equal has advantage 0 everywhere: no gradient. With adaptive groups the engine
 keeps sampling such a prompt, ``extend_by`` samples at a time, while slots free up
@@ -24,13 +24,11 @@ train with advantage 0 (the zero-advantage skip makes them free).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from infgrpo.sampler import AdaptiveSpec
-from infgrpo.sampler.engine.adaptive import Rule
-from infgrpo.sampler.schedule.sequence import Sequence
+from infgrpo.sampler.engine.adaptive import Judge, Rule
 from infgrpo.settings import ConfigError, check_types
 
 DownSample = Literal["max_variance"]
@@ -85,16 +83,10 @@ class AdaptiveGroupsConfig:
             )
         return budget
 
-    def spec(
-        self,
-        spread: Callable[[int, list[Sequence]], bool],
-        select: Callable[[int, list[Sequence], int], list[int]],
-        level: Callable[[int], float],
-        group_size: int,
-        batch_size: int,
-    ) -> AdaptiveSpec:
-        """The engine's :class:`~infgrpo.sampler.AdaptiveSpec` for a step of ``batch_size`` prompts."""
+    def spec(self, judge: Judge, group_size: int, batch_size: int) -> AdaptiveSpec:
+        """The engine's :class:`~infgrpo.sampler.AdaptiveSpec` for a step of ``batch_size`` prompts, judged by
+        ``judge`` (:class:`~infgrpo.training.judged_rollout.GroupJudge`: spread, level, select)."""
         return AdaptiveSpec(
-            spread, select, self.max_samples_per_prompt, self.budget(batch_size, group_size), self.rule,
-            self.extend_by or group_size, level,
+            judge, self.max_samples_per_prompt, self.budget(batch_size, group_size), self.rule,
+            self.extend_by or group_size,
         )  # fmt: skip

@@ -29,7 +29,6 @@ from infgrpo.training.scoring import Scores
 
 CRITERIA = Registry("dynamic_sampling.criterion")
 """Whether a scored group carries a gradient: ``criterion(scores) -> bool`` on the group's :class:`Scores`."""
-WARN_AFTER = 3  # consecutive capped steps before the warning
 
 
 class CriterionError(ValueError):

@@ -3,10 +3,12 @@
     rollout = JudgedRollout(dynamic_config, adaptive_config, sampler, scorer, group_size=8, accuracy="synthetic")
     rollouts, scores, items = rollout(batch, seed, datamodule, ranks)
 
-:class:`GroupJudge` scores a group the moment its last queued sample ends (every sample so far: a group that
-grows is judged again), says whether it has a spread (``dynamic_sampling.criterion``), picks the samples a grown
-group trains on (:func:`~infgrpo.algo.down_sample.max_variance_subset` of its rewards) and keeps the scores, so
-the step's :class:`~infgrpo.training.scoring.Scores` are those the judge computed, never a second scoring.
+:class:`GroupJudge` is the one object the engine asks about groups (spread, level, select). It scores a group the
+moment its last queued sample ends (every sample so far: a group that grows is judged again), says whether it has
+a spread (``dynamic_sampling.criterion``), picks the samples a grown group trains on
+(:func:`~infgrpo.algo.down_sample.max_variance_subset` of its rewards) and keeps the scores and its picks, so the
+step's :class:`~infgrpo.training.scoring.Scores` are those the judge computed, of the rows it chose: never a second
+scoring, and nothing mapped back from the sampler.
 See :mod:`infgrpo.training.dynamic` (what a step means with dynamic sampling) and
 :mod:`infgrpo.training.adaptive` (adaptive groups, and the combination).
 """
@@ -23,7 +25,7 @@ import torch
 from infgrpo.algo.down_sample import max_variance_subset
 from infgrpo.rewards import correct_answers
 from infgrpo.runtime.ranks import Ranks
-from infgrpo.sampler import DynamicSpec, DynamicSummary, MicroGroupSampler, Rollouts
+from infgrpo.sampler import AdaptiveSummary, DynamicSpec, DynamicSummary, MicroGroupSampler, Rollouts
 from infgrpo.sampler.schedule.sequence import Sequence
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.dynamic import DynamicSamplingConfig, judge, resolve_criterion
@@ -58,7 +60,8 @@ def take_scores(scores: Scores, rows: list[int]) -> Scores:
 
 
 class GroupJudge:
-    """Scores each ended group of one rollout and remembers it (see the module docstring).
+    """Scores each ended group of one rollout and remembers it, and the samples it picked of a grown group (see the
+    module docstring; the engine's :class:`~infgrpo.sampler.engine.adaptive.Judge`).
 
     ``items`` grows as the rollout draws prompts (position -> the data module's item).
     """
@@ -66,8 +69,9 @@ class GroupJudge:
     def __init__(self, scorer: Scorer, criterion: str, items: list[dict]) -> None:
         self.scorer, self.name, self.criterion, self.items = scorer, criterion, resolve_criterion(criterion), items
         self.scored: dict[int, Scores] = {}
+        self.picked: dict[int, list[int]] = {}  # position -> the samples of its grown group the step trains on
 
-    def __call__(self, position: int, group: list[Sequence]) -> bool:
+    def spread(self, position: int, group: list[Sequence]) -> bool:
         """Scores the group of the ``position``-th prompt (every sample, in sample order); whether it has a spread."""
         item = self.items[position]
         one = Rollouts(
@@ -78,17 +82,20 @@ class GroupJudge:
         return judge(self.criterion, self.name, self.scored[position])  # a CriterionError unless a bool
 
     def select(self, position: int, group: list[Sequence], m: int) -> list[int]:
-        """The ``m`` samples of a grown group with the largest reward variance (PODS)."""
-        return max_variance_subset(self.scored[position].total[: len(group)], m)
+        """The ``m`` samples of a grown group with the largest reward variance (PODS), remembered for the scores."""
+        picked = max_variance_subset(self.scored[position].total[: len(group)], m)
+        self.picked[position] = sorted(picked)
+        return picked
 
     def level(self, position: int) -> float:
         """The reward a stalled group's samples share (rounded: the value rule's prior key)."""
         return round(float(self.scored[position].total.nanmean()), 3)
 
-    def trained(self, positions: list[int], sample_ids: list[int], group_size: int) -> Scores:
-        """The scores of the rows the step trains on: ``group_size`` samples (``sample_ids``) of each position."""
-        rows = [sample_ids[k * group_size : (k + 1) * group_size] for k in range(len(positions))]
-        return concat_scores([take_scores(self.scored[p], r) for p, r in zip(positions, rows, strict=True)])
+    def trained(self, positions: list[int], group_size: int) -> Scores:
+        """The scores of the rows the step trains on, prompt-major: of each position, the samples :meth:`select`
+        picked (a grown group with a spread), else its first ``group_size``."""
+        first = list(range(group_size))
+        return concat_scores([take_scores(self.scored[p], self.picked.get(p, first)) for p in positions])
 
     def found(self, positions: list[int], group_size: int, accuracy: str | None) -> dict[str, float]:
         """``adaptive/*`` from the rewards: of the prompts whose first ``group_size`` samples held no right answer,
@@ -141,9 +148,7 @@ class JudgedRollout:
         """The rollout of this rank's share, its scores and its items (the prompts trained on, in order)."""
         items: list[dict] = [] if self.dynamic.enabled else list(batch)
         judge = GroupJudge(self.scorer, self.dynamic.criterion, items)
-        grow = None
-        if self.adaptive.enabled:
-            grow = self.adaptive.spec(judge, judge.select, judge.level, self.g, len(batch))
+        grow = self.adaptive.spec(judge, self.g, len(batch)) if self.adaptive.enabled else None
         if self.dynamic.enabled:
             cap = self.dynamic.cap(len(batch))
 
@@ -152,7 +157,7 @@ class JudgedRollout:
                     items.append(item)
                     yield item["prompt_ids"]
 
-            spec = DynamicSpec(len(batch), cap, judge, scheme=self.dynamic.scheme, round_size=len(batch))
+            spec = DynamicSpec(len(batch), cap, judge.spread, scheme=self.dynamic.scheme, round_size=len(batch))
             rollouts = self.sampler.sample_dynamic(
                 source(), self.g, seed, spec, datamodule.longest_prompt(), prompt_offset=ranks.rank * cap,
                 ranks=ranks, adaptive=grow,
@@ -163,11 +168,10 @@ class JudgedRollout:
             prompts, offset = [b["prompt_ids"] for b in batch], ranks.prompt_offset(len(batch))
             rollouts = self.sampler.sample(prompts, self.g, seed, prompt_offset=offset, ranks=ranks, adaptive=grow)
             chosen = list(range(len(batch)))
-        if grow is not None:
+        if rollouts.adaptive is not None:
             rollouts.stats.update(judge.found(chosen, self.g, self.accuracy))
-            self.warn_if_never_rescued(rollouts.stats)
-        scores = judge.trained(chosen, rollouts.sample_ids, self.g)
-        return rollouts, scores, [items[i] for i in chosen]
+            self.warn_if_never_rescued(rollouts.adaptive)
+        return rollouts, judge.trained(chosen, self.g), [items[i] for i in chosen]
 
     def warn_if_capped(self, found: DynamicSummary, cap: int) -> None:
         """Warns once the cap was hit :data:`WARN_AFTER` steps in a row (a reward that rarely varies)."""
@@ -181,14 +185,13 @@ class JudgedRollout:
                 stacklevel=3,
             )
 
-    def warn_if_never_rescued(self, stats: dict[str, Any]) -> None:
+    def warn_if_never_rescued(self, grew: AdaptiveSummary) -> None:
         """Warns once when groups were extended :data:`WARN_AFTER` steps in a row and none found a spread: the
         extensions cost samples and gave nothing (a reward that never varies, or prompts far too hard)."""
-        extended, rescued = stats.get("adaptive/groups_extended", 0), stats.get("adaptive/groups_rescued", 0)
-        if rescued or not extended:
-            self.unrescued = [] if rescued else self.unrescued
+        if grew.groups_rescued or not grew.groups_extended:
+            self.unrescued = [] if grew.groups_rescued else self.unrescued
             return
-        self.unrescued.append((extended, stats.get("adaptive/extension_samples", 0)))
+        self.unrescued.append((grew.groups_extended, grew.extension_samples))
         if len(self.unrescued) == WARN_AFTER:
             groups, samples = (sum(x) for x in zip(*self.unrescued, strict=True))
             warnings.warn(

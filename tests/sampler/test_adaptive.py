@@ -13,8 +13,8 @@ from infgrpo import MicroGroupSampler, SamplerConfig
 from infgrpo.data.datamodule import encode_prompt, load_rows
 from infgrpo.rewards.synthetic import synthetic_reward
 from infgrpo.sampler import AdaptiveSpec, DynamicSpec
-from infgrpo.sampler.engine.adaptive import RescueRates, rescue_chance
 from infgrpo.sampler.engine.dynamic import InformativeRate
+from infgrpo.sampler.engine.rescue_rates import RescueRates, rescue_chance
 from tests.sampler.test_oom_backoff import memory_limit
 
 G, CAP = 4, 24
@@ -27,8 +27,8 @@ def task(tokenizer):
 
 
 class Judge:
-    """The synthetic reward: spread = rewards not all equal; select = the first right and wrong samples; records
-    every judgement."""
+    """The synthetic reward: spread = rewards not all equal; one reward level; select = the first right and wrong
+    samples; records every judgement."""
 
     def __init__(self, tokenizer, rows, never=False):
         self.tokenizer, self.rows, self.never = tokenizer, rows, never
@@ -44,6 +44,9 @@ class Judge:
         self.calls.append((i, len(group), spread))
         return spread
 
+    def level(self, i):
+        return "all"
+
     def select(self, i, group, m):
         r = self.rewards(i, group)
         best = [j for j in range(len(r)) if r[j] == max(r)]
@@ -53,7 +56,7 @@ class Judge:
 
     def spec(self, **kw):
         kw = {"max_samples_per_prompt": CAP, "max_samples_per_step": 96, **kw}
-        return AdaptiveSpec(self.spread, self.select, **kw)
+        return AdaptiveSpec(self, **kw)
 
 
 def sampler(model, tokenizer, **cfg):
@@ -117,6 +120,20 @@ def test_the_rescue_chance_matches_the_beta_binomial_by_simulation():
     rates.observe({"0.0": (40, 4)})
     a, b = rates.prior(0.0)
     assert a / (a + b) == pytest.approx(4.5 / 41) and rates.prior(1.0) == (0.5, 0.5)
+
+
+def test_the_sampler_learns_each_rollouts_rescue_counts_once_and_the_summary_is_typed(tiny_model, tokenizer, task):
+    judge = Judge(tokenizer, task[0], never=True)  # every group grows to its cap of 12: 8 extension samples each
+    s = sampler(tiny_model, tokenizer)
+    out = s.sample(task[1], G, seed=3, adaptive=judge.spec(max_samples_per_prompt=12))
+    grew = out.adaptive
+    assert grew.groups_stalled == grew.groups_extended == 8 and grew.groups_rescued == 0
+    assert grew.extension_samples == 8 * (12 - G) and grew.samples_per_prompt_max == 12 and grew.budget_used == 1.0
+    assert {k: v for k, v in out.stats.items() if k.startswith("adaptive/")} == grew.stats()
+    assert s.rescue.drawn == {"all": 64.0} and s.rescue.found == {"all": 0.0}  # observed once, by the sampler
+    s.sample(task[1], G, seed=4, adaptive=judge.spec(max_samples_per_prompt=12))
+    assert s.rescue.drawn == {"all": 64.0 * s.rescue.decay + 64.0}
+    assert s.sample(task[1], G, seed=3).adaptive is None
 
 
 def test_the_slot_pool_bounds_memory_whatever_the_cap(tiny_model, tokenizer, task):
@@ -220,7 +237,7 @@ def test_a_reward_that_never_varies_warns_once_after_three_steps_of_extensions_w
         trainer(tmp_path, 3, enable_checkpointing=False).fit(
             module, PromptDataModule(path="tiny", batch_size=2, eval_split=None)
         )
-    assert module.dynamic.unrescued and len(module.dynamic.unrescued) == 3
+    assert module.judged.unrescued and len(module.judged.unrescued) == 3
 
 
 @pytest.mark.parametrize("rule", ["uniform", "value"])

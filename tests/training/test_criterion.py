@@ -61,4 +61,4 @@ def test_the_judge_of_a_rollout_names_the_criterion_of_the_settings():
     group = [Sequence(0, j, token_ids=[5, 6], logprobs=[-1.0, -1.0], finish_reason="stop") for j in range(2)]
     judge_ = GroupJudge(scorer, f"{__name__}:says_no", items)
     with pytest.raises(CriterionError, match=rf"criterion '{__name__}:says_no' returned str 'no'"):
-        judge_(0, group)
+        judge_.spread(0, group)

@@ -1,14 +1,15 @@
 """Adaptive groups: a prompt whose samples ended without a reward spread gets more samples, inside the slot pool.
 
-    spec = AdaptiveSpec(spread=judge, select=pick, max_samples_per_prompt=64, max_samples_per_step=256)
-    feed = AdaptiveBatch(prompts, group_size=8, seed=0, spec=spec)       # or adaptive_dynamic_feed(...)
+    spec = AdaptiveSpec(judge, max_samples_per_prompt=64, max_samples_per_step=256)  # judge: spread, level, select
+    feed = FixedBatch(prompts, group_size=8, seed=0, grow=Extensions(spec, rates))    # or DrawAndJudge(..., grow=)
     stats = engine.run(feed, num_slots=16)
     feed.rows(i)                                 # the group_size samples of prompt i the step trains on
+    feed.grow.summary()                          # an AdaptiveSummary; rates.observe(feed.grow.counts) learns
 
 GRPO learns nothing from a group whose rewards are all equal (advantage 0). On a hard prompt (success rate
 p = 0.5%), a group of 8 is almost always all wrong, while 64 samples hold a right answer 27% of the time and
-256 samples 72%. A prompt starts with ``group_size`` samples; when its group ends, ``spec.spread`` judges it
-(the caller scores it, as dynamic sampling does); a group with no spread is **stalled** and may be extended:
+256 samples 72%. A prompt starts with ``group_size`` samples; when its group ends, ``spec.judge.spread`` judges
+it (the caller scores it, as dynamic sampling does); a group with no spread is **stalled** and may be extended:
 more samples of the same prompt, sample indices continuing (sample j keeps the stream (seed, i, j, t), so a
 completion does not depend on when or whether the prompt was extended), queued when slots free up, beside the
 other prompts' samples (no round barrier). A group stops growing when it has a spread (**rescued** if it had
@@ -18,54 +19,65 @@ spent. The prompt's K/V are not kept between its group's end and its extension: 
 prompt again (batched with the other prompts admitted with it), a prompt's length in prefill tokens per
 extension, against ``extend_by`` completions decoded.
 
+Growth is a component of a feed (its ``grow``: :class:`Extensions`), not a kind of feed: the fixed batch grows
+its stalled groups and trains on every prompt; draw-and-judge (dynamic sampling) grows them first and drops one
+still without spread when it cannot grow, its place going to a new prompt.
+
 Who gets the next samples (``rule``), asked each time free slots would otherwise wait:
 
 - ``uniform``: the stalled groups in the order they stalled (a group extended and stalled again goes last).
 - ``value``: the stalled group with the largest expected rescue per decoded token,
   ``v_i = P_i(k) / (k * L_i)``, with ``k`` the samples the extension adds, ``L_i`` the mean length of the
   group's finished samples (the best estimate of its cost we have: the same prompt, the current policy) and
-  ``P_i(k)`` the chance that ``k`` more samples contain one whose reward differs, after ``n_i`` that all agree:
-  under a Beta(a, b) prior on the rate ``q`` at which a sample of that prompt differs from its stalled value,
-  ``P_i(k) = 1 - E[(1 - q)^k | n_i agree] = 1 - B(a, b + n_i + k) / B(a, b + n_i)``. The prior is the rescue
-  rate observed so far for groups stalled at the same reward level (e.g. all wrong vs all right: how often an
-  extension of such a group found a differing sample, per sample drawn), ``a = s * r``, ``b = s * (1 - r)``
-  with strength ``s`` = :data:`PRIOR_STRENGTH`; before any was observed, Jeffreys' Beta(1/2, 1/2). It spends
-  the budget where a rescue is likeliest per token: short prompts before long ones, groups stalled few times
-  before groups stalled often, and reward levels that get rescued before levels that never do.
+  ``P_i(k)`` the chance that ``k`` more samples contain one whose reward differs, after ``n_i`` that all agree,
+  under a Beta prior: the rescue rate observed so far for groups stalled at the same reward level
+  (``judge.level``; :mod:`infgrpo.sampler.engine.rescue_rates`). It spends the budget where a rescue is likeliest
+  per token: short prompts before long ones, groups stalled few times before groups stalled often, and reward
+  levels that get rescued before levels that never do.
 - ``value_or_draw`` (with dynamic sampling): ``value``, and a stalled group is given up (dropped, its place
-  going to a new prompt) when its ``v_i`` is below a fresh draw's, ``d = rate / (group_size * L)``, with
-  ``rate`` the informative share of fresh groups (dynamic sampling's learned estimate) and ``L`` the mean
-  length of the rollout's ended samples: the next samples go to the likelier gradient per token, an extension
-  or a new prompt. Without a prompt to draw (no dynamic sampling, the source or ``max_prompts`` spent, the
-  budget short of a group) it is ``value``.
+  going to a new prompt) when its ``v_i`` is below a fresh draw's (the feed's :meth:`Feed.draw_value
+  <infgrpo.sampler.engine.feed.Feed.draw_value>`): the next samples go to the likelier gradient per token, an
+  extension or a new prompt. Without a prompt to draw (no dynamic sampling, the source or ``max_prompts``
+  spent, the budget short of a group) it is ``value``.
 
-The update trains on ``group_size`` samples of every prompt (:meth:`rows`): all of them when the group did not
-grow, else ``spec.select``'s choice (the caller's PODS rule: the subset of largest reward variance).
+The update trains on ``group_size`` samples of every prompt (:meth:`Extensions.rows`): all of them when the group
+did not grow, else ``judge.select``'s choice (the caller's PODS rule: the subset of largest reward variance).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Hashable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from infgrpo.sampler.engine.dynamic import DrawAndJudge, DynamicSpec
-from infgrpo.sampler.engine.feed import FixedBatch
+from infgrpo.sampler.engine.rescue_rates import RescueRates, rescue_chance
 from infgrpo.sampler.schedule.sequence import Sequence
 
+if TYPE_CHECKING:
+    from infgrpo.sampler.engine.feed import Feed
+
 Rule = Literal["uniform", "value", "value_or_draw"]
-PRIOR_STRENGTH = 2.0  # the prior's weight in samples: a weak prior, the prompt's own samples soon dominate
+
+
+class Judge(Protocol):
+    """The caller's judge of ended groups: it scores them (the engine knows no rewards)."""
+
+    def spread(self, i: int, group: list[Sequence]) -> bool:
+        """Whether the ended samples of prompt ``i`` (every one so far, in sample order) have a reward spread."""
+
+    def level(self, i: int) -> Hashable:
+        """The reward level prompt ``i`` stalled at (the key of its rescue prior)."""
+
+    def select(self, i: int, group: list[Sequence], m: int) -> list[int]:
+        """The ``m`` samples (indices into ``group``) of a grown group with a spread that the step trains on."""
 
 
 @dataclass
 class AdaptiveSpec:
-    """How adaptive groups grow, and how the caller judges and selects (see the module docstring)."""
+    """How adaptive groups grow, and who judges them (see the module docstring)."""
 
-    spread: Callable[[int, list[Sequence]], bool]
-    """``spread(i, group)``: whether the ended samples of prompt ``i`` have a reward spread."""
-    select: Callable[[int, list[Sequence], int], list[int]]
-    """``select(i, group, m)``: the ``m`` samples (indices into ``group``) the step trains on."""
+    judge: Judge
+    """Says whether an ended group has a spread, the level it stalled at, and which samples of a grown group train."""
     max_samples_per_prompt: int
     """Most samples of one prompt (>= the group size)."""
     max_samples_per_step: int
@@ -73,79 +85,65 @@ class AdaptiveSpec:
     rule: Rule = "value"
     extend_by: int = 0
     """Samples an extension adds (0: the group size)."""
-    level: Callable[[int], Hashable] | None = None
-    """``level(i)``: the reward level prompt ``i`` stalled at (its rule-``value`` prior's key); None: one prior."""
-    rates: RescueRates | None = None
-    """The rescue rates observed in earlier rollouts (the sampler keeps them across rollouts)."""
+
+    def max_sequences(self, prompts: int) -> int:
+        """The most sequences a rollout of at most ``prompts`` prompts can hold."""
+        return min(prompts * self.max_samples_per_prompt, self.max_samples_per_step)
 
 
 @dataclass
-class RescueRates:
-    """Per reward level, the samples drawn by extensions of stalled groups and the extensions that found a spread,
-    as sums decaying by ``decay`` per rollout (the value rule's prior; checkpointed)."""
+class AdaptiveSummary:
+    """What adaptive groups did in a rollout (``Rollouts.adaptive``; also logged as ``adaptive/<field>``)."""
 
-    drawn: dict[str, float] = field(default_factory=dict)
-    found: dict[str, float] = field(default_factory=dict)
-    decay: float = 0.8
+    samples_per_prompt_mean: float
+    samples_per_prompt_max: int
+    groups_stalled: int
+    """Groups without a spread at ``group_size``."""
+    groups_extended: int
+    groups_rescued: int
+    """Stalled groups that found a spread by extension."""
+    extension_samples: int
+    """Samples beyond the first ``group_size`` of each prompt."""
+    extension_tokens: int
+    budget_used: float
+    """Samples fed / ``max_samples_per_step``."""
+    cancelled_samples: int
+    cancelled_tokens: int
 
-    def prior(self, level: Hashable) -> tuple[float, float]:
-        """Beta(a, b) on the rate a sample differs from a group stalled at ``level``: Jeffreys' before any data."""
-        key = str(level)
-        if self.drawn.get(key, 0.0) <= 0.0:
-            return 0.5, 0.5
-        rate = (self.found[key] + 0.5) / (self.drawn[key] + 1.0)
-        return PRIOR_STRENGTH * rate, PRIOR_STRENGTH * (1.0 - rate)
-
-    def observe(self, counts: dict[str, tuple[int, int]]) -> None:
-        """One rollout's ``{level: (samples drawn by extensions, extensions that found a spread)}``."""
-        for key in set(self.drawn) | set(counts):
-            drawn, found = counts.get(key, (0, 0))
-            self.drawn[key] = self.drawn.get(key, 0.0) * self.decay + drawn
-            self.found[key] = self.found.get(key, 0.0) * self.decay + found
-
-    def state_dict(self) -> dict[str, Any]:
-        """The decayed sums."""
-        return {"drawn": dict(self.drawn), "found": dict(self.found)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict`."""
-        self.drawn = {k: float(v) for k, v in state["drawn"].items()}
-        self.found = {k: float(v) for k, v in state["found"].items()}
-
-
-def log_beta(a: float, b: float) -> float:
-    """log B(a, b)."""
-    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
-
-
-def rescue_chance(n: int, k: int, a: float, b: float) -> float:
-    """``P(k)``: the chance that ``k`` more samples hold one that differs after ``n`` agreed, under Beta(a, b)."""
-    return 1.0 - math.exp(log_beta(a, b + n + k) - log_beta(a, b + n))
+    def stats(self) -> dict[str, Any]:
+        """The counters as ``adaptive/<field>`` statistics."""
+        return {f"adaptive/{k}": v for k, v in asdict(self).items()}
 
 
 class Extensions:
-    """The extension bookkeeping of one rollout: stalled groups, the budget, the allocation rule, the counters.
+    """The growth of one rollout's stalled groups: the stalled groups, the budget, the rule, the counters.
 
-    A feed calls :meth:`ended` when a group ends (returns whether it is stalled and may grow), :meth:`top_up`
-    at admission (queues extensions while free slots would otherwise wait) and :meth:`rows` at the end.
+    A feed holds one as its ``grow`` (it calls :meth:`attach` with itself), calls :meth:`ended` when a group ends
+    (True: stalled and waiting to grow), :meth:`top_up` at admission (queues extensions while free slots would
+    otherwise wait) and :meth:`rows` at the end. It answers ``given_up(i)`` (a stalled group that will not grow)
+    and ``draw_value()`` (what a fresh prompt is worth, for ``value_or_draw``). ``rates`` are read, never
+    written: the sampler observes :attr:`counts` once the rollout is over.
     """
 
-    def __init__(
-        self, feed: FixedBatch | DrawAndJudge, spec: AdaptiveSpec, give_up: Callable[[int], None] | None = None
-    ) -> None:
-        if spec.max_samples_per_prompt < feed.group_size:
-            raise ValueError(
-                f"max_samples_per_prompt={spec.max_samples_per_prompt} must be >= group_size={feed.group_size}"
-            )
-        self.feed, self.spec, self.give_up = feed, spec, give_up
-        self.extend_by = spec.extend_by or feed.group_size
-        self.rates = spec.rates if spec.rates is not None else RescueRates()
+    def __init__(self, spec: AdaptiveSpec, rates: RescueRates | None = None) -> None:
+        self.spec = spec
+        self.rates = rates if rates is not None else RescueRates()
+        self.feed: Feed | None = None
+        self.extend_by = spec.extend_by
         self.stalled: list[int] = []  # groups waiting for an extension, in stall order
         self.spread: dict[int, bool] = {}  # each ended group's last judgement
         self.stalled_at_g: set[int] = set()  # groups without spread at group_size
         self.extensions: dict[int, int] = {}  # prompt -> extensions queued
         self.pending: dict[int, int] = {}  # prompt -> samples of its running extension (its judgement counts them)
         self.counts: dict[str, tuple[int, int]] = {}  # level -> (extension samples drawn, extensions that found)
+
+    def attach(self, feed: Feed) -> None:
+        """The feed whose groups grow; a ValueError when a prompt's cap cannot hold its first group."""
+        if self.spec.max_samples_per_prompt < feed.group_size:
+            raise ValueError(
+                f"max_samples_per_prompt={self.spec.max_samples_per_prompt} must be >= group_size={feed.group_size}"
+            )
+        self.feed, self.extend_by = feed, self.spec.extend_by or feed.group_size
 
     # -- the budget -----------------------------------------------------------------------------
     def samples(self) -> int:
@@ -164,7 +162,7 @@ class Extensions:
     # -- what the feed calls ----------------------------------------------------------------------
     def ended(self, i: int) -> bool:
         """Judges prompt ``i``'s ended group; True when it is stalled and queued for an extension."""
-        spread = bool(self.spec.spread(i, self.feed.groups[i]))
+        spread = bool(self.spec.judge.spread(i, self.feed.groups[i]))
         self.spread[i] = spread
         if i in self.pending:  # an extension ended: did it find a spread?
             key = self.level_key(i)
@@ -186,8 +184,7 @@ class Extensions:
         """Stalled groups without room (the budget is spent) are given up: the feed hears of each."""
         for i in [i for i in self.stalled if self.room(i) == 0]:
             self.stalled.remove(i)
-            if self.give_up is not None:
-                self.give_up(i)
+            self.feed.given_up(i)
 
     def top_up(self) -> None:
         """Queues extensions by the rule while free slots would otherwise wait."""
@@ -198,8 +195,8 @@ class Extensions:
                 return
             i = self.pick()
             self.stalled.remove(i)
-            if self.give_up is not None and self.drawing_beats(i):
-                self.give_up(i)
+            if self.drawing_beats(i):
+                self.feed.given_up(i)
                 continue
             k = min(self.extend_by, self.room(i))
             new = self.feed.add_samples(i, k)
@@ -224,16 +221,14 @@ class Extensions:
     def drawing_beats(self, i: int) -> bool:
         """Rule ``value_or_draw``: whether a fresh prompt's group is likelier to carry a gradient per decoded token
         than extending prompt ``i`` (False where no prompt can be drawn now)."""
-        feed = self.feed
-        if self.spec.rule != "value_or_draw" or not isinstance(feed, DrawAndJudge) or not feed.may_draw():
+        if self.spec.rule != "value_or_draw":
             return False
-        ended = [len(s) for group in feed.groups for s in group if s.finish_reason is not None]
-        mean_length = max(1.0, sum(ended) / max(len(ended), 1))
-        return self.value(i) < feed.spec.informative_rate / (feed.group_size * mean_length)
+        fresh = self.feed.draw_value()
+        return fresh is not None and self.value(i) < fresh
 
     def level_key(self, i: int) -> str:
         """The reward level prompt ``i`` stalled at (the prior's key)."""
-        return str(self.spec.level(i)) if self.spec.level is not None else "all"
+        return str(self.spec.judge.level(i))
 
     def rows(self, i: int) -> list[Sequence]:
         """The ``group_size`` samples of prompt ``i`` the step trains on (ascending sample index)."""
@@ -243,122 +238,26 @@ class Extensions:
             return group
         if len(ended) < g:  # cancelled mid-extension: the first group_size ended samples are at least g
             ended = group[:g]
-        picked = sorted(self.spec.select(i, ended, g)) if self.spread.get(i) else list(range(g))
+        picked = sorted(self.spec.judge.select(i, ended, g)) if self.spread.get(i) else list(range(g))
         return [ended[j] for j in picked]
 
-    def finish(self) -> None:
-        """The rollout is over: its rescue counts join the rates."""
-        self.rates.observe(self.counts)
-
-    def stats(self) -> dict[str, Any]:
-        """``adaptive/*`` counters: samples per prompt, extended and rescued groups, extension samples and
-        tokens, the budget used, cancelled samples."""
+    # -- what the rollout found -----------------------------------------------------------------
+    def summary(self) -> AdaptiveSummary:
+        """Samples per prompt, stalled, extended and rescued groups, extension samples and tokens, the budget used,
+        cancelled samples (a pure read: call it as often as you like)."""
         feed, g = self.feed, self.feed.group_size
         sizes = [len(group) for group in feed.groups]
         extra = [s for group in feed.groups for s in group[g:]]
         cancelled = [s for group in feed.groups for s in group if s.finish_reason is None]
-        rescued = [i for i in self.stalled_at_g if self.spread.get(i)]
-        return {
-            "adaptive/samples_per_prompt_mean": sum(sizes) / max(len(sizes), 1),
-            "adaptive/samples_per_prompt_max": max(sizes, default=0),
-            "adaptive/groups_stalled": len(self.stalled_at_g),
-            "adaptive/groups_extended": len(self.extensions),
-            "adaptive/groups_rescued": len(rescued),
-            "adaptive/extension_samples": len(extra),
-            "adaptive/extension_tokens": sum(len(s) for s in extra),
-            "adaptive/budget_used": sum(sizes) / self.spec.max_samples_per_step,
-            "adaptive/cancelled_samples": len(cancelled),
-            "adaptive/cancelled_tokens": sum(len(s) for s in cancelled),
-        }
-
-    def rescued(self) -> list[int]:
-        """The prompts without a spread at ``group_size`` that got one by extension."""
-        return sorted(i for i in self.stalled_at_g if self.spread.get(i))
-
-
-class AdaptiveBatch(FixedBatch):
-    """A fixed batch whose stalled groups grow (see the module docstring); every prompt is trained on."""
-
-    def __init__(
-        self,
-        prompts: list[list[int]],
-        group_size: int,
-        seed: int,
-        spec: AdaptiveSpec,
-        predicted_lengths: list[float] | None = None,
-        prompt_offset: int = 0,
-    ) -> None:
-        super().__init__(prompts, group_size, seed, predicted_lengths, prompt_offset)
-        self.max_sequences = min(len(prompts) * spec.max_samples_per_prompt, spec.max_samples_per_step)
-        self.extensions = Extensions(self, spec)
-
-    def group_ended(self, i: int) -> None:
-        """Judges the group; a stalled one waits for an extension."""
-        self.extensions.ended(i)
-
-    def top_up(self) -> None:
-        """Extensions, while free slots would otherwise wait."""
-        self.extensions.top_up()
-
-    def done(self) -> bool:
-        """Every queued sample ended and no stalled group can grow."""
-        return super().done() and not self.extensions.extendable()
-
-    def rows(self, i: int) -> list[Sequence]:
-        """The ``group_size`` samples of prompt ``i`` the step trains on."""
-        return self.extensions.rows(i)
-
-    def stats(self) -> dict[str, Any]:
-        """``adaptive/*``."""
-        self.extensions.finish()
-        return self.extensions.stats()
-
-
-class AdaptiveDrawAndJudge(DrawAndJudge):
-    """Dynamic sampling with adaptive groups: a group without spread is extended first; one still without spread
-    when it cannot grow (its cap, or the budget) is dropped and its place goes to a new prompt."""
-
-    def __init__(
-        self,
-        source: Iterator[list[int]],
-        group_size: int,
-        seed: int,
-        spec: DynamicSpec,
-        adaptive: AdaptiveSpec,
-        max_prompt_len: int,
-        predict: Callable[[list[int]], float | None] | None = None,
-        prompt_offset: int = 0,
-    ) -> None:
-        super().__init__(source, group_size, seed, spec, max_prompt_len, predict, prompt_offset)
-        self.max_sequences = min(spec.max_prompts * adaptive.max_samples_per_prompt, adaptive.max_samples_per_step)
-        self.extensions = Extensions(self, adaptive, give_up=self.dropped.append)
-
-    def group_ended(self, i: int) -> None:
-        """Kept with a spread; stalled (judged again after its extension) while it can grow; else dropped."""
-        if self.extensions.ended(i):
-            return
-        (self.kept if self.extensions.spread[i] else self.dropped).append(i)
-
-    def top_up(self) -> None:
-        """Extensions first, then new prompts by the draw rule (stalled groups count as in flight), while free
-        slots would otherwise wait and the budget holds a whole group."""
-        self.extensions.top_up()
-        super().top_up()
-
-    def can_draw(self) -> bool:
-        """The step's budget holds one more group."""
-        return self.extensions.budget_left() >= self.group_size
-
-    def trained(self) -> list[int]:
-        """As dynamic sampling's, once the stalled groups that cannot grow are dropped."""
-        self.extensions.prune()
-        return super().trained()
-
-    def rows(self, i: int) -> list[Sequence]:
-        """The ``group_size`` samples of prompt ``i`` the step trains on."""
-        return self.extensions.rows(i)
-
-    def stats(self) -> dict[str, Any]:
-        """``dynamic/*`` and ``adaptive/*``."""
-        self.extensions.finish()
-        return {**super().stats(), **self.extensions.stats()}
+        return AdaptiveSummary(
+            samples_per_prompt_mean=sum(sizes) / max(len(sizes), 1),
+            samples_per_prompt_max=max(sizes, default=0),
+            groups_stalled=len(self.stalled_at_g),
+            groups_extended=len(self.extensions),
+            groups_rescued=sum(1 for i in self.stalled_at_g if self.spread.get(i)),
+            extension_samples=len(extra),
+            extension_tokens=sum(len(s) for s in extra),
+            budget_used=sum(sizes) / self.spec.max_samples_per_step,
+            cancelled_samples=len(cancelled),
+            cancelled_tokens=sum(len(s) for s in cancelled),
+        )

@@ -1,7 +1,7 @@
 """Dynamic sampling: the engine draws prompts while it decodes, and replaces the groups that teach nothing.
 
     spec = DynamicSpec(target_groups=4, max_prompts=16, keep=judge)        # judge(i, group) -> informative?
-    feed = dynamic_feed(source, group_size=8, seed=0, spec=spec, max_prompt_len=96)
+    feed = DrawAndJudge(source, group_size=8, seed=0, spec=spec, max_prompt_len=96)   # or Rounds(...)
     stats = engine.run(feed, num_slots=32)
     feed.trained()                      # the draw positions of the groups the step trains on; feed.summary()
 
@@ -23,16 +23,23 @@ prompt):
 At ``max_prompts`` drawn with fewer informative groups than the target, the step trains on the informative
 ones and, for the rest, the groups it dropped last (advantage 0: no gradient, and the update skips them), so
 the loss keeps the normalization of a full batch (``capped``).
+
+With adaptive groups (``grow``, continuous scheme only; :mod:`infgrpo.sampler.engine.adaptive`) a group without
+spread is extended first; one still without spread when it cannot grow (its cap, or the budget) is dropped and
+its place goes to a new prompt, while the step's sample budget holds a whole group.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from infgrpo.sampler.engine.feed import Feed
 from infgrpo.sampler.schedule.sequence import Sequence
+
+if TYPE_CHECKING:
+    from infgrpo.sampler.engine.adaptive import Extensions
 
 Scheme = Literal["continuous", "rounds"]
 
@@ -128,6 +135,7 @@ class DrawAndJudge(Feed):
         spec: the target, the cap and the judge.
         max_prompt_len: the longest prompt ``source`` may yield (a longer one is an error).
         predict: a drawn prompt's predicted completion length (for the length-aware refill policies), or None.
+        grow: adaptive groups: a group without spread grows first, and is dropped only when it cannot grow.
     """
 
     def __init__(
@@ -139,12 +147,11 @@ class DrawAndJudge(Feed):
         max_prompt_len: int,
         predict: Callable[[list[int]], float | None] | None = None,
         prompt_offset: int = 0,
+        grow: Extensions | None = None,
     ) -> None:
         if spec.max_prompts < spec.target_groups:
             raise ValueError(f"max_prompts={spec.max_prompts} must be >= target_groups={spec.target_groups}")
-        super().__init__(
-            group_size, seed, prompt_offset, spec.max_prompts * group_size, max_prompt_len, predict is not None
-        )
+        super().__init__(group_size, seed, prompt_offset, spec.max_prompts, max_prompt_len, predict is not None, grow)
         self.source, self.spec, self.predict = source, spec, predict
         self.kept: list[int] = []
         self.dropped: list[int] = []
@@ -170,8 +177,9 @@ class DrawAndJudge(Feed):
         return len(self.prompts) - len(self.kept) - len(self.dropped)
 
     def top_up(self) -> None:
-        """Draws a prompt while a free slot would otherwise wait and the groups in flight are not expected to be
-        enough: ``kept + rate x in_flight < target``."""
+        """Extensions first (with ``grow``), then draws a prompt while a free slot would otherwise wait and the groups
+        in flight (stalled ones included) are not expected to be enough: ``kept + rate x in_flight < target``."""
+        super().top_up()
         spec, sched = self.spec, self.sched
         while (
             self.may_draw()
@@ -186,13 +194,34 @@ class DrawAndJudge(Feed):
         return not self.exhausted and len(self.prompts) < self.spec.max_prompts and self.can_draw()
 
     def can_draw(self) -> bool:
-        """Whether another prompt may be drawn now (always: the cap is ``max_prompts``)."""
-        return True
+        """Whether another prompt may be drawn now: always without ``grow`` (the cap is ``max_prompts``), with it
+        while the step's sample budget holds one more group."""
+        return self.grow is None or self.grow.budget_left() >= self.group_size
+
+    def draw_value(self) -> float | None:
+        """A fresh prompt's informative groups per decoded token, ``rate / (group_size x L)`` with ``L`` the mean
+        length of the rollout's ended samples; None when no prompt can be drawn now."""
+        if not self.may_draw():
+            return None
+        ended = [len(s) for group in self.groups for s in group if s.finish_reason is not None]
+        mean_length = max(1.0, sum(ended) / max(len(ended), 1))
+        return self.spec.informative_rate / (self.group_size * mean_length)
 
     # -- judging ------------------------------------------------------------------------------
     def group_ended(self, i: int) -> None:
-        """Judges the group: kept or dropped."""
-        (self.kept if self.spec.keep(i, self.groups[i]) else self.dropped).append(i)
+        """Judges the group: kept or dropped; with ``grow``, a group without spread that can grow is stalled (judged
+        again when its extension ends) instead of dropped."""
+        if self.grow is None:
+            informative = self.spec.keep(i, self.groups[i])
+        elif self.grow.ended(i):
+            return
+        else:
+            informative = self.grow.spread[i]
+        (self.kept if informative else self.dropped).append(i)
+
+    def given_up(self, i: int) -> None:
+        """A stalled group that will not grow is dropped."""
+        self.dropped.append(i)
 
     def done(self) -> bool:
         """The target is met."""
@@ -200,7 +229,10 @@ class DrawAndJudge(Feed):
 
     # -- the result ---------------------------------------------------------------------------
     def trained(self) -> list[int]:
-        """The target's informative groups, or at the cap the informative ones and the last dropped, ascending."""
+        """The target's informative groups, or at the cap the informative ones and the last dropped, ascending
+        (stalled groups that cannot grow are dropped first)."""
+        if self.grow is not None:
+            self.grow.prune()
         target = self.spec.target_groups
         selected = self.kept[:target]
         if len(selected) < target:  # capped (or the source ran dry): fill with the groups dropped last
@@ -226,10 +258,6 @@ class DrawAndJudge(Feed):
             cancelled_sequences=sum(1 for i in range(len(tokens)) if i not in judged for s in self.groups[i]),
         )
 
-    def stats(self) -> dict[str, Any]:
-        """``dynamic/*``: :meth:`summary`'s counters."""
-        return self.summary().stats()
-
 
 class Rounds(DrawAndJudge):
     """The ``rounds`` scheme (verl's ``filter_groups``): ``round_size`` prompts decoded to their end and judged,
@@ -247,17 +275,3 @@ class Rounds(DrawAndJudge):
     def done(self) -> bool:
         """The target is met and the round is over."""
         return super().done() and not self.sched.running and not len(self.sched.policy)
-
-
-def dynamic_feed(
-    source: Iterator[list[int]],
-    group_size: int,
-    seed: int,
-    spec: DynamicSpec,
-    max_prompt_len: int,
-    predict: Callable[[list[int]], float | None] | None = None,
-    prompt_offset: int = 0,
-) -> DrawAndJudge:
-    """The feed of ``spec.scheme``: :class:`DrawAndJudge` (``continuous``) or :class:`Rounds`."""
-    cls = Rounds if spec.scheme == "rounds" else DrawAndJudge
-    return cls(source, group_size, seed, spec, max_prompt_len, predict, prompt_offset)
