@@ -122,7 +122,7 @@ class Extensions:
     (True: stalled and waiting to grow), :meth:`top_up` at admission (queues extensions while free slots would
     otherwise wait) and :meth:`rows` at the end. It answers ``given_up(i)`` (a stalled group that will not grow)
     and ``draw_value()`` (what a fresh prompt is worth, for ``value_or_draw``). ``rates`` are read, never
-    written: the sampler observes :attr:`counts` once the rollout is over.
+    written: the sampler observes ``counts`` once the rollout is over.
     """
 
     def __init__(self, spec: AdaptiveSpec, rates: RescueRates | None = None) -> None:
