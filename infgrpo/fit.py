@@ -155,8 +155,8 @@ class GRPOCLI(LightningCLI):
             if config.get("ckpt_path") == "last":
                 config["ckpt_path"] = resolve_last(checkpoint_folders(config["trainer"]))
                 print(f"[infgrpo] --ckpt_path last: resuming from {config['ckpt_path']}", flush=True)
-            check_checkpoint_path(config.get("ckpt_path"), settings)  # a file whose weights fit these settings
-            check_resume(config.get("ckpt_path"), config, settings)  # steps left; the data and groups it resumes
+            state = check_checkpoint_path(config.get("ckpt_path"), settings)  # a file whose weights fit these settings
+            check_resume(config.get("ckpt_path"), state, config, settings)  # steps left; the data and groups it resumes
             check_run_folders(config)
             check_before_loading(config, settings)  # trainer.max_steps, the model's config, the data's first rows
             policy = settings.policy

@@ -128,3 +128,18 @@ def merged(base: dict, **changes) -> dict:
         else:
             out[key] = value
     return out
+
+
+class Loaded(Exception):
+    """The model began to load: every check before loading passed (see :func:`refuse_model_load`)."""
+
+
+def refuse_model_load(monkeypatch, tmp_path):
+    """Makes a run that gets as far as loading the model raise :class:`Loaded`, from ``tmp_path`` (where runs/ of a
+    run that got through would land): for cases that must stop, or warn, before the model loads."""
+
+    def refuse(*args, **kwargs):
+        raise Loaded
+
+    monkeypatch.setattr("infgrpo.module.load_policy", refuse)
+    monkeypatch.chdir(tmp_path)

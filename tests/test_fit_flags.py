@@ -8,25 +8,17 @@ import warnings
 import pytest
 
 from infgrpo.training.trainer_check import world_size
+from tests.helpers import Loaded, refuse_model_load
 from tests.test_fit import ROOT, cli_error
 from tests.test_fit_bad_input import data_folder, own_data
 
 TINY = ["--config", str(ROOT / "configs" / "tiny.yaml"), "--trainer.max_steps", "1"]
 
 
-class Loaded(Exception):
-    """The model began to load: every check before loading passed."""
-
-
 @pytest.fixture(autouse=True)
 def no_model_load(monkeypatch, tmp_path):
     """Each case must stop (or warn) before the model loads; a run that gets there raises :class:`Loaded`."""
-
-    def refuse(*args, **kwargs):
-        raise Loaded
-
-    monkeypatch.setattr("infgrpo.module.load_policy", refuse)
-    monkeypatch.chdir(tmp_path)
+    refuse_model_load(monkeypatch, tmp_path)
 
 
 def jsonl(folder, prompts):

@@ -12,6 +12,7 @@ import torch
 from infgrpo.settings import ConfigError
 from infgrpo.training.checkpoint_folder import check_checkpoint_name
 from infgrpo.training.resume_check import check_data_position
+from tests.helpers import Loaded, refuse_model_load
 from tests.test_fit import ROOT, cli_error
 from tests.test_fit_bad_input import own_data
 
@@ -19,17 +20,10 @@ TINY = ["--config", str(ROOT / "configs" / "tiny.yaml")]
 SAVED_DATA = {"path": "tiny", "config_name": None, "train_split": "train", "train_size": None, "batch_size": 8}
 
 
-class Loaded(Exception):
-    """The model began to load: every check before loading passed."""
-
-
 @pytest.fixture(autouse=True)
 def no_model_load(monkeypatch, tmp_path):
-    def refuse(*args, **kwargs):
-        raise Loaded
-
-    monkeypatch.setattr("infgrpo.module.load_policy", refuse)
-    monkeypatch.chdir(tmp_path)
+    """Each case must stop (or warn) before the model loads; a run that gets there raises :class:`Loaded`."""
+    refuse_model_load(monkeypatch, tmp_path)
 
 
 def checkpoint(path, step=3, group_size=8, consumed=24, **data):

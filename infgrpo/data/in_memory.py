@@ -42,10 +42,15 @@ def dataset_rows(dataset: Any, split: str | None, field: str, missing_ok: bool =
     return rows
 
 
+def held_out_count(rows: int, fraction: float) -> int:
+    """Rows ``eval_fraction`` holds out of ``rows``: ``round(fraction * rows)``, at least 1 (none for 0)."""
+    return max(1, round(fraction * rows)) if fraction else 0
+
+
 def held_out_split(rows: list[dict[str, Any]], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
-    """(training rows, held-out rows): ``round(fraction * len(rows))`` rows (at least 1) drawn with ``seed`` are held
-    out; both keep the file's order. A ConfigError when no training row would be left."""
-    n = max(1, round(fraction * len(rows)))
+    """(training rows, held-out rows): :func:`held_out_count` rows drawn with ``seed`` are held out; both keep the
+    file's order. A ConfigError when no training row would be left."""
+    n = held_out_count(len(rows), fraction)
     if n >= len(rows):
         raise ConfigError(f"data.eval_fraction={fraction} holds out all {len(rows)} rows; no training row is left")
     held = set(random.Random(seed).sample(range(len(rows)), n))

@@ -31,19 +31,21 @@ LAST_NAMES = ("last.ckpt", "last-v*.ckpt")  # ModelCheckpoint's save_last, and i
 LAST_DEPTH = 4  # root/grpo/version_N/checkpoints/last.ckpt: a deeper search could walk a whole home folder
 
 
-def check_checkpoint_path(ckpt_path: str | None, settings: Any = None) -> None:
+def check_checkpoint_path(ckpt_path: str | None, settings: Any = None) -> dict[str, Any] | None:
     """Raises a ConfigError naming ``--ckpt_path`` when it is no file, a file that is not a checkpoint (or one cut
     short), or, given the run's ``settings``, a checkpoint whose weights do not fit the model they build
-    (:func:`~infgrpo.training.checkpoint_fit.checkpoint_mismatch`)."""
+    (:func:`~infgrpo.training.checkpoint_fit.checkpoint_mismatch`). Returns the checkpoint's dictionary (tensors
+    memory-mapped, not read) for the resume checks, or None for a name Lightning resolves, a remote path or a folder
+    (:mod:`infgrpo.training.checkpoint_folder` names a local folder first)."""
     if ckpt_path is None or ckpt_path in LIGHTNING_NAMES or ckpt_path.startswith(LIGHTNING_NAMES[-1] + ":"):
-        return
+        return None
     if "://" in ckpt_path:
-        return
+        return None
     path = Path(ckpt_path).expanduser()
     if not path.exists():
         raise ConfigError(f"--ckpt_path={ckpt_path!r} does not exist (looked at {path.resolve()})")
     if path.is_dir():
-        return  # a sharded (distributed) checkpoint folder: Lightning's strategy reads it
+        return None
     what = "a checkpoint written by Lightning (Trainer.save_checkpoint or ModelCheckpoint, a .ckpt file)"
     if not zipfile.is_zipfile(path):
         raise ConfigError(f"--ckpt_path={ckpt_path!r} {not_an_archive(path, what)}")
@@ -57,6 +59,7 @@ def check_checkpoint_path(ckpt_path: str | None, settings: Any = None) -> None:
     mismatch = checkpoint_mismatch(state.get("hyper_parameters"), settings) if settings is not None else None
     if mismatch is not None:
         raise ConfigError(f"--ckpt_path={ckpt_path!r}: {mismatch}")
+    return state
 
 
 def not_an_archive(path: Path, what: str) -> str:
@@ -76,15 +79,19 @@ def not_an_archive(path: Path, what: str) -> str:
 def find_last_checkpoint(folders: list[Path]) -> Path | None:
     """The newest (by modification time) ``last.ckpt`` in ``folders`` or up to :data:`LAST_DEPTH` levels below them,
     or None when there is none."""
-    found = {
-        path.resolve()
-        for folder in folders
+    found = {path.resolve() for folder in folders for path in files_below(folder.expanduser(), LAST_NAMES)}
+    return max(found, key=lambda path: path.stat().st_mtime, default=None)
+
+
+def files_below(folder: Path, names: tuple[str, ...]) -> set[Path]:
+    """The files matching one of ``names`` (glob patterns) in ``folder`` and up to :data:`LAST_DEPTH` levels below."""
+    return {
+        path
         for depth in range(LAST_DEPTH + 1)
-        for name in LAST_NAMES
-        for path in folder.expanduser().glob("/".join(["*"] * depth + [name]))
+        for name in names
+        for path in folder.glob("/".join(["*"] * depth + [name]))
         if path.is_file()
     }
-    return max(found, key=lambda path: path.stat().st_mtime, default=None)
 
 
 def resolve_last(folders: list[Path]) -> str:
@@ -98,8 +105,7 @@ def resolve_last(folders: list[Path]) -> str:
             "there wrote a checkpoint yet; drop --ckpt_path to start a new run, set trainer.default_root_dir to the "
             "run's folder, or give the checkpoint file"
         )
-    check_checkpoint_path(str(path))
-    return str(path)
+    return str(path)  # checked with the run's settings by the caller, as any --ckpt_path
 
 
 def checkpoint_folders(trainer: Any) -> list[Path]:

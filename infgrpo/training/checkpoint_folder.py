@@ -15,7 +15,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from infgrpo.settings import ConfigError
-from infgrpo.training.checkpoint_check import LAST_DEPTH, LAST_NAMES
+from infgrpo.training.checkpoint_check import LAST_DEPTH, LAST_NAMES, files_below
 
 SHOWN = 4
 """Checkpoints named in the message of a folder (the newest ones)."""
@@ -23,13 +23,7 @@ SHOWN = 4
 
 def checkpoints_in(folder: Path) -> list[Path]:
     """The ``.ckpt`` files in ``folder`` and up to :data:`LAST_DEPTH` levels below it, newest first."""
-    found = {
-        path
-        for depth in range(LAST_DEPTH + 1)
-        for path in folder.glob("/".join(["*"] * depth + ["*.ckpt"]))
-        if path.is_file()
-    }
-    return sorted(found, key=lambda path: path.stat().st_mtime, reverse=True)
+    return sorted(files_below(folder, ("*.ckpt",)), key=lambda path: path.stat().st_mtime, reverse=True)
 
 
 def folder_message(ckpt_path: str, folder: Path) -> str:

@@ -21,8 +21,9 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from infgrpo.data.first_rows import check_first_rows
+from infgrpo.data.in_memory import held_out_count
 from infgrpo.settings import ConfigError
-from infgrpo.training.train_rows import held_out, source_rows, training_rows
+from infgrpo.training.train_rows import source_rows, training_rows
 
 
 def check_system_prompt(data: Mapping[str, Any]) -> None:
@@ -57,7 +58,7 @@ def check_one_batch(data: Mapping[str, Any], world: int) -> None:
             f"data.train_size to >= {size * world}, or {fix}"
         )
     fraction = data.get("eval_fraction") or 0.0
-    held = f" after data.eval_fraction={fraction} holds {held_out(source or 0, fraction)} out" if fraction else ""
+    held = f" after data.eval_fraction={fraction} holds {held_out_count(source or 0, fraction)} out" if fraction else ""
     raise ConfigError(
         f"data.path={data.get('path')!r} has {rows} training rows{held}, fewer than one batch "
         f"({batch_words(data, world)} a step): give more rows, or {fix}"

@@ -1,8 +1,9 @@
 """A resumed run (``--ckpt_path``) compared with its checkpoint before the model loads: steps left, data, groups.
 
-    check_resume(ckpt_path, config, settings)   # a ConfigError, or an ``[infgrpo]`` warning per changed setting
+    check_resume(ckpt_path, state, config, settings)   # a ConfigError, or an ``[infgrpo]`` warning per change
 
-The checkpoint's top level is read through a memory map (no tensor is read): ``global_step``, the module's and the
+``state`` is the checkpoint as :func:`~infgrpo.training.checkpoint_check.check_checkpoint_path` read it (through a
+memory map: no tensor is read); its top level gives ``global_step``, the module's and the
 data module's hyper-parameters (``hyper_parameters``, ``datamodule_hyper_parameters``) and the data module's saved
 position (``PromptDataModule``: the epoch and the prompts of it consumed, in the shuffled order). Then:
 
@@ -21,8 +22,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from infgrpo.settings import ConfigError
 from infgrpo.training.compat_v01 import group_flat_hparams
 from infgrpo.training.train_rows import training_rows
@@ -32,16 +31,6 @@ DATA_IDENTITY = ("path", "config_name", "train_split", "train_size", "eval_fract
 """The data settings that decide which rows are the training rows (and so what the saved position points at)."""
 DATA_STATE = "PromptDataModule"
 """Where Lightning keeps the data module's state in a checkpoint (its class name)."""
-
-
-def read_top(ckpt_path: str) -> Mapping[str, Any] | None:
-    """The checkpoint's dictionary (tensors memory-mapped, not read), or None for a name Lightning resolves or a
-    remote path (``check_checkpoint_path`` has checked a local file already)."""
-    path = Path(ckpt_path).expanduser()
-    if "://" in ckpt_path or not path.is_file():
-        return None
-    state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    return state if isinstance(state, Mapping) else None
 
 
 def check_steps_left(ckpt_path: str, step: Any, max_steps: Any) -> None:
@@ -136,11 +125,10 @@ def check_data_position(
         warnings.warn(f"[infgrpo] {where}: {message}", UserWarning, stacklevel=1)
 
 
-def check_resume(ckpt_path: str | None, config: Any, settings: Any) -> None:
-    """The checks of the module for ``--ckpt_path`` against the parsed ``config`` (trainer, data) and the checked
-    ``settings`` (a ``ModuleSettings``); nothing without a local checkpoint file."""
-    state = read_top(ckpt_path) if ckpt_path is not None else None
-    if state is None:
+def check_resume(ckpt_path: str | None, state: Mapping[str, Any] | None, config: Any, settings: Any) -> None:
+    """The checks of the module for ``--ckpt_path`` (its checkpoint ``state``) against the parsed ``config``
+    (trainer, data) and the checked ``settings`` (a ``ModuleSettings``); nothing without a local checkpoint file."""
+    if ckpt_path is None or state is None:
         return
     check_steps_left(ckpt_path, state.get("global_step"), config["trainer"].get("max_steps"))
     data = config["data"]

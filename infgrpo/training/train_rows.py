@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from infgrpo.assets import TINY_DATA_DIR
+from infgrpo.data.in_memory import held_out_count
 from infgrpo.data.local_files import FILE_TYPES, split_file
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
 from infgrpo.settings import ConfigError
@@ -53,11 +54,6 @@ def file_rows(file: Path) -> int | None:
         return None
 
 
-def held_out(rows: int, fraction: float) -> int:
-    """Rows ``eval_fraction`` holds out of ``rows`` (:func:`~infgrpo.data.in_memory.held_out_split`'s count)."""
-    return max(1, round(fraction * rows)) if fraction else 0
-
-
 def source_rows(data: Mapping[str, Any]) -> int | None:
     """Rows of the training source before ``eval_fraction`` and ``train_size``; None where unknown before loading."""
     if data.get("train_dataset") is not None:
@@ -77,5 +73,5 @@ def training_rows(data: Mapping[str, Any]) -> int | None:
     if rows is None:
         return cap
     if not is_reasoning_gym(data.get("path", "tiny")):
-        rows -= held_out(rows, data.get("eval_fraction") or 0.0)
+        rows -= held_out_count(rows, data.get("eval_fraction") or 0.0)
     return min(rows, cap) if cap is not None else rows
