@@ -52,7 +52,7 @@ from infgrpo.training.output_dir import check_run_folders
 from infgrpo.training.resume_check import check_resume
 from infgrpo.training.setup_check import check_before_loading
 from infgrpo.training.stop_token_check import check_stop_tokens_of
-from infgrpo.training.trainer_check import check_trainer_flags, world_size
+from infgrpo.training.trainer_check import check_sharded_policy, check_trainer_flags, world_size
 from infgrpo.training.trl_names import trl_keys
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -135,6 +135,7 @@ class GRPOCLI(LightningCLI):
         try:  # the machine first: a config written for a GPU names that before anything else
             check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
             check_trainer_flags(config["trainer"])  # strategies, accumulation and clipping GRPOModule cannot take
+            check_sharded_policy(config["trainer"], settings.quantization.load_in_4bit)
         except ConfigError as err:
             self.parser.error(str(err))
         try:

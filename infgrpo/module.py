@@ -36,6 +36,15 @@ from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
 from infgrpo.runtime.memory import PhaseMemory
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.seeds import derive_seed
+from infgrpo.runtime.sharding import (
+    accumulating,
+    full_state,
+    gathered,
+    is_sharded,
+    refresh,
+    shard_model,
+    sync_gradients,
+)
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.sampler.engine.finite import NonFiniteLogitsError
@@ -45,6 +54,7 @@ from infgrpo.training.collapse import CollapseWatch
 from infgrpo.training.divergence import check_update, rollout_divergence
 from infgrpo.training.dynamic import DynamicSamplingConfig
 from infgrpo.training.fit_ranks import trainer_ranks
+from infgrpo.training.fsdp2 import FSDP2Strategy  # noqa: F401 - registers trainer.strategy: fsdp2
 from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
 from infgrpo.training.judged_rollout import JudgedRollout
 from infgrpo.training.metrics import progress_bar, step_metrics
@@ -188,6 +198,25 @@ class GRPOModule(L.LightningModule):
         every = self.settings.logging.log_completions_every_n_steps
         return [CompletionTable(every, self.settings.logging.num_completions_to_log)] if every else []
 
+    def configure_model(self) -> None:
+        """Under a sharding strategy (``trainer.strategy: fsdp2``, Lightning's ``ModelParallelStrategy``): shards the
+        policy, and the frozen reference of full fine-tuning, over the data-parallel mesh (FSDP2: each decoder layer,
+        then the root; see :mod:`infgrpo.runtime.sharding`). Nothing otherwise."""
+        mesh = self._device_mesh
+        if mesh is None or is_sharded(self.policy):
+            return
+        names = mesh.mesh_dim_names or ()
+        if "tensor_parallel" in names and mesh["tensor_parallel"].size() > 1:
+            raise ConfigError(
+                f"trainer.strategy: tensor_parallel_size={mesh['tensor_parallel'].size()} is not supported (infgrpo "
+                "shards data-parallel only); use trainer.strategy: fsdp2, or ModelParallelStrategy with "
+                "tensor_parallel_size: 1 and data_parallel_size: the number of processes"
+            )
+        dp = mesh["data_parallel"] if "data_parallel" in names else mesh
+        shard_model(self.policy, dp, self.policy.dtype)
+        if self.ref_model is not None:
+            shard_model(self.ref_model, dp, self.policy.dtype)
+
     def on_fit_start(self) -> None:
         """Moves the frozen reference (if any) to the module's device, checks every prompt against the context,
         and learns the data-parallel ranks. On a CPU, warns once when the weights' dtype has no native support
@@ -217,7 +246,7 @@ class GRPOModule(L.LightningModule):
         their scores, and the items they belong to: under dynamic sampling the groups kept, drawn from the batch
         and the data module's prompt stream (:mod:`infgrpo.training.dynamic`), else ``batch``."""
         seed = derive_seed(self.settings.seed, self.sampler.calls)  # the same on every rank
-        with self.phase_memory.phase("rollout", self.device):
+        with self.phase_memory.phase("rollout", self.device), gathered(self.policy):  # sharded: full weights
             if self.judged is not None:
                 return self.judged(batch, seed, self.trainer.datamodule, self.ranks)
             offset, prompts = self.ranks.prompt_offset(len(batch)), [b["prompt_ids"] for b in batch]
@@ -244,10 +273,11 @@ class GRPOModule(L.LightningModule):
             advantages = ADVANTAGES.get(s.objective.advantage)(
                 scores.total, s.group_size, s.objective.scale_rewards, batch_rewards=batch_scores.total
             )  # (N,)
-            update = self.updater.run(
-                self.policy, rollouts, advantages, self.manual_backward, self._optimizer_step, self._zero_grad,
-                self.ref_model, self.ranks, self._no_sync,
-            )  # fmt: skip
+            with gathered(self.policy, self.ref_model), accumulating(self.policy):  # sharded: see runtime.sharding
+                update = self.updater.run(
+                    self.policy, rollouts, advantages, self.manual_backward, self._optimizer_step, self._zero_grad,
+                    self.ref_model, self.ranks, self._no_sync,
+                )  # fmt: skip
         check_update(update.stats["loss"], self.policy, s, self.trainer)  # non-finite loss, gradient or weights: stop
         self.updater.observe(self.phase_memory.rise("update"), update)
         times = (rollouts.stats["wall_time_s"], self.phase_memory.seconds("update"))
@@ -266,13 +296,18 @@ class GRPOModule(L.LightningModule):
         return trainer_state(self._trainer)
 
     def _optimizer_step(self) -> None:
-        """Clips the gradient (``max_grad_norm``), steps the optimizer and the learning-rate scheduler."""
+        """Clips the gradient (``max_grad_norm``), steps the optimizer and the learning-rate scheduler. Sharded:
+        first reduce-scatters the accumulated gradients, after the step gathers the new parameters."""
         opt = self.optimizers()
+        if is_sharded(self.policy):
+            sync_gradients(self.policy, self.sampler.pad_id)
         clip = self.settings.optimizer.max_grad_norm
         if clip > 0:
             self.clip_gradients(opt, gradient_clip_val=clip, gradient_clip_algorithm="norm")
         opt.step()
         self.lr_schedulers().step()
+        if is_sharded(self.policy):
+            refresh(self.policy)
 
     def _zero_grad(self) -> None:
         """Drops the gradients (set to None)."""
@@ -286,13 +321,19 @@ class GRPOModule(L.LightningModule):
         if not self.settings.output_dir:
             return
         rescue = Path(self.trainer.log_dir or self.trainer.default_root_dir)  # a collective: on every rank
+        state = full_state(self.policy) if is_sharded(self.policy) else None  # a collective: rank 0 gets it
         if self.trainer.is_global_zero:
             path = resolve_output_dir(self.settings.output_dir, self.trainer.default_root_dir)
             what = "adapter" if self.settings.lora.r else "model"
-            self.rescued_to = write_trained(self.policy, self.tokenizer, path, rescue, what)
+            self.rescued_to = write_trained(self.policy, self.tokenizer, path, rescue, what, state)
         self.trainer.strategy.barrier("output_dir")
 
     # -- evaluation -------------------------------------------------------------------------
+    def on_validation_epoch_start(self) -> None:
+        """Sharded: gathers the parameters for the evaluation's decode (each rank its own number of steps)."""
+        self._eval_gather = contextlib.ExitStack()
+        self._eval_gather.enter_context(gathered(self.policy))
+
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         """Decodes one completion per held-out prompt (``eval_temperature``) and accumulates reward and accuracy."""
         rewards = self.settings.rewards
@@ -312,6 +353,9 @@ class GRPOModule(L.LightningModule):
             self.log("val/accuracy", self.val_accuracy.compute(), prog_bar=True)
         self.val_reward.reset()
         self.val_accuracy.reset()
+        if getattr(self, "_eval_gather", None) is not None:
+            self._eval_gather.close()  # sharded: back to 1/N of the parameters
+            self._eval_gather = None
 
     # -- optimization and checkpoints -------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:

@@ -36,14 +36,37 @@ def warnings_of(*args):
 
 
 DDP = "trainer.strategy: ddp"
+FSDP2 = "trainer.strategy: fsdp2"
+MODEL_PARALLEL = ["--trainer.strategy", "lightning.pytorch.strategies.ModelParallelStrategy"]
 
 
 @pytest.mark.parametrize(
     "flags,named,ours",
     [
         (["--trainer.strategy", "ddp_spawn", "--trainer.devices", "2"], "strategy='ddp_spawn' is not supported", DDP),
-        (["--trainer.strategy", "fsdp"], "trainer.strategy='fsdp' is not supported: it shards the model", DDP),
-        (["--trainer.strategy", "deepspeed"], "trainer.strategy='deepspeed' is not supported", DDP),
+        (["--trainer.strategy", "fsdp"], "trainer.strategy='fsdp' is not supported", FSDP2),
+        (["--trainer.strategy", "fsdp_cpu_offload"], "trainer.strategy='fsdp_cpu_offload' is not supported", FSDP2),
+        (["--trainer.strategy", "deepspeed_stage_3"], "trainer.strategy='deepspeed_stage_3' is not supported", FSDP2),
+        (
+            ["--trainer.strategy", "lightning.pytorch.strategies.FSDPStrategy"],
+            "trainer.strategy='lightning.pytorch.strategies.FSDPStrategy' is not supported",
+            FSDP2,
+        ),
+        (
+            [*MODEL_PARALLEL, "--trainer.strategy.data_parallel_size=1", "--trainer.strategy.tensor_parallel_size=2"],
+            "trainer.strategy.init_args.tensor_parallel_size=2 is not supported: infgrpo shards data parallel only",
+            FSDP2,
+        ),
+        (
+            [*MODEL_PARALLEL, "--trainer.strategy.tensor_parallel_size=1"],
+            "trainer.strategy.init_args.data_parallel_size='auto' is one rank per node",
+            FSDP2,
+        ),
+        (
+            ["--trainer.strategy", "fsdp2", "--model.lora.r", "8", "--model.quantization.load_in_4bit", "true"],
+            "model.quantization.load_in_4bit=true is not supported with trainer.strategy='fsdp2'",
+            "4-bit weights with trainer.strategy: ddp",
+        ),
         (
             ["--trainer.strategy", "lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.start_method=spawn"],
             "trainer.strategy='DDPStrategy(spawn)' is not supported",
@@ -61,6 +84,13 @@ DDP = "trainer.strategy: ddp"
 def test_lightning_flags_the_module_cannot_take_name_ours(capsys, flags, named, ours):
     line = cli_error(capsys, *TINY, *flags)
     assert named in line and ours in line
+
+
+def test_sharded_strategies_pass_the_checks():
+    """``fsdp2`` by name, and Lightning's ModelParallelStrategy with one data-parallel mesh, reach the model load."""
+    assert warnings_of(*TINY, "--trainer.strategy", "fsdp2", "--trainer.devices", "2") == []
+    sizes = ["--trainer.strategy.data_parallel_size=2", "--trainer.strategy.tensor_parallel_size=1"]
+    assert warnings_of(*TINY, *MODEL_PARALLEL, *sizes, "--trainer.devices", "2") == []
 
 
 def test_no_clipping_and_no_accumulation_pass():

@@ -235,10 +235,13 @@ def resolve_output_dir(output_dir: str | Path, root_dir: str | Path) -> Path:
     return path if path.is_absolute() else Path(root_dir) / path
 
 
-def save_trained(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path) -> Path:
-    """Writes the LoRA adapter (a standard peft adapter folder) or, without LoRA, the whole model."""
+def save_trained(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | Path, state_dict: dict | None = None
+) -> Path:
+    """Writes the LoRA adapter (a standard peft adapter folder) or, without LoRA, the whole model; ``state_dict``:
+    its full state when the model's own parameters are shards (a sharded run gathers it on rank 0)."""
     path = Path(path)
-    model.save_pretrained(path)
+    model.save_pretrained(path, **({"state_dict": state_dict} if state_dict is not None else {}))
     tokenizer.save_pretrained(path)
     return path
 

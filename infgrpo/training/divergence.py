@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from infgrpo.sampler.engine.finite import NonFiniteLogitsError
 from infgrpo.training.hparams import ModuleSettings
@@ -42,7 +43,8 @@ class DivergenceError(RuntimeError):
 def float32_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
     """The L2 norm of all of ``tensors`` together, as a float32 () tensor on the first tensor's device (0 for none):
     accumulated in float32 (a float16 model's norms would overflow at 65504; float64 tensors in float64, then
-    rounded). One fused kernel per device and dtype, as ``clip_grad_norm_`` computes it; no host sync."""
+    rounded). One fused kernel per device and dtype, as ``clip_grad_norm_`` computes it; no host sync. Shards
+    (DTensors, a sharded run) give the norm of the full tensors, reduced over the ranks."""
     if not tensors:
         return torch.zeros((), dtype=torch.float32)
     groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
@@ -52,7 +54,8 @@ def float32_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
     for (_, dtype), ts in groups.items():
         wide = torch.promote_types(dtype, torch.float32)  # float32, or float64 (no narrowing allowed)
         norms += [n.to(device, torch.float32) for n in torch._foreach_norm(ts, 2.0, dtype=wide)]
-    return torch.linalg.vector_norm(torch.stack(norms))
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    return total.full_tensor() if isinstance(total, DTensor) else total  # sharded (FSDP2): over every rank's shard
 
 
 def update_norms(model: torch.nn.Module) -> tuple[float, float]:

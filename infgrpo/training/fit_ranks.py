@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.nn.parallel import DistributedDataParallel
 
 from infgrpo.runtime.ranks import Ranks
@@ -22,16 +23,19 @@ from infgrpo.training.rng_state import reseed_rank
 def trainer_ranks(
     trainer: Any, all_gather: Callable[[torch.Tensor], torch.Tensor], device: torch.device
 ) -> tuple[Ranks, Callable[[], contextlib.AbstractContextManager]]:
-    """(the ranks, DDP's gradient-accumulation context) of ``trainer``; refuses strategies other than DDP with
-    several processes (ranks run different numbers of micro-batches, which only DDP's ``no_sync`` tolerates)."""
+    """(the ranks, DDP's gradient-accumulation context) of ``trainer``; refuses strategies other than DDP and
+    Lightning's ModelParallelStrategy (``fsdp2``) with several processes: ranks run different numbers of
+    micro-batches, which DDP's ``no_sync`` and the sharded update (:mod:`infgrpo.runtime.sharding`) tolerate."""
     world = trainer.world_size
-    if world > 1 and not isinstance(trainer.strategy.model, DistributedDataParallel):
+    sharded = isinstance(trainer.strategy, ModelParallelStrategy)
+    if world > 1 and not (sharded or isinstance(trainer.strategy.model, DistributedDataParallel)):
         raise ValueError(
             f"trainer.strategy={type(trainer.strategy).__name__} is not supported with {world} processes; use "
-            "strategy 'ddp' (ranks run different numbers of micro-batches, which only DDP's gradient accumulation "
-            "(no_sync) tolerates)"
+            "strategy 'ddp' or 'fsdp2' (ranks run different numbers of micro-batches, which only DDP's gradient "
+            "accumulation (no_sync) and infgrpo's sharded update tolerate)"
         )
     gather = (lambda x: all_gather(x.to(device))) if world > 1 else None
     ranks = Ranks(world, trainer.global_rank, gather)
     reseed_rank(ranks)
-    return ranks, getattr(trainer.strategy, "block_backward_sync", contextlib.nullcontext)
+    no_sync = contextlib.nullcontext if sharded else getattr(trainer.strategy, "block_backward_sync", None)
+    return ranks, no_sync or contextlib.nullcontext

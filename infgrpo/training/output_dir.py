@@ -52,7 +52,12 @@ def check_writable_folder(key: str, value: str, path: Path) -> None:
 
 
 def write_trained(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: Path, rescue: Path, what: str = "model"
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    path: Path,
+    rescue: Path,
+    what: str = "model",
+    state_dict: dict | None = None,
 ) -> Path | None:
     """Writes ``model`` and ``tokenizer`` to ``path`` and prints where; if that fails, to ``rescue/trained-model``.
 
@@ -60,10 +65,10 @@ def write_trained(
     stderr says why and where). Raises when the rescue fails too.
     """
     try:
-        save_trained(model, tokenizer, path)
+        save_trained(model, tokenizer, path, state_dict)
     except Exception as err:  # noqa: BLE001 - safetensors, torch and the OS raise different types: any is a failed write
         target = rescue / RESCUE_NAME
-        save_trained(model, tokenizer, target)
+        save_trained(model, tokenizer, target, state_dict)
         reason = f"{type(err).__name__}: {err}".splitlines()[0]
         print(
             f"[infgrpo] error: could not write the trained {what} to {path.resolve()} ({reason}); "

@@ -31,9 +31,12 @@ def gather_rng_state(ranks: Ranks, device: torch.device) -> dict[str, torch.Tens
 
 
 def restore_rng_state(state: dict[str, torch.Tensor] | None, ranks: Ranks, device: torch.device) -> None:
-    """Restores this rank's row of ``state``; keeps the current states when it has another number of ranks."""
+    """Restores this rank's row of ``state``; keeps the current states when it has another number of ranks.
+
+    The row is copied first: a checkpoint that Lightning's sharded strategy loads memory-mapped holds views of
+    the file, which ``set_rng_state`` cannot read (a segmentation fault, seen with torch 2.13)."""
     if state is None or state["cpu"].shape[0] != ranks.world_size:
         return
-    torch.set_rng_state(state["cpu"][ranks.rank].to(torch.uint8))
+    torch.set_rng_state(state["cpu"][ranks.rank].to(torch.uint8).clone())
     if "cuda" in state and device.type == "cuda":
-        torch.cuda.set_rng_state(state["cuda"][ranks.rank].to(torch.uint8), device)
+        torch.cuda.set_rng_state(state["cuda"][ranks.rank].to(torch.uint8).clone(), device)

@@ -21,9 +21,27 @@ import torch
 
 from infgrpo.settings import ConfigError
 
-SUPPORTED = "data parallel with trainer.strategy: ddp (and trainer.devices N) is what infgrpo supports"
-SHARDING = ("fsdp", "deepspeed")
-"""Strategy names (and class names, lower-cased) that shard the model."""
+SUPPORTED = (
+    "infgrpo trains data parallel with trainer.strategy: ddp, or sharded with trainer.strategy: fsdp2 (FSDP2 through "
+    "Lightning's ModelParallelStrategy), and trainer.devices N"
+)
+REFUSED = ("fsdp", "fsdpstrategy", "deepspeed")
+"""Strategy names and class names (lower-cased, up to a ``_`` or ``(``) of the sharding strategies refused: FSDP1
+(Lightning's ``FSDPStrategy``) and DeepSpeed; FSDP2 (``fsdp2``, ``ModelParallelStrategy``) is the supported one."""
+SHARDED = ("fsdp2", "fsdp2strategy", "modelparallelstrategy")
+"""Names of the strategies that shard the policy (FSDP2)."""
+
+
+def base_name(name: str) -> str:
+    """``fsdp_cpu_offload`` -> ``fsdp``, ``deepspeed_stage_3`` -> ``deepspeed``, ``FSDPStrategy(spawn)`` ->
+    ``fsdpstrategy``: the lower-cased name (a class path's last part) up to its first ``_`` or ``(``."""
+    return name.lower().split("(")[0].rsplit(".", 1)[-1].split("_")[0]
+
+
+def is_sharded_strategy(strategy: Any) -> bool:
+    """Whether ``trainer.strategy`` (as parsed, or an instance) shards the policy with FSDP2."""
+    name = strategy_name(strategy)
+    return name is not None and base_name(name) in SHARDED
 
 
 def strategy_name(strategy: Any) -> str | None:
@@ -48,10 +66,10 @@ def check_strategy(strategy: Any) -> None:
     if name is None:
         return
     lowered = name.lower()
-    if any(lowered.startswith(kind) for kind in SHARDING):
+    if base_name(name) in REFUSED:
         raise ConfigError(
-            f"trainer.strategy={name!r} is not supported: it shards the model, and infgrpo's sampler and update "
-            f"need it whole on each rank; {SUPPORTED}"
+            f"trainer.strategy={name!r} is not supported: {SUPPORTED}. For a model that does not fit one device "
+            "use trainer.strategy: fsdp2"
         )
     if "spawn" in lowered:
         raise ConfigError(
@@ -61,10 +79,45 @@ def check_strategy(strategy: Any) -> None:
         )
 
 
+def check_model_parallel(strategy: Any) -> None:
+    """A ConfigError for Lightning's ``ModelParallelStrategy`` given as a class with tensor parallelism or without
+    one data-parallel mesh over all ranks (its defaults on one node: ``tensor_parallel_size`` = devices)."""
+    if not (isinstance(strategy, Mapping) or hasattr(strategy, "get")) or strategy_name(strategy) is None:
+        return
+    if base_name(strategy_name(strategy)) != "modelparallelstrategy":
+        return
+    init = strategy.get("init_args") or {}
+    tensor, data = init.get("tensor_parallel_size", "auto"), init.get("data_parallel_size", "auto")
+    if tensor != 1:
+        raise ConfigError(
+            f"trainer.strategy.init_args.tensor_parallel_size={tensor!r} is not supported: infgrpo shards data "
+            "parallel only (FSDP2); set it to 1 and data_parallel_size to the number of processes, or use "
+            "trainer.strategy: fsdp2, which does"
+        )
+    if data == "auto":
+        raise ConfigError(
+            "trainer.strategy.init_args.data_parallel_size='auto' is one rank per node; set it to the number of "
+            "processes (devices x num_nodes), or use trainer.strategy: fsdp2, which does"
+        )
+
+
+def check_sharded_policy(trainer: Mapping[str, Any], load_in_4bit: bool) -> None:
+    """A ConfigError for what a sharded run (``fsdp2``) cannot take: 4-bit base weights (bitsandbytes' packed
+    storage does not shard)."""
+    name = strategy_name(trainer.get("strategy"))
+    if load_in_4bit and is_sharded_strategy(trainer.get("strategy")):
+        raise ConfigError(
+            f"model.quantization.load_in_4bit=true is not supported with trainer.strategy={name!r}: "
+            "bitsandbytes' 4-bit weights do not shard; train LoRA on bfloat16 weights sharded (model.policy.dtype: "
+            "bfloat16), or 4-bit weights with trainer.strategy: ddp"
+        )
+
+
 def check_trainer_flags(trainer: Mapping[str, Any]) -> None:
     """A ConfigError for the first flag of ``trainer`` (the parsed ``trainer`` section) that a GRPO run cannot take,
     naming the flag, its value and the setting of ours that does its job."""
     check_strategy(trainer.get("strategy"))
+    check_model_parallel(trainer.get("strategy"))
     accumulate = trainer.get("accumulate_grad_batches")
     if accumulate is not None and accumulate != 1:
         raise ConfigError(
