@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the names load when first used (below): `import infgrpo.sam
     from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
     from infgrpo.training.adaptive import AdaptiveGroupsConfig
     from infgrpo.training.dynamic import DynamicSamplingConfig
+    from infgrpo.training.fsdp2 import FSDP2Strategy
     from infgrpo.training.hparams import LoggingConfig
     from infgrpo.training.optim import OptimizerConfig
     from infgrpo.update.config import UpdateConfig
@@ -27,6 +28,7 @@ HOMES = {
     "DynamicSamplingConfig": "infgrpo.training.dynamic",
     "Objective": "infgrpo.algo",
     "EvaluationConfig": "infgrpo.evaluation",
+    "FSDP2Strategy": "infgrpo.training.fsdp2",
     "GRPOModule": "infgrpo.module",
     "LoRAConfig": "infgrpo.policy.config",
     "PolicyConfig": "infgrpo.policy.config",
@@ -58,6 +60,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AdaptiveGroupsConfig",
     "DynamicSamplingConfig",
+    "FSDP2Strategy",
     "EvaluationConfig",
     "GRPOModule",
     "LoRAConfig",

@@ -31,7 +31,7 @@ from infgrpo.fit import main
 ROOT = Path(__file__).resolve().parents[1]
 GLOBAL_BATCH, STEPS = 4, 3
 CASES = {"grpo-group-full": ("grpo", "group", 0), "dapo-batch-lora": ("dapo", "batch", 4)}  # loss, scale, lora r
-FULL, LORA, KILLED = "grpo-group-full", "dapo-batch-lora", "killed"
+FULL, LORA, KILLED, RESUMED = "grpo-group-full", "dapo-batch-lora", "killed", "lora-resumed"
 
 
 def full_parameters(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -64,6 +64,10 @@ class SaveSharded(L.Callback):
         )
         record = {"micro_batches": float(trainer.callback_metrics["train/micro_batches"]), "local_numel": local}
         (self.dirpath / f"record{step}_rank{rank}.json").write_text(json.dumps(record))
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.global_step:  # resumed: the parameters the checkpoint restored
+            torch.save(full_parameters(pl_module.policy), self.dirpath / f"start_rank{trainer.global_rank}.pt")
 
     def on_validation_end(self, trainer, pl_module) -> None:
         reward = float(trainer.callback_metrics["val/reward"])
@@ -120,8 +124,12 @@ def args(data: Path, out: Path, case: str, batch_size: int, steps: int = STEPS, 
     ]
 
 
-def sharded(case_args: list[str]) -> list[str]:
-    return [*case_args, "--trainer.strategy=fsdp2", "--trainer.devices=2"]
+def sharded(case_args: list[str], distributed_checkpoint: bool = False) -> list[str]:
+    """The 2-rank flags: ``fsdp2`` by name, or its class writing distributed checkpoints (a folder of shards)."""
+    if not distributed_checkpoint:
+        return [*case_args, "--trainer.strategy=fsdp2", "--trainer.devices=2"]
+    strategy = ["--trainer.strategy=infgrpo.FSDP2Strategy", "--trainer.strategy.save_distributed_checkpoint=true"]
+    return [*case_args, *strategy, "--trainer.devices=2"]
 
 
 def torchrun(mode: str, prompts: Path, out: Path) -> subprocess.CompletedProcess:
@@ -205,6 +213,17 @@ def test_two_sharded_ranks_equal_one_process(two_ranks, one_process, case):
     assert_written(two, load(two / f"step{STEPS}_rank0.pt"), lora=case == LORA)
 
 
+def test_a_distributed_checkpoint_resumes_on_two_ranks(two_ranks):
+    """LoRA's run wrote its checkpoint as shards (``save_distributed_checkpoint: true``): a folder that resumes on 2
+    ranks with the parameters it saved, and trains on."""
+    assert (two_ranks / LORA / "end.ckpt").is_dir() and (two_ranks / LORA / "end.ckpt" / "meta.pt").is_file()
+    saved, resumed = load(two_ranks / LORA / f"step{STEPS}_rank0.pt"), two_ranks / RESUMED
+    for r in (0, 1):
+        start = load(resumed / f"start_rank{r}.pt")
+        assert all(torch.equal(start[k], saved[k]) for k in saved)
+    assert worst(load(resumed / f"step{STEPS + 1}_rank0.pt"), saved) > 1e-6  # and it trained a step further
+
+
 def assert_written(two: Path, final: dict[str, torch.Tensor], lora: bool) -> None:
     """``model.output_dir`` holds the full trained model (or adapter), written once by rank 0."""
     from transformers import AutoModelForCausalLM
@@ -250,10 +269,12 @@ def test_a_killed_sharded_run_resumes_exactly_on_two_ranks_and_in_one_process(
 if __name__ == "__main__":  # a rank under torchrun: python -m torch.distributed.run ... <mode> <prompts> <out>
     mode, data, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     if mode == "train":
-        for case in CASES:
-            main(sharded(args(data, out / case, case, GLOBAL_BATCH // 2)))
+        for case in CASES:  # LoRA's run writes Lightning's distributed checkpoint (a folder of shards)
+            main(sharded(args(data, out / case, case, GLOBAL_BATCH // 2), distributed_checkpoint=case == LORA))
         main(sharded(args(data, out / KILLED, KILLED, GLOBAL_BATCH // 2, kill_at=3)))  # never returns
-    else:
+    else:  # the killed run resumed, and LoRA's distributed checkpoint for one more step
+        lora = args(data, out / RESUMED, LORA, GLOBAL_BATCH // 2, steps=STEPS + 1)
+        main([*sharded(lora, distributed_checkpoint=True), f"--ckpt_path={out / LORA / 'end.ckpt'}"])
         main(
             [*sharded(args(data, out / KILLED, KILLED, GLOBAL_BATCH // 2)), f"--ckpt_path={out / KILLED / 'last.ckpt'}"]
         )

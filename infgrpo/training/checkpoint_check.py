@@ -4,7 +4,8 @@
 
 Lightning's own names (``last``, ``best``, ``hpc``, ``registry``) and remote paths (``s3://...``) pass through to
 Lightning. A local file is opened through a memory map (no tensor is read) and must hold a checkpoint
-dictionary with a ``state_dict``.
+dictionary with a ``state_dict``. A distributed checkpoint (a sharded run's with ``save_distributed_checkpoint:
+true``: a folder of shards and ``meta.pt``) counts as one checkpoint; its ``meta.pt`` holds what the checks read.
 
 ``last`` is found here rather than by Lightning, which looks only in the new run's ``version_N`` folder (empty:
 every run gets a new one) and then trains from step 0. :func:`find_last_checkpoint` takes the newest
@@ -29,6 +30,12 @@ from infgrpo.training.checkpoint_fit import checkpoint_mismatch
 LIGHTNING_NAMES = ("last", "best", "hpc", "registry")
 LAST_NAMES = ("last.ckpt", "last-v*.ckpt")  # ModelCheckpoint's save_last, and its name when one exists already
 LAST_DEPTH = 4  # root/grpo/version_N/checkpoints/last.ckpt: a deeper search could walk a whole home folder
+DISTRIBUTED_META = "meta.pt"  # Lightning's metadata file in a distributed checkpoint's folder
+
+
+def is_distributed_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a folder that Lightning's ModelParallelStrategy wrote as one distributed checkpoint."""
+    return path.is_dir() and (path / DISTRIBUTED_META).is_file()
 
 
 def check_checkpoint_path(ckpt_path: str | None, settings: Any = None) -> dict[str, Any] | None:
@@ -44,7 +51,9 @@ def check_checkpoint_path(ckpt_path: str | None, settings: Any = None) -> dict[s
     path = Path(ckpt_path).expanduser()
     if not path.exists():
         raise ConfigError(f"--ckpt_path={ckpt_path!r} does not exist (looked at {path.resolve()})")
-    if path.is_dir():
+    if is_distributed_checkpoint(path):  # the shards stay unread; meta.pt holds everything else
+        path = path / DISTRIBUTED_META
+    elif path.is_dir():
         return None
     what = "a checkpoint written by Lightning (Trainer.save_checkpoint or ModelCheckpoint, a .ckpt file)"
     if not zipfile.is_zipfile(path):
@@ -53,7 +62,7 @@ def check_checkpoint_path(ckpt_path: str | None, settings: Any = None) -> dict[s
         state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
     except Exception as err:  # noqa: BLE001 - whatever the unpickler says, the file is the problem
         raise ConfigError(f"--ckpt_path={ckpt_path!r} is not {what} ({type(err).__name__}: {err})") from err
-    if not isinstance(state, dict) or "state_dict" not in state:
+    if not isinstance(state, dict) or ("state_dict" not in state and path.name != DISTRIBUTED_META):
         keys = ", ".join(map(str, list(state)[:5])) if isinstance(state, dict) else type(state).__name__
         raise ConfigError(f"--ckpt_path={ckpt_path!r} is not {what}: it holds {keys}, no state_dict")
     mismatch = checkpoint_mismatch(state.get("hyper_parameters"), settings) if settings is not None else None
@@ -90,7 +99,7 @@ def files_below(folder: Path, names: tuple[str, ...]) -> set[Path]:
         for depth in range(LAST_DEPTH + 1)
         for name in names
         for path in folder.glob("/".join(["*"] * depth + [name]))
-        if path.is_file()
+        if path.is_file() or is_distributed_checkpoint(path)
     }
 
 

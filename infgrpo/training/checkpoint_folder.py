@@ -15,7 +15,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from infgrpo.settings import ConfigError
-from infgrpo.training.checkpoint_check import LAST_DEPTH, LAST_NAMES, files_below
+from infgrpo.training.checkpoint_check import LAST_DEPTH, LAST_NAMES, files_below, is_distributed_checkpoint
 
 SHOWN = 4
 """Checkpoints named in the message of a folder (the newest ones)."""
@@ -58,5 +58,5 @@ def check_checkpoint_name(ckpt_path: str | None) -> None:
             "under trainer.default_root_dir) or a checkpoint file"
         )
     folder = Path(ckpt_path).expanduser()
-    if "://" not in ckpt_path and folder.is_dir():
+    if "://" not in ckpt_path and folder.is_dir() and not is_distributed_checkpoint(folder):
         raise ConfigError(folder_message(ckpt_path, folder))

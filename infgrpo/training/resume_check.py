@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from infgrpo.settings import ConfigError
+from infgrpo.training.checkpoint_check import is_distributed_checkpoint
 from infgrpo.training.compat_v01 import group_flat_hparams
 from infgrpo.training.train_rows import training_rows
-from infgrpo.training.trainer_check import world_size
+from infgrpo.training.trainer_check import is_sharded_strategy, world_size
 
 DATA_IDENTITY = ("path", "config_name", "train_split", "train_size", "eval_fraction", "task_config", "task_seed")
 """The data settings that decide which rows are the training rows (and so what the saved position points at)."""
@@ -130,6 +131,14 @@ def check_resume(ckpt_path: str | None, state: Mapping[str, Any] | None, config:
     (trainer, data) and the checked ``settings`` (a ``ModuleSettings``); nothing without a local checkpoint file."""
     if ckpt_path is None or state is None:
         return
+    if is_distributed_checkpoint(Path(ckpt_path).expanduser()) and not is_sharded_strategy(
+        config["trainer"].get("strategy")
+    ):
+        raise ConfigError(
+            f"--ckpt_path={ckpt_path!r} is a distributed checkpoint (a folder of shards, written with "
+            "save_distributed_checkpoint: true), which only a sharded run loads: resume it with trainer.strategy: "
+            "infgrpo.FSDP2Strategy (or fsdp2) and the checkpoint's number of processes"
+        )
     check_steps_left(ckpt_path, state.get("global_step"), config["trainer"].get("max_steps"))
     data = config["data"]
     data = data.as_dict() if hasattr(data, "as_dict") else dict(data)
