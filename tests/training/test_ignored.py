@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from infgrpo.training.hparams import GROUPS, check_settings
-from infgrpo.training.ignored import ignored_settings
+from infgrpo.training.settings_checks import ignored_settings
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 
