@@ -61,12 +61,13 @@ def step_metrics(
     lr: float,
     memory: dict[str, float],
     group_size: int,
-    accuracy_reward: str | None,
+    accuracy: str | None,
 ) -> dict[str, float]:
     """The step's metrics (see the module docstring); ``times`` = this rank's (rollout, update) seconds.
 
     ``update``: the update's metrics (:meth:`~infgrpo.update.runner.UpdateResult.metrics`); ``memory``: the
-    phases' CUDA peaks (``memory/*``, empty elsewhere); ``lr``: the rate of the step's first optimizer step.
+    phases' CUDA peaks (``memory/*``, empty elsewhere); ``lr``: the rate of the step's first optimizer step;
+    ``accuracy``: the reward whose value >= 1 counts as right (``rewards.accuracy``; None: no accuracy).
     """
     st = rollout_stats
     local = [times[0], times[1], float(st["decode_steps"]), st["slot_utilization"]]
@@ -88,7 +89,7 @@ def step_metrics(
         **update,  # loss, kl, clip ratios, micro-batches, update/oom_retries, update/token_budget
         **memory,  # CUDA: memory/rollout_peak_gb, memory/update_peak_gb, memory/reserved_gb
     }
-    correct = correct_rows(batch.parts, accuracy_reward)
+    correct = correct_rows(batch.parts, accuracy)
     if correct is not None:
         metrics["accuracy"] = correct.mean()  # NaN when all failed
     for key in SCHEDULE_METRICS:  # this rank's schedule and length-prediction telemetry
