@@ -325,8 +325,8 @@ def evaluate_one(job: dict) -> dict[str, Any]:
     model = model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     reward = job["reward_function"]
     result = evaluate(
-        model, tok, data.eval_items, {reward: 1.0}, accuracy_reward=reward, max_new_tokens=job["max_new_tokens"],
-        reward_on_error=reward_on_error(job), group_by=kind_of(job),
+        model, tok, data.eval_items, {reward: 1.0}, accuracy=reward, max_new_tokens=job["max_new_tokens"],
+        on_error=reward_on_error(job), group_by=kind_of(job),
     )  # fmt: skip
     return {
         **result,

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> dict:
     data = PromptDataModule(path="tiny", tokenizer="tiny", eval_size=args.eval_size)
     data.setup("fit")
     tok = load_tokenizer("tiny")
-    settings = dict(rewards={"synthetic": 1.0}, accuracy_reward="synthetic", max_new_tokens=96)
+    settings = dict(rewards={"synthetic": 1.0}, accuracy="synthetic", max_new_tokens=96)
     before = evaluate(load_policy("tiny").eval(), tok, data.eval_items, **settings)
 
     with tempfile.TemporaryDirectory() as root:

@@ -1,17 +1,20 @@
 """Held-out evaluation: decode one completion per prompt and score it with the reward functions.
 
-    result = evaluate(model, tokenizer, items, {"synthetic": 1.0}, accuracy_reward="synthetic")
+    result = evaluate(model, tokenizer, items, {"synthetic": 1.0}, accuracy="synthetic")
     # {"reward": 0.73, "completion_length": 12.4, "accuracy": 0.73}
 
 :func:`score_heldout` is the one scoring path: ``GRPOModule.validation_step`` and :func:`evaluate`
 (tutorials, ``bench train-tiny``) both call it. Rewards get ``completion_lengths`` and
 ``max_completion_length`` (the sampler's ``max_new_tokens``) as in training; failed rewards follow
-``reward_on_error`` and are left out of the means (NaN under ``skip``).
+``on_error`` (``rewards.on_error``) and are left out of the means (NaN under ``skip``). The keywords are named as
+the settings are (``accuracy``: ``rewards.accuracy``); infgrpo 0.1's ``accuracy_reward=`` and
+``reward_on_error=`` still work, with a DeprecationWarning, until infgrpo 0.3.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,21 +42,45 @@ class EvaluationConfig:
             raise ConfigError(f"temperature={self.temperature!r} must be a finite number >= 0 (0 = greedy)")
 
 
+OLD_KEYWORDS = {"accuracy_reward": "accuracy", "reward_on_error": "on_error"}
+"""infgrpo 0.1's keywords of :func:`evaluate` and :func:`score_heldout`, and their names since 0.2 (the settings'
+``rewards.accuracy`` and ``rewards.on_error``); accepted with a DeprecationWarning until infgrpo 0.3."""
+
+
+def renamed_keywords(function: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` (the keywords by their 0.2 names) with the values given under 0.1 names in ``old``, each with a
+    DeprecationWarning; a TypeError, as Python's, for a keyword that is neither."""
+    for name, value in old.items():
+        if name not in OLD_KEYWORDS or OLD_KEYWORDS[name] not in new:
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
+        warnings.warn(
+            f"{function}({name}=...) is {function}({OLD_KEYWORDS[name]}=...) since infgrpo 0.2 (the setting "
+            f"rewards.{OLD_KEYWORDS[name]}); the old name goes in 0.3",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        new[OLD_KEYWORDS[name]] = value
+    return new
+
+
 def score_heldout(
     sampler: MicroGroupSampler,
     tokenizer: PreTrainedTokenizerBase,
     items: list[dict],
     rewards: dict[str, float],
-    reward_on_error: str = "raise",
+    on_error: str = "raise",
     batch_size: int = 128,
     trainer_state: TrainerState | None = None,
+    **old: Any,
 ) -> tuple[RewardScores, list[int]]:
     """The rewards of one completion per item, and their lengths (at most ``batch_size`` decode at once, on
     the slots :meth:`~infgrpo.sampler.MicroGroupSampler.generate_one` plans).
 
     ``items`` are ``{"prompt_ids": list[int], "meta": dict}`` (and ``"prompt"``: the prompt as the dataset gave
-    it, the rewards' ``prompts``) as produced by the data module.
+    it, the rewards' ``prompts``) as produced by the data module. ``on_error``: what a failed reward gives
+    (``rewards.on_error``: ``raise``, ``zero`` or ``skip``).
     """
+    on_error = renamed_keywords("score_heldout", old, {"on_error": on_error})["on_error"]
     adapt_threads(sampler.model, rows=min(batch_size, len(items)))  # CPU threads: work size, free cores
     out = sampler.generate_one([it["prompt_ids"] for it in items], batch_size=batch_size)
     texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
@@ -61,7 +88,7 @@ def score_heldout(
         rewards,
         texts,
         [it["meta"] for it in items],
-        reward_on_error,
+        on_error,
         completion_lengths=out.lengths,
         max_completion_length=sampler.config.max_new_tokens,
         prompts=[it.get("prompt", it["meta"].get("prompt")) for it in items],
@@ -76,28 +103,32 @@ def evaluate(
     tokenizer: PreTrainedTokenizerBase,
     items: list[dict],
     rewards: dict[str, float],
-    accuracy_reward: str | None = None,
+    accuracy: str | None = None,
     max_new_tokens: int = 128,
     temperature: float = 0.0,
     batch_size: int = 128,
-    reward_on_error: str = "raise",
+    on_error: str = "raise",
     group_by: Callable[[dict], str] | None = None,
+    **old: Any,
 ) -> dict[str, Any]:
-    """Mean reward (and accuracy: share with ``accuracy_reward >= 1``) over ``items``, and the mean length.
+    """Mean reward (and accuracy: the share whose reward ``accuracy`` is >= 1) over ``items``, and the mean length.
 
-    ``batch_size`` prompts decode at once, each on its own slot. ``group_by(meta)`` names each item's kind
-    (e.g. the task of a mixed dataset): the result then also has ``accuracy_by``, ``{kind: [right, items]}``.
+    ``accuracy`` and ``on_error`` are the settings ``rewards.accuracy`` and ``rewards.on_error``. ``batch_size``
+    prompts decode at once, each on its own slot. ``group_by(meta)`` names each item's kind (e.g. the task of a
+    mixed dataset): the result then also has ``accuracy_by``, ``{kind: [right, items]}``.
     """
+    given = renamed_keywords("evaluate", old, {"accuracy": accuracy, "on_error": on_error})
+    accuracy, on_error = given["accuracy"], given["on_error"]
     cfg = SamplerConfig(num_slots=batch_size, max_new_tokens=max_new_tokens, temperature=temperature, keep_pool=False)
     scores, lengths = score_heldout(
-        MicroGroupSampler(model, tokenizer, cfg), tokenizer, items, rewards, reward_on_error, batch_size
+        MicroGroupSampler(model, tokenizer, cfg), tokenizer, items, rewards, on_error, batch_size
     )
     result = {"reward": scores.total.nanmean().item(), "completion_length": sum(lengths) / len(lengths)}
-    correct = correct_rows(scores.parts, accuracy_reward)
+    correct = correct_rows(scores.parts, accuracy)
     if correct is not None:
         result["accuracy"] = correct.mean().item()
         if group_by is not None:
-            result["accuracy_by"] = accuracy_by(items, scores.parts[accuracy_reward], group_by)
+            result["accuracy_by"] = accuracy_by(items, scores.parts[accuracy], group_by)
     return result
 
 

@@ -41,19 +41,22 @@ from infgrpo.policy.load import load_tokenizer
 from infgrpo.policy.source import check_model_source
 from infgrpo.runtime.hardware import check_accelerator
 from infgrpo.settings import ConfigError
-from infgrpo.training.checkpoint_check import check_checkpoint_path, checkpoint_folders, resolve_last
-from infgrpo.training.checkpoint_folder import check_checkpoint_name
 from infgrpo.training.compat_v01 import old_keys
-from infgrpo.training.config_files import config_file_problem
-from infgrpo.training.data_check import check_system_prompt, check_training_data
 from infgrpo.training.hparams import check_settings
-from infgrpo.training.no_effect import warn_no_effect
-from infgrpo.training.output_dir import check_run_folders
-from infgrpo.training.resume_check import check_resume
-from infgrpo.training.setup_check import check_before_loading
-from infgrpo.training.stop_token_check import check_stop_tokens_of
-from infgrpo.training.trainer_check import check_sharded_policy, check_trainer_flags, world_size
-from infgrpo.training.trl_names import trl_keys
+from infgrpo.training.preflight.checkpoints import (
+    check_checkpoint_name,
+    check_checkpoint_path,
+    checkpoint_folders,
+    resolve_last,
+)
+from infgrpo.training.preflight.data_check import check_system_prompt, check_training_data
+from infgrpo.training.preflight.files import check_run_folders, config_file_problem
+from infgrpo.training.preflight.model_data import check_before_loading, check_stop_tokens_of
+from infgrpo.training.preflight.no_effect import warn_no_effect
+from infgrpo.training.preflight.resume_check import check_resume
+from infgrpo.training.preflight.trainer_check import check_sharded_policy, check_trainer_flags, world_size
+from infgrpo.training.preflight.trl_names import trl_keys
+from infgrpo.training.settings_checks import check_judged_batch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.
@@ -124,8 +127,8 @@ class GRPOCLI(LightningCLI):
         ``error:`` line naming ``model.<group>.<field>`` or ``data.<field>``); fills the seeds left null with
         ``seed_everything``; fails when ``trainer.accelerator`` asks for a GPU the machine lacks, or where the
         run's folders cannot be written, or for what the model's config and the data's first rows hold
-        (:mod:`infgrpo.training.setup_check`); turns ``--ckpt_path last`` into the newest ``last.ckpt`` of the run's
-        folder across its versions (Lightning looks only in the new, empty version folder)."""
+        (:mod:`infgrpo.training.preflight.model_data`); turns ``--ckpt_path last`` into the newest ``last.ckpt`` of
+        the run's folder across its versions (Lightning looks only in the new, empty version folder)."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         resolve_seeds(config)
         try:  # the checks read settings (and local data files) only: any error is a bad setting
@@ -144,10 +147,9 @@ class GRPOCLI(LightningCLI):
         except (ValueError, TypeError) as err:  # each names data.<field> or the data file
             self.parser.error(str(err))
         try:
-            if settings.dynamic_sampling.enabled:
-                settings.dynamic_sampling.cap(config["data"]["batch_size"])
-            if settings.adaptive_groups.enabled:
-                settings.adaptive_groups.budget(config["data"]["batch_size"], settings.group_size)
+            check_judged_batch(
+                settings.dynamic_sampling, settings.adaptive_groups, settings.group_size, config["data"]["batch_size"]
+            )
         except ConfigError as err:
             self.parser.error(f"model.{err}")
         try:  # a ConfigError is the parser's error line (was a traceback for a GGUF file)

@@ -4,8 +4,8 @@
     L.Trainer(max_steps=20).fit(module, PromptDataModule(path="tiny", batch_size=4))
     GRPOModule(lora={"r": 16}, objective={"loss_type": "dapo"}, optimizer={"learning_rate": 3e-4})  # mappings do
 
-One training step reads like DESIGN.md's data flow: rollout (:class:`~infgrpo.MicroGroupSampler`, no
-gradients) -> scores (:mod:`infgrpo.training.scoring`) -> group advantages (:mod:`infgrpo.algo`) -> update
+One training step reads like docs/architecture.md's step, hop by hop: rollout (:class:`~infgrpo.MicroGroupSampler`,
+no gradients) -> scores (:mod:`infgrpo.training.scoring`) -> group advantages (:mod:`infgrpo.algo`) -> update
 (:class:`~infgrpo.update.runner.PolicyUpdate`: ``num_iterations`` optimizer steps over token-budget
 micro-batches) -> metrics (:mod:`infgrpo.training.metrics`). Under DDP each rank samples its contiguous
 share of the global batch with streams keyed by the *global* prompt index (the completions one process
@@ -53,19 +53,21 @@ from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.collapse import CollapseWatch
 from infgrpo.training.divergence import check_update, rollout_divergence
 from infgrpo.training.dynamic import DynamicSamplingConfig
-from infgrpo.training.fit_ranks import trainer_ranks
 from infgrpo.training.fsdp2 import FSDP2Strategy  # noqa: F401 - registers trainer.strategy: fsdp2
 from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
 from infgrpo.training.judged_rollout import JudgedRollout
-from infgrpo.training.metrics import progress_bar, step_metrics
+from infgrpo.training.metrics import StepRecord, progress_bar, step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_optimizer_steps
-from infgrpo.training.output_dir import check_writable_folder, write_trained
-from infgrpo.training.prompt_check import check_data_prompts
-from infgrpo.training.record import StepRecord
-from infgrpo.training.reward_setup import prepare_rewards
-from infgrpo.training.rng_state import gather_rng_state, restore_rng_state
+from infgrpo.training.preflight.files import check_writable_folder, write_trained
+from infgrpo.training.preflight.fit_start import check_data_prompts, prepare_rewards
+from infgrpo.training.run_state import (
+    gather_rng_state,
+    gather_stream_positions,
+    restore_rng_state,
+    restore_stream_position,
+    trainer_ranks,
+)
 from infgrpo.training.scoring import Scorer, Scores, trainer_state
-from infgrpo.training.stream_state import gather_stream_positions, restore_stream_position
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import check_chunked_head
 from infgrpo.update.runner import PolicyUpdate
@@ -188,7 +190,7 @@ class GRPOModule(L.LightningModule):
 
     @property
     def ref_model(self) -> torch.nn.Module | None:
-        """The frozen KL reference of full fine-tuning (``beta > 0``, ``lora_r == 0``), else None (with LoRA the
+        """The frozen KL reference of full fine-tuning (``beta > 0``, ``lora.r == 0``), else None (with LoRA the
         reference is the policy with its adapters disabled). Held in a plain list, so it is no registered
         submodule: it stays out of the checkpoint, and :meth:`on_fit_start` moves it to the device."""
         return self._ref[0] if self._ref else None
@@ -237,7 +239,7 @@ class GRPOModule(L.LightningModule):
         self.setup_ranks()
 
     def setup_ranks(self) -> None:
-        """Learns the data-parallel ranks from the trainer (each rollout and update gets them; see fit_ranks)."""
+        """Learns the data-parallel ranks from the trainer (each rollout and update gets them; see run_state)."""
         self.ranks, self._no_sync = trainer_ranks(self.trainer, self.all_gather, self.device)
 
     # -- one GRPO step ----------------------------------------------------------------------
@@ -316,8 +318,8 @@ class GRPOModule(L.LightningModule):
     def on_train_end(self) -> None:
         """Writes the trained adapter (LoRA) or model to ``output_dir`` (relative: under the run's root),
         when set, from global rank 0, and prints where it went; if that write fails, into the run's version folder
-        (``rescued_to``; see infgrpo.training.output_dir). Every rank takes part: ``trainer.log_dir`` is a broadcast
-        under DDP, and the ranks wait for the write before they leave."""
+        (``rescued_to``; see infgrpo.training.preflight.files). Every rank takes part: ``trainer.log_dir`` is a
+        broadcast under DDP, and the ranks wait for the write before they leave."""
         if not self.settings.output_dir:
             return
         rescue = Path(self.trainer.log_dir or self.trainer.default_root_dir)  # a collective: on every rank
@@ -335,7 +337,8 @@ class GRPOModule(L.LightningModule):
         self._eval_gather.enter_context(gathered(self.policy))
 
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
-        """Decodes one completion per held-out prompt (``eval_temperature``) and accumulates reward and accuracy."""
+        """Decodes one completion per held-out prompt (``evaluation.temperature``) and accumulates reward and
+        accuracy."""
         rewards = self.settings.rewards
         scores, _ = score_heldout(
             self.eval_sampler, self.tokenizer, batch, rewards.functions, rewards.on_error, len(batch), self.progress()

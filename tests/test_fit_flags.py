@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from infgrpo.training.trainer_check import world_size
+from infgrpo.training.preflight.trainer_check import world_size
 from tests.helpers import Loaded, refuse_model_load
 from tests.test_fit import ROOT, cli_error
 from tests.test_fit_bad_input import data_folder, own_data

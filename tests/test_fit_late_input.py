@@ -9,7 +9,7 @@ from infgrpo.policy.load import load_tokenizer
 from infgrpo.policy.model_config import load_model_config
 from infgrpo.rewards.signature import check_reward_call
 from infgrpo.settings import ConfigError
-from infgrpo.training.setup_check import check_context
+from infgrpo.training.preflight.model_data import check_context
 from tests.test_fit import ROOT, cli_error
 from tests.test_fit_bad_input import data_folder, own_data
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from infgrpo.settings import ConfigError
-from infgrpo.training.checkpoint_folder import check_checkpoint_name
-from infgrpo.training.resume_check import check_data_position
+from infgrpo.training.preflight.checkpoints import check_checkpoint_name
+from infgrpo.training.preflight.resume_check import check_data_position
 from tests.helpers import Loaded, refuse_model_load
 from tests.test_fit import ROOT, cli_error
 from tests.test_fit_bad_input import own_data

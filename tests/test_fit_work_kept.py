@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 
 from infgrpo.fit import main
 from infgrpo.settings import ConfigError
-from infgrpo.training.checkpoint_check import find_last_checkpoint
-from infgrpo.training.output_dir import check_writable_folder
+from infgrpo.training.preflight.checkpoints import find_last_checkpoint
+from infgrpo.training.preflight.files import check_writable_folder
 from tests.test_fit import QUICK, ROOT, cli_error
 
 TINY = ["--config", str(ROOT / "configs" / "tiny.yaml"), *QUICK, "--trainer.max_steps", "1"]

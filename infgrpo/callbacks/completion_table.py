@@ -4,7 +4,7 @@
 
 ``GRPOModule`` adds this callback itself when ``logging.log_completions_every_n_steps`` is set
 (:class:`~infgrpo.training.hparams.LoggingConfig`). After a training step it reads the module's ``last_step``
-(:class:`~infgrpo.training.record.StepRecord`): one completion of each prompt first, then the next of each,
+(:class:`~infgrpo.training.metrics.StepRecord`): one completion of each prompt first, then the next of each,
 and so on. TensorBoard gets a markdown
 table (``add_text``); CSV loggers get rows appended to ``completions.csv`` in their log folder; the
 console gets a plain table.
@@ -23,7 +23,7 @@ from lightning.pytorch.utilities import rank_zero_only
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from infgrpo.training.record import StepRecord
+    from infgrpo.training.metrics import StepRecord
 
 
 def _short(text: str, n: int = 120) -> str:

@@ -9,7 +9,7 @@ neither (positional-only parameters, ``*args`` and nothing else) would fail at t
 loaded and the first rollout decoded; binding the signature finds it before anything loads. The dataset columns a
 TRL-convention function needs (its required parameters that TRL's call does not pass otherwise) are checked
 against the data's first rows by the command line, before the model loads
-(:func:`~infgrpo.training.setup_check.check_before_loading`), and against every row when fit starts.
+(:func:`~infgrpo.training.preflight.model_data.check_before_loading`), and against every row when fit starts.
 """
 
 from __future__ import annotations

@@ -12,12 +12,18 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from infgrpo.runtime.memory import parse_memory
-from infgrpo.sampler.engine.decode_step import CudaGraphs, DecodeAttention, DecodeWidth
+from infgrpo.sampler.engine.decode_step import CudaGraphs, DecodeAttention, DecodeWidth, check_graph_width
 from infgrpo.sampler.hf.baselines import Decoder
 from infgrpo.sampler.schedule.length_predictor import LengthPrediction
 from infgrpo.sampler.schedule.planner import Planner
 from infgrpo.sampler.schedule.refill import Refill
 from infgrpo.settings import ConfigError, check_types
+
+JUDGED = {
+    "adaptive_groups": "groups grow inside the slot pool",
+    "dynamic_sampling": "groups are judged and replaced inside the slot pool as they end",
+}
+"""The settings whose groups the engine judges as they end, and why that needs decoder ``engine``."""
 
 
 @dataclass
@@ -117,8 +123,13 @@ class SamplerConfig:
             raise ConfigError(f"planner_epsilon={self.planner_epsilon!r} must be > 0")
         if not 0.0 < self.top_p <= 1.0:
             raise ConfigError(f"top_p={self.top_p!r} must be in (0, 1]")
-        if self.cuda_graphs == "on" and self.decode_width == "busy":
+        check_graph_width(self.cuda_graphs, self.decode_width)  # 'auto' is 'pool' where graphs run
+
+    def require_engine(self, key: str) -> None:
+        """A ConfigError naming ``<key>.enabled`` (a key of :data:`JUDGED`) unless ``decoder`` is ``engine``: the
+        baseline decoders return whole groups at the end of a rollout."""
+        if self.decoder != "engine":
             raise ConfigError(
-                "cuda_graphs='on' needs decode_width 'pool' or 'auto' (a graph replays one shape); "
-                "got decode_width='busy'"
+                f"{key}.enabled needs sampler.decoder='engine' ({JUDGED[key]}); got {self.decoder!r}: set "
+                f"sampler.decoder: engine, or {key}.enabled: false for a baseline decoder"
             )

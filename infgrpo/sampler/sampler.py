@@ -26,7 +26,7 @@ from infgrpo.runtime.oom import first_line, retry_on_oom
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler.config import SamplerConfig
-from infgrpo.sampler.engine.adaptive import AdaptiveSpec
+from infgrpo.sampler.engine.adaptive import AdaptiveSpec, check_grow_scheme
 from infgrpo.sampler.engine.dynamic import DynamicSpec, InformativeRate, Replay
 from infgrpo.sampler.engine.engine import Engine, EngineStats
 from infgrpo.sampler.engine.feed import Feed, FixedBatch
@@ -116,9 +116,7 @@ class MicroGroupSampler:
         with self._decoding():
             if self.config.decoder != "engine":
                 if adaptive is not None:
-                    raise ValueError(
-                        f"adaptive groups run on decoder 'engine'; sampler.decoder={self.config.decoder!r}"
-                    )
+                    self.config.require_engine("adaptive_groups")
                 rollouts = self._baseline(prompt_ids, group_size, seed, prompt_offset)
             else:
                 plan = FeedPlan(group_size, seed, prompt_offset, prompts=prompt_ids, adaptive=adaptive)
@@ -145,13 +143,12 @@ class MicroGroupSampler:
         from the trained groups. ``adaptive``: a group without spread grows first and is dropped only when it
         cannot grow (:mod:`infgrpo.sampler.engine.adaptive`; not with ``rounds``).
         """
-        if self.config.decoder != "engine":
-            raise ValueError(f"dynamic sampling runs on decoder 'engine'; sampler.decoder={self.config.decoder!r}")
+        self.config.require_engine("dynamic_sampling")
         adapt_threads(self.model, rows=spec.target_groups * group_size)
         start = self._start()
         spec = dataclasses.replace(spec, informative_rate=self.rate.estimate())
-        if adaptive is not None and spec.scheme != "continuous":
-            raise ValueError(f"adaptive groups grow inside the continuous scheme; got scheme={spec.scheme!r}")
+        if adaptive is not None:
+            check_grow_scheme(spec.scheme)
         plan = FeedPlan(group_size, seed, prompt_offset, None, Replay(source), spec, max_prompt_len, adaptive)
         with self._decoding():
             slots = self.sizer.slots(self.model, [[self.pad_id] * max_prompt_len])

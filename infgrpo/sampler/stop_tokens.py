@@ -2,7 +2,7 @@
 
     check_stop_token_ids([999999], vocab_size=151936)     # ConfigError naming sampler.stop_token_ids
 
-The command line checks before the model loads, against its config (:mod:`infgrpo.training.stop_token_check`);
+The command line checks before the model loads, against its config (:mod:`infgrpo.training.preflight.model_data`);
 :class:`~infgrpo.MicroGroupSampler` checks against the loaded model's embedding rows (:func:`model_vocab_size`),
 for the Python API.
 """

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from infgrpo.sampler import AdaptiveSpec
-from infgrpo.sampler.engine.adaptive import Judge, Rule
+from infgrpo.sampler.engine.adaptive import Judge, Rule, check_prompt_cap
 from infgrpo.settings import ConfigError, check_types
 
 DownSample = Literal["max_variance"]
@@ -66,12 +66,8 @@ class AdaptiveGroupsConfig:
             raise ConfigError(f"extend_by={self.extend_by} must be >= 1 (or null: group_size)")
 
     def check(self, group_size: int) -> None:
-        """A ConfigError when a prompt could not hold its first group."""
-        if self.max_samples_per_prompt < group_size:
-            raise ConfigError(
-                f"adaptive_groups.max_samples_per_prompt={self.max_samples_per_prompt} is below group_size="
-                f"{group_size}: a prompt starts with group_size samples"
-            )
+        """A ConfigError when a prompt could not hold its first group (the engine's rule)."""
+        check_prompt_cap(self.max_samples_per_prompt, group_size)
 
     def budget(self, batch_size: int, group_size: int) -> int:
         """The step's sample budget for batches of ``batch_size``; a ConfigError when it is below one batch."""

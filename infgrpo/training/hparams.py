@@ -30,9 +30,8 @@ from infgrpo.settings import ConfigError, build_group, check_types
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.compat_v01 import check_rewards_mapping, moved_hint
 from infgrpo.training.dynamic import DynamicSamplingConfig
-from infgrpo.training.ignored import warn_ignored
-from infgrpo.training.judged_check import check_judged_rollout
 from infgrpo.training.optim import OptimizerConfig
+from infgrpo.training.settings_checks import check_judged_rollout, warn_filtered_behaviour_logprobs, warn_ignored
 from infgrpo.update.config import UpdateConfig
 
 
@@ -151,23 +150,3 @@ def resumed_seed(settings: ModuleSettings, given: bool, saved: Mapping[str, Any]
         )
         return settings
     return dataclasses.replace(settings, seed=seed)
-
-
-def warn_filtered_behaviour_logprobs(sampler: SamplerConfig, objective: Objective) -> None:
-    """Warns when the behaviour log-probs a correction reads are not of the distribution the others decode.
-
-    ``decoder: hf_cb`` returns log-probs after top-k / top-p filtering, every other decoder before it (the
-    tempered distribution the training forward recomputes): with truncation on, ``rollout_correction`` and
-    ``off_policy_mask_threshold`` then weigh or drop tokens by a ratio that includes the truncation.
-    """
-    if sampler.decoder != "hf_cb" or (not sampler.top_k and sampler.top_p >= 1.0):
-        return
-    if objective.rollout_correction != "none" or objective.off_policy_mask_threshold is not None:
-        warnings.warn(
-            f"sampler.decoder='hf_cb' with top_k={sampler.top_k}, top_p={sampler.top_p}: its behaviour log-probs are "
-            f"taken after the filtering, so objective.rollout_correction={objective.rollout_correction!r} and "
-            f"objective.off_policy_mask_threshold={objective.off_policy_mask_threshold!r} see the truncation as a "
-            "mismatch (decoder 'engine' reports the unfiltered tempered log-probs the update recomputes)",
-            UserWarning,
-            stacklevel=3,
-        )

@@ -30,6 +30,7 @@ from infgrpo.sampler.schedule.sequence import Sequence
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.dynamic import DynamicSamplingConfig, judge, resolve_criterion
 from infgrpo.training.scoring import Scorer, Scores
+from infgrpo.training.settings_checks import check_judged_batch
 
 WARN_AFTER = 3  # consecutive capped steps before the warning
 
@@ -131,16 +132,12 @@ class JudgedRollout:
 
     def check(self, datamodule: Any) -> None:
         """Before the first step: the data module can stream prompts, and the cap and budget hold a batch."""
-        batch_size = datamodule.hparams.batch_size
-        if self.dynamic.enabled:
-            if not hasattr(datamodule, "prompt_stream"):
-                raise ValueError(
-                    "dynamic_sampling.enabled needs a data module with prompt_stream() (infgrpo.data.PromptDataModule)"
-                    f" to draw prompts beyond the batch; got {type(datamodule).__name__}"
-                )
-            self.dynamic.cap(batch_size)
-        if self.adaptive.enabled:
-            self.adaptive.budget(batch_size, self.g)
+        if self.dynamic.enabled and not hasattr(datamodule, "prompt_stream"):
+            raise ValueError(
+                "dynamic_sampling.enabled needs a data module with prompt_stream() (infgrpo.data.PromptDataModule)"
+                f" to draw prompts beyond the batch; got {type(datamodule).__name__}"
+            )
+        check_judged_batch(self.dynamic, self.adaptive, self.g, datamodule.hparams.batch_size)
 
     def __call__(
         self, batch: list[dict], seed: int, datamodule: Any, ranks: Ranks

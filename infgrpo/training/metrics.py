@@ -8,11 +8,13 @@ rows, times and decode steps of the slowest rank, slot utilization averaged over
 counts (``dynamic/prompts_drawn``, ``groups_kept``, ``groups_dropped``, ``dropped_tokens``, ``wasted_tokens``,
 ...) summed over ranks, its ``informative_rate`` over every rank's judged groups. The rollout's
 schedule and length-prediction telemetry (:data:`SCHEDULE_METRICS`) is this rank's. The module logs
-them as ``train/<key>``.
+them as ``train/<key>``. :class:`StepRecord` keeps the step's batch, rollout and scores for what reads them
+after the step (a callback, benchmarks).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -21,7 +23,8 @@ from infgrpo.algo import zero_std_fraction
 from infgrpo.algo.advantages import nanstd
 from infgrpo.rewards import correct_rows
 from infgrpo.runtime.ranks import Ranks
-from infgrpo.training.scoring import BatchScores
+from infgrpo.sampler import Rollouts
+from infgrpo.training.scoring import BatchScores, Scores
 
 SCHEDULE_METRICS = (
     "bubble_fraction",
@@ -58,12 +61,13 @@ def step_metrics(
     lr: float,
     memory: dict[str, float],
     group_size: int,
-    accuracy_reward: str | None,
+    accuracy: str | None,
 ) -> dict[str, float]:
     """The step's metrics (see the module docstring); ``times`` = this rank's (rollout, update) seconds.
 
     ``update``: the update's metrics (:meth:`~infgrpo.update.runner.UpdateResult.metrics`); ``memory``: the
-    phases' CUDA peaks (``memory/*``, empty elsewhere); ``lr``: the rate of the step's first optimizer step.
+    phases' CUDA peaks (``memory/*``, empty elsewhere); ``lr``: the rate of the step's first optimizer step;
+    ``accuracy``: the reward whose value >= 1 counts as right (``rewards.accuracy``; None: no accuracy).
     """
     st = rollout_stats
     local = [times[0], times[1], float(st["decode_steps"]), st["slot_utilization"]]
@@ -85,7 +89,7 @@ def step_metrics(
         **update,  # loss, kl, clip ratios, micro-batches, update/oom_retries, update/token_budget
         **memory,  # CUDA: memory/rollout_peak_gb, memory/update_peak_gb, memory/reserved_gb
     }
-    correct = correct_rows(batch.parts, accuracy_reward)
+    correct = correct_rows(batch.parts, accuracy)
     if correct is not None:
         metrics["accuracy"] = correct.mean()  # NaN when all failed
     for key in SCHEDULE_METRICS:  # this rank's schedule and length-prediction telemetry
@@ -108,3 +112,16 @@ def step_metrics(
         for name, values in batch.parts.items():
             metrics[f"rewards/{name}"] = values.nanmean()
     return {k: float(v) for k, v in metrics.items()}
+
+
+@dataclass
+class StepRecord:
+    """What one training step drew and scored, kept for what reads it after the step: the batch, its rollout (the
+    ``rollout_index``-th of the run, from 0) and their scores. The
+    :class:`~infgrpo.callbacks.completion_table.CompletionTable` callback prints and logs a few of its completions;
+    benchmarks read the rollout's statistics from it."""
+
+    batch: list[dict]
+    rollouts: Rollouts
+    scores: Scores
+    rollout_index: int

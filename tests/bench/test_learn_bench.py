@@ -309,7 +309,7 @@ def test_format_trl_both_trainers_read_one_conversational_jsonl_and_trls_own_acc
     assert [it["prompt"] for it in items] == [r["prompt"] for r in written]
     reference = evaluate(
         load_policy("tiny").eval(), load_tokenizer("tiny"), items, {cfg["reward_function"]: 1.0},
-        cfg["reward_function"], 8, reward_on_error="skip", group_by=trl_answer_kind,
+        cfg["reward_function"], 8, on_error="skip", group_by=trl_answer_kind,
     )  # fmt: skip
     before = result["eval_before"]
     assert (before["accuracy"], before["reward"]) == (reference["accuracy"], reference["reward"])

@@ -207,9 +207,9 @@ def test_value_or_draw_is_value_where_a_fresh_prompt_is_less_likely_per_token(ti
 
 def test_bad_settings_are_refused(tiny_model, tokenizer, task):
     judge = Judge(tokenizer, task[0])
-    with pytest.raises(ValueError, match="max_samples_per_prompt=2 must be >= group_size=4"):
+    with pytest.raises(ValueError, match="max_samples_per_prompt=2 is below group_size=4"):
         sampler(tiny_model, tokenizer).sample(task[1], G, seed=3, adaptive=judge.spec(max_samples_per_prompt=2))
-    with pytest.raises(ValueError, match="adaptive groups run on decoder 'engine'"):
+    with pytest.raises(ValueError, match="adaptive_groups.enabled needs sampler.decoder='engine'"):
         sampler(tiny_model, tokenizer, decoder="hf_micro").sample(task[1], G, seed=3, adaptive=judge.spec())
     rounds = dataclasses.replace(DynamicSpec(2, 4, judge.spread), scheme="rounds")
     with pytest.raises(ValueError, match="grow inside the continuous scheme"):

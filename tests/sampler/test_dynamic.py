@@ -126,7 +126,7 @@ def test_the_informative_rate_is_learned_across_rollouts_and_checkpointed(tiny_m
 def test_a_cap_below_the_target_and_another_decoder_are_refused(tiny_model, tokenizer, task):
     with pytest.raises(ValueError, match="max_prompts=2 must be >= target_groups=3"):
         run(tiny_model, tokenizer, task, {"max_prompts": 2})
-    with pytest.raises(ValueError, match="dynamic sampling runs on decoder 'engine'"):
+    with pytest.raises(ValueError, match="dynamic_sampling.enabled needs sampler.decoder='engine'"):
         run(tiny_model, tokenizer, task, decoder="hf_micro")
 
 

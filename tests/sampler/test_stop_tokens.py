@@ -6,7 +6,7 @@ import pytest
 from infgrpo import MicroGroupSampler, PolicyConfig, SamplerConfig
 from infgrpo.sampler.stop_tokens import check_stop_token_ids
 from infgrpo.settings import ConfigError
-from infgrpo.training.stop_token_check import check_stop_tokens_of
+from infgrpo.training.preflight.model_data import check_stop_tokens_of
 
 
 def test_an_id_past_the_vocabulary_is_named_with_the_vocabulary_size():

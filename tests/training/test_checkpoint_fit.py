@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from infgrpo.settings import ConfigError
-from infgrpo.training.checkpoint_check import check_checkpoint_path
 from infgrpo.training.hparams import check_settings
+from infgrpo.training.preflight.checkpoints import check_checkpoint_path
 from tests.test_fit import ROOT, cli_error
 
 

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from infgrpo.training.hparams import check_settings
-from infgrpo.training.no_effect import data_no_effect, no_effect
+from infgrpo.training.preflight.no_effect import data_no_effect, no_effect
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 

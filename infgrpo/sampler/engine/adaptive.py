@@ -52,11 +52,31 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from infgrpo.sampler.engine.rescue_rates import RescueRates, rescue_chance
 from infgrpo.sampler.schedule.sequence import Sequence
+from infgrpo.settings import ConfigError
 
 if TYPE_CHECKING:
     from infgrpo.sampler.engine.feed import Feed
 
 Rule = Literal["uniform", "value", "value_or_draw"]
+
+
+def check_prompt_cap(max_samples_per_prompt: int, group_size: int) -> None:
+    """A ConfigError when a prompt's cap cannot hold its first group (``adaptive_groups.max_samples_per_prompt``)."""
+    if max_samples_per_prompt < group_size:
+        raise ConfigError(
+            f"adaptive_groups.max_samples_per_prompt={max_samples_per_prompt} is below group_size={group_size}: a "
+            "prompt starts with group_size samples"
+        )
+
+
+def check_grow_scheme(scheme: str) -> None:
+    """A ConfigError unless dynamic sampling's ``scheme`` lets groups grow: ``continuous`` (``rounds`` decodes
+    whole batches in turn)."""
+    if scheme != "continuous":
+        raise ConfigError(
+            "adaptive_groups.enabled with dynamic_sampling needs dynamic_sampling.scheme='continuous' (groups grow "
+            f"inside the continuous scheme, while prompts are drawn); got {scheme!r}"
+        )
 
 
 class Judge(Protocol):
@@ -138,11 +158,8 @@ class Extensions:
         self.counts: dict[str, tuple[int, int]] = {}  # level -> (extension samples drawn, extensions that found)
 
     def attach(self, feed: Feed) -> None:
-        """The feed whose groups grow; a ValueError when a prompt's cap cannot hold its first group."""
-        if self.spec.max_samples_per_prompt < feed.group_size:
-            raise ValueError(
-                f"max_samples_per_prompt={self.spec.max_samples_per_prompt} must be >= group_size={feed.group_size}"
-            )
+        """The feed whose groups grow; a ConfigError when a prompt's cap cannot hold its first group."""
+        check_prompt_cap(self.spec.max_samples_per_prompt, feed.group_size)
         self.feed, self.extend_by = feed, self.spec.extend_by or feed.group_size
 
     # -- the budget -----------------------------------------------------------------------------

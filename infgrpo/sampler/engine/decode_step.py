@@ -59,6 +59,7 @@ from infgrpo.sampler.engine.counter_rng import counter_uniform
 from infgrpo.sampler.engine.graph_capture import CaptureFailures, GraphRuntime, capture_graph, is_memory_error, one_line
 from infgrpo.sampler.engine.sampling import sample_tokens
 from infgrpo.sampler.engine.slot_pool import SlotPool
+from infgrpo.settings import ConfigError
 
 CudaGraphs = Literal["auto", "on", "off"]
 """``SamplerConfig.cuda_graphs``: capture the step on CUDA devices ('auto'), insist on it ('on'), or never."""
@@ -91,6 +92,19 @@ class StepSettings:
     cuda_graphs: CudaGraphs = "auto"
     attention: DecodeAttention = "efficient"
     width: DecodeWidth = "auto"
+
+
+def check_graph_width(cuda_graphs: str, width: str, cuda: bool = True) -> bool:
+    """Whether a step computes only the busy slots (``decode_width`` 'busy', or 'auto' off CUDA); a ConfigError when
+    ``cuda_graphs='on'`` meets such a step (a graph replays one shape). ``cuda``: the step's device (the settings'
+    own check, before any device, takes 'auto' as on CUDA)."""
+    busy = width == "busy" or (width == "auto" and not cuda)
+    if busy and cuda_graphs == "on":
+        got = f"decode_width={width!r}" + ("" if width == "busy" else ", which is 'busy' off CUDA")
+        raise ConfigError(
+            f"cuda_graphs='on' needs decode_width 'pool' or 'auto' (a graph replays one shape); got {got}"
+        )
+    return busy
 
 
 def model_fingerprint(model: PreTrainedModel) -> tuple:
@@ -133,9 +147,7 @@ class DecodeStep:
         self.runtime = runtime if runtime is not None else GraphRuntime() if self.cuda else None
         if settings.cuda_graphs == "on" and self.runtime is None:
             raise ValueError(f"cuda_graphs='on' needs a CUDA device; the model is on {device}. Use 'auto' or 'off'.")
-        self.busy_width = settings.width == "busy" or (settings.width == "auto" and not self.cuda)
-        if self.busy_width and settings.cuda_graphs == "on":
-            raise ValueError("cuda_graphs='on' needs decode_width 'pool' (a graph replays one shape); got 'busy'")
+        self.busy_width = check_graph_width(settings.cuda_graphs, settings.width, self.cuda)
         self.use_graph = self.runtime is not None and settings.cuda_graphs != "off" and not self.busy_width
         self.failures = failures if failures is not None else CaptureFailures()
         self.strict = settings.cuda_graphs == "on"

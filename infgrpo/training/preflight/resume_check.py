@@ -2,7 +2,7 @@
 
     check_resume(ckpt_path, state, config, settings)   # a ConfigError, or an ``[infgrpo]`` warning per change
 
-``state`` is the checkpoint as :func:`~infgrpo.training.checkpoint_check.check_checkpoint_path` read it (through a
+``state`` is the checkpoint as :func:`~infgrpo.training.preflight.checkpoints.check_checkpoint_path` read it (through a
 memory map: no tensor is read); its top level gives ``global_step``, the module's and the
 data module's hyper-parameters (``hyper_parameters``, ``datamodule_hyper_parameters``) and the data module's saved
 position (``PromptDataModule``: the epoch and the prompts of it consumed, in the shuffled order). Then:
@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from infgrpo.settings import ConfigError
-from infgrpo.training.checkpoint_check import is_distributed_checkpoint
 from infgrpo.training.compat_v01 import group_flat_hparams
-from infgrpo.training.train_rows import training_rows
-from infgrpo.training.trainer_check import is_sharded_strategy, world_size
+from infgrpo.training.preflight.checkpoints import is_distributed_checkpoint
+from infgrpo.training.preflight.data_check import training_rows
+from infgrpo.training.preflight.trainer_check import is_sharded_strategy, world_size
 
 DATA_IDENTITY = ("path", "config_name", "train_split", "train_size", "eval_fraction", "task_config", "task_seed")
 """The data settings that decide which rows are the training rows (and so what the saved position points at)."""

@@ -1,4 +1,5 @@
-"""Settings a run would ignore, and greedy groups that never have a gradient: one warning each, none for the shipped
+"""The rules that read several settings groups: each written once, the settings and the sampler refusing alike;
+settings a run would ignore, and greedy groups that never have a gradient: one warning each, none for the shipped
 configs."""
 
 import warnings
@@ -7,8 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from infgrpo.sampler import SamplerConfig
+from infgrpo.sampler.engine.adaptive import check_grow_scheme, check_prompt_cap
+from infgrpo.settings import ConfigError
+from infgrpo.training.adaptive import AdaptiveGroupsConfig
+from infgrpo.training.dynamic import DynamicSamplingConfig
 from infgrpo.training.hparams import GROUPS, check_settings
-from infgrpo.training.ignored import ignored_settings
+from infgrpo.training.settings_checks import check_judged_batch, ignored_settings
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 
@@ -63,3 +69,46 @@ def test_no_shipped_config_warns(path):
     for key in ("output_dir", "seed", "threads"):
         model.pop(key, None)
     assert ignored_settings(built(**model), group_size) == []
+
+
+def refusal(check, *args):
+    with pytest.raises(ConfigError) as err:
+        check(*args)
+    return str(err.value)
+
+
+@pytest.mark.parametrize(
+    "groups,sampler_side",
+    [
+        (
+            {"sampler": {"decoder": "hf_micro"}, "dynamic_sampling": {"enabled": True}},
+            lambda: SamplerConfig(decoder="hf_micro").require_engine("dynamic_sampling"),
+        ),
+        (
+            {"sampler": {"decoder": "hf_full"}, "adaptive_groups": {"enabled": True}},
+            lambda: SamplerConfig(decoder="hf_full").require_engine("adaptive_groups"),
+        ),
+        (
+            {"adaptive_groups": {"enabled": True, "max_samples_per_prompt": 4}},
+            lambda: check_prompt_cap(4, 8),
+        ),
+        (
+            {"adaptive_groups": {"enabled": True}, "dynamic_sampling": {"enabled": True, "scheme": "rounds"}},
+            lambda: check_grow_scheme("rounds"),
+        ),
+    ],
+)
+def test_a_cross_setting_rule_refuses_with_the_same_line_in_the_settings_and_in_the_sampler(groups, sampler_side):
+    assert refusal(lambda: check_settings(group_size=8, **groups)) == refusal(sampler_side)
+
+
+def test_the_cap_and_the_budget_must_hold_one_batch():
+    dynamic, adaptive = DynamicSamplingConfig(enabled=True, max_prompts=3), AdaptiveGroupsConfig(enabled=True)
+    assert "dynamic_sampling.max_prompts=3 is below data.batch_size=4" in refusal(
+        check_judged_batch, dynamic, AdaptiveGroupsConfig(), 8, 4
+    )
+    small = AdaptiveGroupsConfig(enabled=True, max_samples_per_step=16)
+    assert "max_samples_per_step=16 is below data.batch_size x group_size=32" in refusal(
+        check_judged_batch, DynamicSamplingConfig(), small, 8, 4
+    )
+    check_judged_batch(DynamicSamplingConfig(enabled=True), adaptive, 8, 4)  # the defaults hold any batch

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from infgrpo.from_trl import TRL_FIELDS
+from infgrpo.training.preflight.files import config_paths
 
 SHOWN = 4
 """TRL names spelled out in one message (the rest counted)."""
@@ -76,16 +77,6 @@ def file_keys(section: Any, prefix: str, groups: set[str]) -> Iterator[str]:
             yield from file_keys(value, f"{key}.", groups)
 
 
-def config_files(argv: list[str]) -> Iterator[str]:
-    """The files given to ``-c`` / ``--config`` in ``argv``."""
-    for i, arg in enumerate(argv):
-        name, eq, value = arg.partition("=")
-        if name in ("-c", "--config"):
-            value = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-            if value:
-                yield value
-
-
 def read_yaml(path: str) -> Any:
     """The YAML file ``path``, or None when it cannot be read (the parser says why)."""
     try:
@@ -104,7 +95,7 @@ def trl_keys(argv: list[str], known: Collection[str]) -> str | None:
 
     found = [(key, "") for key in flag_keys(argv) if trl(key)]
     whole_files = []
-    for path in config_files(argv):
+    for path in filter(None, config_paths(argv)):  # the files given to -c / --config
         keys = [key for key in file_keys(read_yaml(path), "", groups) if trl(key)]
         found += [(key, f" (in {path})") for key in keys]
         if sum("." not in key for key in keys) > 1:  # several TRL fields at the top: a TRL config file

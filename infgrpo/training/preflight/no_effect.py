@@ -2,7 +2,8 @@
 
     warn_no_effect(settings, config["data"])   # in GRPOCLI.before_instantiate_classes
 
-The pattern of :mod:`infgrpo.training.ignored` (which the settings' own check calls), for what it does not cover:
+The pattern of :mod:`infgrpo.training.settings_checks` (which the settings' own check calls), for what it does not
+cover:
 
 - ``adaptive_groups.*`` fields changed while ``adaptive_groups.enabled`` is false: no group is extended;
 - ``adaptive_groups.max_samples_per_prompt`` equal to ``group_size`` with adaptive groups on: a prompt starts with

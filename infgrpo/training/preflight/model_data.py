@@ -1,6 +1,7 @@
-"""The command line's checks that read more than the settings, run before the model loads.
+"""The command line's checks that read more than the settings, run before the model loads: the model and the data.
 
     check_before_loading(config, settings)   # in GRPOCLI.before_instantiate_classes; ConfigError names the field
+    check_stop_tokens_of(PolicyConfig("tiny"), [999999])   # ConfigError: ... vocab_size=103 ...
 
 :func:`~infgrpo.training.hparams.check_settings` and :func:`~infgrpo.data.datamodule.check_data_settings` check
 each setting by itself. Some settings are only wrong for the model or the data they meet; Lightning, peft, the
@@ -10,6 +11,10 @@ built on the ``meta`` device for the LoRA targets), and the first rows of the da
 (:mod:`infgrpo.data.first_rows`). The Python API keeps its own checks where the objects are used
 (``GRPOModule.on_fit_start`` checks every prompt against the context by the same rule,
 :func:`~infgrpo.sampler.model_support.context_overflow`).
+
+``model.sampler.stop_token_ids`` are checked against the model's vocabulary (:func:`check_stop_tokens_of`): only
+the model's config is read (``AutoConfig``: ``config.json`` or a GGUF file's metadata, no weights), and only when
+stop ids are set; the rule is :func:`~infgrpo.sampler.stop_tokens.check_stop_token_ids`.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from infgrpo.policy.lora_targets import check_lora_targets
 from infgrpo.policy.model_config import load_model_config
 from infgrpo.rewards.signature import check_reward_columns
 from infgrpo.sampler.model_support import context_overflow
+from infgrpo.sampler.stop_tokens import FIELD, check_stop_token_ids, config_vocab_size
 from infgrpo.settings import ConfigError
 from infgrpo.training.hparams import ModuleSettings
 
@@ -73,3 +79,16 @@ def check_before_loading(config: Any, settings: ModuleSettings) -> None:
     if rows:  # TRL-convention rewards name the columns they read (accuracy_reward: solution)
         columns = [*dict.fromkeys(k for row in rows for k in row), *(["answer"] if data.get("answer_column") else [])]
         check_reward_columns(settings.rewards.functions, columns, f"data.path={data['path']!r}")
+
+
+def check_stop_tokens_of(policy: Any, stop_token_ids: list[int], field: str = FIELD) -> None:
+    """:func:`check_stop_token_ids` against the config of the model of ``policy`` (a
+    :class:`~infgrpo.policy.config.PolicyConfig`; ``AutoConfig``: no weights are read), read
+    only when ``stop_token_ids`` is not empty; a config that cannot be read is left to the loading to report."""
+    if not stop_token_ids:
+        return
+    try:
+        config = load_model_config(policy.model_name_or_path, policy.gguf_file)
+    except ConfigError:
+        return
+    check_stop_token_ids(stop_token_ids, config_vocab_size(config), field)

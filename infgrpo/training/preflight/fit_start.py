@@ -1,0 +1,57 @@
+"""What ``GRPOModule.on_fit_start`` checks and prepares against the data module, before the first step.
+
+    check_data_prompts(policy, trainer.datamodule, max_new_tokens)
+    prepare_rewards({"trl.rewards:accuracy_reward": 1.0}, trainer.datamodule, device, torch.bfloat16)
+
+Every prompt of a run is checked against the model's context here, not when its batch comes up: a prompt whose
+length plus ``sampler.max_new_tokens`` exceeds the context would otherwise stop the run at the step that draws it
+(hours in, on a real run). Data modules without ``train_items`` / ``eval_items`` (plain dataloaders) are left to
+the sampler's own check at each rollout.
+
+A TRL-convention reward that needs a dataset column (``accuracy_reward`` reads ``solution``) is checked against
+the training rows' columns here, before the first rollout (the command line checks the first rows even earlier,
+before the model loads); a sequence-classification reward model moves to the policy's device and dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel
+
+from infgrpo.rewards import resolve_reward
+from infgrpo.rewards.signature import check_reward_columns
+from infgrpo.sampler.model_support import check_prompts
+
+
+def check_data_prompts(model: PreTrainedModel, datamodule: Any, max_new_tokens: int) -> None:
+    """Raises the sampler's ValueError (the prompt's tokens, the positions it needs, the context and what to
+    lower) for the first prompt of the training or held-out items that cannot fit, naming its split and row."""
+    for split, items in (
+        ("training", getattr(datamodule, "train_items", None)),
+        ("held-out", getattr(datamodule, "eval_items", None)),
+    ):
+        if not items:
+            continue
+        try:
+            check_prompts(model, [item["prompt_ids"] for item in items], max_new_tokens)
+        except ValueError as err:
+            raise ValueError(
+                f"{split} prompts: {err} (set data.max_prompt_length with data.long_prompts: skip to drop such prompts)"
+            ) from err
+
+
+def prepare_rewards(functions: dict[str, float], datamodule: Any, device: torch.device, dtype: torch.dtype) -> None:
+    """Raises a ConfigError naming the reward and the column its rows lack; moves every reward model to ``device``
+    in ``dtype``."""
+    items = getattr(datamodule, "train_items", None)
+    if items:
+        columns = dict.fromkeys(k for item in items[:64] for k in item["meta"])
+        check_reward_columns(functions, columns, "the training rows")
+    from infgrpo.rewards.reward_model import RewardModel
+
+    for name in functions:
+        fn = resolve_reward(name)
+        if isinstance(fn, RewardModel):
+            fn.to(device, dtype)
