@@ -43,5 +43,6 @@ BENCHMARKS = {
     "adaptive": "benchmarks.adaptive",
     "adaptive-memory": "benchmarks.adaptive_memory",
     "reward-model": "benchmarks.reward_model",
+    "sharded-memory": "benchmarks.sharded_memory",
 }
 """Benchmark name -> module (with ``main(argv)``, ``tables(result)`` and, if it spawns, ``run_one``)."""

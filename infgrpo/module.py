@@ -38,6 +38,7 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.seeds import derive_seed
 from infgrpo.runtime.sharding import (
     accumulating,
+    check_gather_fits,
     full_state,
     gathered,
     is_sharded,
@@ -248,6 +249,7 @@ class GRPOModule(L.LightningModule):
         their scores, and the items they belong to: under dynamic sampling the groups kept, drawn from the batch
         and the data module's prompt stream (:mod:`infgrpo.training.dynamic`), else ``batch``."""
         seed = derive_seed(self.settings.seed, self.sampler.calls)  # the same on every rank
+        check_gather_fits(self.device, self.policy)  # sharded, CUDA: names what to change before running out
         with self.phase_memory.phase("rollout", self.device), gathered(self.policy):  # sharded: full weights
             if self.judged is not None:
                 return self.judged(batch, seed, self.trainer.datamodule, self.ranks)

@@ -56,6 +56,8 @@ LOCAL = [
     "eval",
     "--trainer.accelerator",
     "cpu",
+    "--trainer.devices",
+    "1",  # configs/qwen3-8b-fsdp2.yaml: sharded over one process
 ]
 
 
@@ -67,7 +69,7 @@ def test_every_config_parses_and_runs_two_steps(config, tmp_path):
     local = [] if config.name in OFFLINE else LOCAL
     cli = main(["--config", str(config), "--trainer.default_root_dir", str(tmp_path), *local, *QUICK])
     assert cli.trainer.global_step == 2
-    lora = {"tiny.yaml": 0, "qwen3.yaml": 16, "smollm2.yaml": 32, "smollm2-cpu.yaml": 16}
+    lora = {"tiny.yaml": 0, "qwen3.yaml": 16, "smollm2.yaml": 32, "smollm2-cpu.yaml": 16, "qwen3-8b-fsdp2.yaml": 0}
     assert cli.model.hparams.lora["r"] == lora[config.name] == cli.model.settings.lora.r
 
 

@@ -1,4 +1,4 @@
-"""A policy sharded with FSDP2 over the data-parallel ranks, and its parameters gathered for the rollout and update.
+"""A policy sharded with FSDP2 over the data-parallel ranks, and its parameters gathered for the rollout and update::
 
     shard_model(policy, mesh)                    # configure_model: fully_shard each decoder layer, then the root
     with gathered(policy):                       # every rank holds the full parameters; no forward all-gathers
@@ -46,9 +46,10 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 
 
 def mixed_precision(dtype: torch.dtype) -> MixedPrecisionPolicy:
-    """Compute in the policy's ``dtype``; reduce gradients in float32 when it is a 16-bit type."""
-    low = dtype in (torch.bfloat16, torch.float16)
-    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32 if low else dtype)
+    """Compute, accumulate and reduce gradients in the policy's ``dtype``, as DDP does with the same weights (a
+    float32 ``reduce_dtype`` would make FSDP2 accumulate the unsharded gradients in float32: twice the update's
+    gradient memory for bfloat16 weights)."""
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=dtype)
 
 
 def is_sharded(model: nn.Module | None) -> bool:
@@ -67,6 +68,47 @@ def shard_model(model: nn.Module, mesh: object, dtype: torch.dtype | None = None
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
+
+
+def local_bytes(tensor: torch.Tensor) -> int:
+    """Bytes this rank holds of ``tensor``: a DTensor's local shard, or the whole tensor."""
+    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    return local.numel() * local.element_size()
+
+
+def gather_sizes(*models: nn.Module | None) -> tuple[int, int]:
+    """(bytes of the full parameters of ``models``, bytes of them this rank holds): what :func:`gathered` adds is
+    their difference."""
+    params = [p for model in models if model is not None for p in model.parameters()]
+    return sum(p.numel() * p.element_size() for p in params), sum(local_bytes(p) for p in params)
+
+
+def gather_problem(full: int, held: int, free: int, total: int) -> str | None:
+    """Why gathering parameters of ``full`` bytes (``held`` of them on this rank) cannot fit a device with ``free``
+    of ``total`` bytes free, naming what to change; None when it fits."""
+    need = full - held
+    if need <= free:
+        return None
+    gib = 2**30
+    return (
+        f"the rollout gathers the whole policy on every rank of a sharded run ({full / gib:.2f} GiB; "
+        f"{need / gib:.2f} GiB more than this rank's shards), and the device has {free / gib:.2f} GiB free of "
+        f"{total / gib:.2f} GiB: more ranks do not lower this. Free memory between steps with "
+        "model.sampler.keep_pool: false (the slot pool is otherwise kept), load the weights in a 16-bit "
+        "model.policy.dtype (bfloat16), or use larger devices"
+    )
+
+
+def check_gather_fits(device: torch.device, *models: nn.Module | None) -> None:
+    """On a CUDA device: a ``torch.OutOfMemoryError`` saying what to change (:func:`gather_problem`) when the sharded
+    ``models``' full parameters cannot fit the free memory; before the all-gather that would run out. Elsewhere
+    nothing (host memory is not checked)."""
+    if device.type != "cuda" or not any(is_sharded(m) for m in models):
+        return
+    free, total = torch.cuda.mem_get_info(device)
+    problem = gather_problem(*gather_sizes(*models), free, total)
+    if problem is not None:
+        raise torch.OutOfMemoryError(problem)
 
 
 def fsdp_modules(*models: nn.Module | None) -> list[FSDPModule]:
