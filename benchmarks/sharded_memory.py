@@ -83,7 +83,7 @@ def fit(model: str, steps: int, ranks: int, out: Path, timeout: float, threads: 
     callback = {"class_path": f"{__name__}.CountBytes", "init_args": {"dirpath": str(out)}}
     flags = [
         *MODELS[model], "--model.group_size=4", "--model.sampler.max_new_tokens=16", "--data.batch_size=2",
-        f"--trainer.max_steps={steps}", "--trainer.logger=false", "--trainer.enable_checkpointing=false",
+        f"--trainer.max_steps={steps}", "--trainer.logger=false",
         "--trainer.enable_progress_bar=false", f"--trainer.default_root_dir={out}", "--trainer.accelerator=cpu",
         f"--trainer.callbacks+={json.dumps(callback)}", f"--model.threads={threads or 'auto'}",
     ]  # fmt: skip

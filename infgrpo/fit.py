@@ -5,6 +5,7 @@
     python -m infgrpo.fit --config configs/tiny.yaml --ckpt_path runs/tiny/grpo/version_0/checkpoints/last.ckpt
     python -m infgrpo.fit --help
     python -m infgrpo.fit --config configs/tiny.yaml --trainer.strategy ddp --trainer.devices 2   # data parallel
+    python -m infgrpo.fit --config configs/tiny.yaml --trainer.strategy fsdp2 --trainer.devices 2   # sharded
 
 Logs go to CSV (and TensorBoard when installed) under ``trainer.default_root_dir``; each run gets a
 new version folder, with its checkpoints (written atomically) inside. With stdout redirected (nohup,

@@ -73,7 +73,8 @@ OPTIMIZER = (
 )
 SFT = "supervised fine-tuning option with no role in GRPO"
 DISTRIBUTED = (
-    "distributed setup: Lightning's trainer.strategy and trainer.devices (ddp; the data module shards prompts itself)"
+    "distributed setup: Lightning's trainer.strategy and trainer.devices (ddp, or fsdp2 where TRL shards with FSDP or "
+    "ZeRO-3; the data module shards prompts itself)"
 )
 LOGGING = (
     "logging: Lightning's loggers (trainer.logger; CSV, and TensorBoard when installed) every "

@@ -204,7 +204,8 @@ class GRPOModule(L.LightningModule):
     def configure_model(self) -> None:
         """Under a sharding strategy (``trainer.strategy: fsdp2``, Lightning's ``ModelParallelStrategy``): shards the
         policy, and the frozen reference of full fine-tuning, over the data-parallel mesh (FSDP2: each decoder layer,
-        then the root; see :mod:`infgrpo.runtime.sharding`). Nothing otherwise."""
+        then the root; see :mod:`infgrpo.runtime.sharding`), and decodes without CUDA graphs (each step gathers the
+        weights anew, at other addresses). Nothing otherwise."""
         mesh = self._device_mesh
         if mesh is None or is_sharded(self.policy):
             return
@@ -215,10 +216,17 @@ class GRPOModule(L.LightningModule):
                 "shards data-parallel only); use trainer.strategy: fsdp2, or ModelParallelStrategy with "
                 "tensor_parallel_size: 1 and data_parallel_size: the number of processes"
             )
+        if self.settings.sampler.cuda_graphs == "on":
+            raise ConfigError(
+                "model.sampler.cuda_graphs=on is not supported with a sharded policy: a graph replays the addresses of "
+                "weights that each step gathers anew; use 'auto' (off when sharded) or 'off'"
+            )
         dp = mesh["data_parallel"] if "data_parallel" in names else mesh
         shard_model(self.policy, dp, self.policy.dtype)
         if self.ref_model is not None:
             shard_model(self.ref_model, dp, self.policy.dtype)
+        for sampler in (self.sampler, self.eval_sampler):  # the gathered weights move between steps: no graphs
+            sampler.disable_cuda_graphs()
 
     def on_fit_start(self) -> None:
         """Moves the frozen reference (if any) to the module's device, checks every prompt against the context,

@@ -88,7 +88,14 @@ class MicroGroupSampler:
         self.rate = InformativeRate()  # dynamic sampling: the share of groups kept, observed over rollouts
         self.rescue = RescueRates()  # adaptive groups: how often an extension found a spread, per reward level
 
+    def disable_cuda_graphs(self) -> None:
+        """Decodes without CUDA graphs from now on: a sharded policy's weights are gathered anew for each rollout, at
+        addresses a captured graph would not follow."""
+        self.config = dataclasses.replace(self.config, cuda_graphs="off")
+        self.engine = Engine(self.model, self.config, stop_ids=self.stop_ids, pad_id=self.pad_id, pools=self.pools)
+
     # -- sampling ---------------------------------------------------------------------------
+
     def sample(
         self,
         prompt_ids: list[list[int]],

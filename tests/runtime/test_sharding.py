@@ -41,3 +41,15 @@ def test_the_gather_check_names_what_to_change_only_when_it_cannot_fit():
     message = gather_problem(16 * GIB, 2 * GIB, free=10 * GIB, total=80 * GIB)
     assert "(16.00 GiB; 14.00 GiB more than this rank's shards), and the device has 10.00 GiB free of 80.00" in message
     assert "more ranks do not lower this" in message and "model.sampler.keep_pool: false" in message
+
+
+def test_a_sampler_decodes_without_graphs_once_told():
+    """A sharded policy's weights are gathered anew each rollout: GRPOModule.configure_model turns graphs off."""
+    from infgrpo import MicroGroupSampler, SamplerConfig
+    from infgrpo.policy.load import load_tokenizer
+
+    sampler = MicroGroupSampler(load_policy("tiny"), load_tokenizer("tiny"), SamplerConfig(num_slots=2))
+    assert sampler.engine.settings.cuda_graphs == "auto"
+    sampler.disable_cuda_graphs()
+    assert sampler.config.cuda_graphs == "off" and sampler.engine.settings.cuda_graphs == "off"
+    assert sampler.engine.pools is sampler.pools  # the kept pool stays the sampler's
