@@ -120,7 +120,7 @@ def tables(result: dict) -> str:
             row[f"rank {r} / one"] = ratio(rank[name], one[name])
         rows.append(row)
     title = (
-        f"{result['model']} ({result['one']['numel'] / 1e6:.1f}M parameters), full fine-tuning, AdamW: bytes each "
+        f"## {result['model']} ({result['one']['numel'] / 1e6:.1f}M parameters), full fine-tuning, AdamW: bytes each "
         f"rank holds on {result['ranks']} sharded ranks (fsdp2) against one process, between steps and while the "
         "rollout decodes"
     )
