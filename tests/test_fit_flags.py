@@ -93,6 +93,20 @@ def test_sharded_strategies_pass_the_checks():
     assert warnings_of(*TINY, *MODEL_PARALLEL, *sizes, "--trainer.devices", "2") == []
 
 
+def test_a_distributed_checkpoint_resumes_only_sharded(capsys, tmp_path):
+    """A folder of shards with Lightning's meta.pt is one checkpoint: read for the checks, refused without fsdp2."""
+    import torch
+
+    folder = tmp_path / "last.ckpt"
+    folder.mkdir()
+    torch.save({"global_step": 1, "epoch": 0}, folder / "meta.pt")
+    line = cli_error(capsys, *TINY, "--trainer.max_steps", "3", "--ckpt_path", str(folder))
+    assert f"--ckpt_path={str(folder)!r} is a distributed checkpoint (a folder of shards" in line
+    assert "resume it with trainer.strategy: infgrpo.FSDP2Strategy (or fsdp2)" in line
+    line = cli_error(capsys, *TINY, "--ckpt_path", str(folder), "--trainer.strategy", "fsdp2")  # read: step 1 of 1
+    assert "the checkpoint is at step 1 and trainer.max_steps=1: nothing to train" in line
+
+
 def test_no_clipping_and_no_accumulation_pass():
     assert warnings_of(*TINY, "--trainer.gradient_clip_val", "0", "--trainer.accumulate_grad_batches", "1") == []
 

@@ -5,8 +5,9 @@ the rollout and the update run on the gathered parameters, each rank decoding it
 its own number of micro-batches (``token_budget`` is small here, so they differ). Three optimization steps on
 2 ranks x 2 prompts must leave the *gathered* parameters identical on both ranks and within 1e-11 of 1 process x
 4 prompts in float64 (observed: 0 to ~1e-14; one step moves them ~1e-3), for ``grpo``/``group`` with full
-fine-tuning and ``dapo``/``batch`` with LoRA; the held-out evaluation (each rank decodes its share) gives one
-process's reward. The trained model is written once, in full (``model.output_dir``).
+fine-tuning and a KL term (its frozen reference sharded as well) and ``dapo``/``batch`` with LoRA; the held-out
+evaluation (each rank decodes its share) gives one process's reward. The trained model is written once, in full
+(``model.output_dir``).
 
 A third sharded run checkpoints every step and is SIGKILLed at the start of step 3: its checkpoint resumes on 2
 ranks to the uninterrupted run's parameters and optimizer state exactly, and in one process (4 prompts a step)
@@ -104,10 +105,11 @@ def args(data: Path, out: Path, case: str, batch_size: int, steps: int = STEPS, 
         "--model.group_size=4",
         "--model.sampler.num_slots=3",
         "--model.sampler.max_new_tokens=12",
-        "--model.update.token_budget=48",  # several micro-batches per rank, different numbers, groups split
+        f"--model.update.token_budget={48 if lora else 64}",  # micro-batches per rank: different numbers, groups split
         "--model.optimizer.learning_rate=1e-3",
         f"--model.objective.loss_type={loss_type}",
         f"--model.objective.scale_rewards={scale_rewards}",
+        f"--model.objective.beta={0.0 if lora else 0.04}",  # full fine-tuning: a frozen reference, sharded too
         f"--model.output_dir={'adapter' if lora else 'trained'}",
         f"--data.path={data}",
         f"--data.batch_size={batch_size}",
