@@ -219,6 +219,7 @@ def test_a_distributed_checkpoint_resumes_on_two_ranks(two_ranks):
     """LoRA's run wrote its checkpoint as shards (``save_distributed_checkpoint: true``): a folder that resumes on 2
     ranks with the parameters it saved, and trains on."""
     assert (two_ranks / LORA / "end.ckpt").is_dir() and (two_ranks / LORA / "end.ckpt" / "meta.pt").is_file()
+    assert not list((two_ranks / LORA).glob("*.partial")) and not list((two_ranks / LORA).glob("*.old"))
     saved, resumed = load(two_ranks / LORA / f"step{STEPS}_rank0.pt"), two_ranks / RESUMED
     for r in (0, 1):
         start = load(resumed / f"start_rank{r}.pt")

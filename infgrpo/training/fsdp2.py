@@ -14,13 +14,23 @@ shard into a checkpoint folder (Lightning's distributed checkpoint), which resum
 
 from __future__ import annotations
 
+import shutil
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.strategies import ModelParallelStrategy, StrategyRegistry
 from torch.distributed.constants import default_pg_timeout
 
 NAME = "fsdp2"
+
+
+def remove(path: Path) -> None:
+    """Deletes the file or folder ``path`` if it exists."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
 
 
 class FSDP2Strategy(ModelParallelStrategy):
@@ -52,6 +62,28 @@ class FSDP2Strategy(ModelParallelStrategy):
         """One data-parallel mesh over every process of every node (Lightning's default would be one per node)."""
         self._data_parallel_size = self.num_nodes * self.num_processes
         super().setup_environment()
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+        """Lightning's save; a distributed checkpoint is written into ``<name>.partial`` and renamed into place once
+        every rank's shard is in it, so a run killed while writing keeps the previous checkpoint whole (a full-state
+        file goes through the trainer's checkpoint IO, which infgrpo's CLI makes atomic)."""
+        if not self._save_distributed_checkpoint:
+            super().save_checkpoint(checkpoint, filepath, storage_options)
+            return
+        path = Path(self.broadcast(str(filepath)))
+        partial, old = path.with_name(path.name + ".partial"), path.with_name(path.name + ".old")
+        if self.global_rank == 0:
+            for stale in (partial, old):
+                remove(stale)
+        self.barrier()
+        super().save_checkpoint(checkpoint, partial, storage_options)
+        self.barrier()
+        if self.global_rank == 0:
+            if path.exists():
+                path.rename(old)
+            partial.rename(path)
+            remove(old)
+        self.barrier()
 
     @classmethod
     def register_strategies(cls, registry: Any) -> None:
