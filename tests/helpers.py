@@ -1,8 +1,14 @@
 """Helpers shared by the tests: tiny random models, a saved base folder, 4-bit + LoRA policies, a quiet Trainer."""
 
+import os
+import signal
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import lightning as L
+import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
@@ -143,3 +149,24 @@ def refuse_model_load(monkeypatch, tmp_path):
 
     monkeypatch.setattr("infgrpo.module.load_policy", refuse)
     monkeypatch.chdir(tmp_path)
+
+
+def torchrun_two(script: str, *args: str, what: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Runs ``script`` with ``args`` on 2 ranks under ``torchrun`` (one torch thread each) from the repository root.
+
+    The launcher gets its own session, so a hang (ranks disagreeing on collectives) kills both ranks after
+    ``timeout`` seconds, not just torchrun, and fails the test naming ``what`` ran.
+    """
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", script, *args]
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"{what} did not finish within {timeout:g} s (ranks waiting on each other?)")
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)

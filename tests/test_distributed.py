@@ -14,9 +14,6 @@ one start of two processes (imports dominate the time); the references run in th
 """
 
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -114,27 +111,12 @@ def one_thread():
 @pytest.fixture(scope="module")
 def two_ranks(prompts, tmp_path_factory) -> Path:
     """Runs this file under torchrun: 2 ranks x 2 prompts, 2 steps, every case (imports paid once)."""
+    from tests.helpers import torchrun_two  # not at the top: each rank runs this file as a script
+
     out = tmp_path_factory.mktemp("two_ranks")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     start = time.perf_counter()
-    # its own session, so a hang (e.g. ranks disagreeing on collectives) kills both ranks, not just torchrun
-    proc = subprocess.Popen(
-        [*torchrun, __file__, str(prompts), str(out)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        _, stderr = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail("the 2-rank DDP run did not finish within 240 s (ranks waiting on each other?)")
-    assert proc.returncode == 0, stderr[-3000:]
+    done = torchrun_two(__file__, str(prompts), str(out), what="the 2-rank DDP run")
+    assert done.returncode == 0, done.stderr[-3000:]
     print(f"\n2-rank DDP runs ({len(CASES)} cases): {time.perf_counter() - start:.1f} s")
     return out
 

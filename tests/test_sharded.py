@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -134,38 +133,18 @@ def sharded(case_args: list[str], distributed_checkpoint: bool = False) -> list[
     return [*case_args, *strategy, "--trainer.devices=2"]
 
 
-def torchrun(mode: str, prompts: Path, out: Path) -> subprocess.CompletedProcess:
-    """Runs this file on 2 ranks (``mode``: ``train`` or ``resume``); a hang kills both ranks after 240 s."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-    proc = subprocess.Popen(
-        [*command, __file__, mode, str(prompts), str(out)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"the 2-rank sharded run ({mode}) did not finish within 240 s (ranks waiting on each other?)")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-
-
 @pytest.fixture(scope="module")
 def two_ranks(prompts, tmp_path_factory) -> Path:
     """The 2-rank runs: both cases, the killed run, then its resumption on 2 ranks."""
+    from tests.helpers import torchrun_two  # not at the top: each rank runs this file as a script
+
     out = tmp_path_factory.mktemp("sharded")
-    trained = torchrun("train", prompts, out)
+    trained = torchrun_two(__file__, "train", str(prompts), str(out), what="the 2-rank sharded runs")
     assert (out / KILLED / "last.ckpt").exists(), trained.stderr[-3000:]  # it ran until the kill
     assert not (out / KILLED / "step3_rank0.pt").exists()
     assert trained.returncode != 0  # SIGKILLed (the cases before it completed: checked below)
     shutil.copy(out / KILLED / "last.ckpt", out / KILLED / "step2.ckpt")  # the resumed run writes last.ckpt again
-    resumed = torchrun("resume", prompts, out)
+    resumed = torchrun_two(__file__, "resume", str(prompts), str(out), what="the 2-rank resumption")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     return out
 
