@@ -139,7 +139,7 @@ class GRPOCLI(LightningCLI):
         try:  # the machine first: a config written for a GPU names that before anything else
             check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
             check_trainer_flags(config["trainer"])  # strategies, accumulation and clipping GRPOModule cannot take
-            check_sharded_policy(config["trainer"], settings.quantization.load_in_4bit)
+            check_sharded_policy(config["trainer"], settings.quantization.load_in_4bit, settings.sampler.cuda_graphs)
         except ConfigError as err:
             self.parser.error(str(err))
         try:

@@ -68,6 +68,11 @@ MODEL_PARALLEL = ["--trainer.strategy", "lightning.pytorch.strategies.ModelParal
             "4-bit weights with trainer.strategy: ddp",
         ),
         (
+            ["--trainer.strategy", "fsdp2", "--model.sampler.cuda_graphs", "on"],
+            "model.sampler.cuda_graphs='on' is not supported with trainer.strategy='fsdp2'",
+            "use 'auto' (no graphs when sharded) or 'off'",
+        ),
+        (
             ["--trainer.strategy", "lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.start_method=spawn"],
             "trainer.strategy='DDPStrategy(spawn)' is not supported",
             DDP,

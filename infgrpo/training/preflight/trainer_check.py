@@ -101,15 +101,23 @@ def check_model_parallel(strategy: Any) -> None:
         )
 
 
-def check_sharded_policy(trainer: Mapping[str, Any], load_in_4bit: bool) -> None:
+def check_sharded_policy(trainer: Mapping[str, Any], load_in_4bit: bool, cuda_graphs: str = "auto") -> None:
     """A ConfigError for what a sharded run (``fsdp2``) cannot take: 4-bit base weights (bitsandbytes' packed
-    storage does not shard)."""
+    storage does not shard) and ``cuda_graphs: on`` (a graph replays the addresses of weights gathered anew each
+    step; ``auto`` decodes without graphs there)."""
+    if not is_sharded_strategy(trainer.get("strategy")):
+        return
     name = strategy_name(trainer.get("strategy"))
-    if load_in_4bit and is_sharded_strategy(trainer.get("strategy")):
+    if load_in_4bit:
         raise ConfigError(
             f"model.quantization.load_in_4bit=true is not supported with trainer.strategy={name!r}: "
             "bitsandbytes' 4-bit weights do not shard; train LoRA on bfloat16 weights sharded (model.policy.dtype: "
             "bfloat16), or 4-bit weights with trainer.strategy: ddp"
+        )
+    if cuda_graphs == "on":
+        raise ConfigError(
+            f"model.sampler.cuda_graphs='on' is not supported with trainer.strategy={name!r}: a graph replays the "
+            "addresses of weights that each step gathers anew; use 'auto' (no graphs when sharded) or 'off'"
         )
 
 
