@@ -13,6 +13,8 @@ Two paths, chosen by ``chunk_tokens`` (``GRPOModule.logit_chunk_tokens``):
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from transformers import PreTrainedModel
@@ -134,13 +136,20 @@ def hidden_before_completions(
     if isinstance(mb, SharedMicroBatch):
         return shared_hidden(decoder, mb, carry)
     c_len = mb.completion_ids.shape[1]
-    hidden = decoder(
+    hidden = plain_forward(decoder, mb).last_hidden_state  # (n, P + C, H)
+    return hidden[:, -c_len - 1 : -1]
+
+
+def plain_forward(module: nn.Module, mb: MicroBatch, **kwargs: object) -> Any:
+    """``module``'s output over the rows of ``mb``, each prompt and completion in one sequence, without a cache
+    (``kwargs``: more arguments of its forward, e.g. ``logits_to_keep``)."""
+    return module(
         input_ids=mb.input_ids,
         attention_mask=mb.attention_mask,
         position_ids=mb.position_ids,
         use_cache=False,
-    ).last_hidden_state  # (n, P + C, H)
-    return hidden[:, -c_len - 1 : -1]
+        **kwargs,
+    )
 
 
 def completion_logits(
@@ -150,13 +159,7 @@ def completion_logits(
     if isinstance(mb, SharedMicroBatch):
         return shared_logits(model, mb, carry)
     c_len = mb.completion_ids.shape[1]
-    out = model(
-        input_ids=mb.input_ids,
-        attention_mask=mb.attention_mask,
-        position_ids=mb.position_ids,
-        logits_to_keep=c_len + 1,
-        use_cache=False,
-    )
+    out = plain_forward(model, mb, logits_to_keep=c_len + 1)
     if out.logits.shape[1] != c_len + 1:
         raise ValueError(
             f"{type(model).__name__} returned logits for {out.logits.shape[1]} positions, not the last {c_len + 1}: "

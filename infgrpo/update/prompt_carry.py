@@ -41,11 +41,9 @@ def carried_prompts(mbs: list) -> dict[int, int]:
     seen: dict[int, list[int]] = {}
     alone: dict[int, bool] = {}
     for k, mb in enumerate(mbs):
-        if not isinstance(mb, SharedMicroBatch):
-            continue
-        for key in mb.prompts:
+        for key in mb.once_prompts:
             seen.setdefault(key, []).append(k)
-            alone[key] = alone.get(key, True) and len(mb.prompts) == 1
+            alone[key] = alone.get(key, True) and len(mb.once_prompts) == 1
     return {key: len(ks) for key, ks in seen.items() if len(ks) > 1 and alone[key] and ks[-1] - ks[0] == len(ks) - 1}
 
 

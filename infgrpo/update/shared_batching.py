@@ -49,6 +49,15 @@ class SharedMicroBatch:
         """Prompt plus completion positions the forwards run over: ``n_p * P + n * C``."""
         return self.prompt_ids.numel() + self.completion_ids.numel()
 
+    @property
+    def once_prompts(self) -> list[int]:
+        """The prompts whose forward this micro-batch runs once for several rows: ``prompts``, every one."""
+        return self.prompts
+
+    def halves(self, per_row: list[torch.Tensor | None]) -> list[tuple[SharedMicroBatch, list[torch.Tensor | None]]]:
+        """Its completion rows in two micro-batches, with ``per_row`` split alike (:func:`split_shared`)."""
+        return split_shared(self, per_row)
+
     def to(self, device: torch.device | str) -> SharedMicroBatch:
         """A copy with every tensor on ``device``."""
         tensors = (self.prompt_ids, self.prompt_mask, self.row_prompt, self.completion_ids, self.completion_real)
