@@ -34,6 +34,7 @@ from infgrpo.sampler.engine.pool_keeper import PoolKeeper
 from infgrpo.sampler.engine.rescue_rates import RescueRates
 from infgrpo.sampler.feed_plan import FeedPlan, make_feed
 from infgrpo.sampler.hf.baselines import BASELINES, generation_kwargs
+from infgrpo.sampler.hf.request import DecodeRequest
 from infgrpo.sampler.model_support import check_engine_support, check_prompts, kv_bytes_per_token, stop_token_ids
 from infgrpo.sampler.pool_sizing import PoolSizer
 from infgrpo.sampler.rollouts import Rollouts
@@ -298,9 +299,8 @@ class MicroGroupSampler:
         decode = BASELINES.get(cfg.decoder)
         slots = group_size if decode.whole_group else self.sizer.slots(self.model, prompt_ids)
         kw = generation_kwargs(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p, self.stop_ids, self.pad_id)
-        return decode(
-            self.model, prompt_ids, group_size, slots, seed, prompt_offset, kw, kv_bytes_per_token(self.model)
-        )
+        request = DecodeRequest(prompt_ids, group_size, slots, seed, prompt_offset, kw, kv_bytes_per_token(self.model))
+        return decode(self.model, request)
 
     # -- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
