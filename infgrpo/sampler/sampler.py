@@ -29,10 +29,10 @@ from infgrpo.sampler.config import SamplerConfig
 from infgrpo.sampler.engine.adaptive import AdaptiveSpec, check_grow_scheme
 from infgrpo.sampler.engine.dynamic import DynamicSpec, InformativeRate, Replay
 from infgrpo.sampler.engine.engine import Engine, EngineStats
-from infgrpo.sampler.engine.feed import Feed, FixedBatch
+from infgrpo.sampler.engine.feed import Feed, FeedPlan, FixedBatch
 from infgrpo.sampler.engine.pool_keeper import PoolKeeper
 from infgrpo.sampler.engine.rescue_rates import RescueRates
-from infgrpo.sampler.feed_plan import FeedPlan, make_feed
+from infgrpo.sampler.feed_plan import make_feed
 from infgrpo.sampler.hf.baselines import BASELINES, generation_kwargs
 from infgrpo.sampler.hf.request import DecodeRequest
 from infgrpo.sampler.model_support import check_engine_support, check_prompts, kv_bytes_per_token, stop_token_ids
