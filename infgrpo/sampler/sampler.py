@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -208,12 +209,7 @@ class MicroGroupSampler:
         learned here: the informative share (dynamic sampling), the rescue rates (adaptive groups) and, from the
         trained groups' lengths, the length predictor."""
         predictor = self.predictor
-
-        def attempt(n: int) -> tuple[Feed, EngineStats, Looks | None]:
-            looks = Looks(predictor, self.model) if predictor is not None else None
-            feed = make_feed(plan, looks, self.rescue)
-            return feed, self.engine.run(feed, n), looks
-
+        attempt = functools.partial(self._attempt, plan)
         (feed, stats, looks), retries = self._backoff(attempt, slots, "model.sampler.num_slots")
         chosen = feed.trained()
         rows = [s for i in chosen for s in feed.rows(i)]  # group_size of each (of a grown group: the judge's pick)
@@ -238,6 +234,12 @@ class MicroGroupSampler:
             predictor.learn(seen, rollouts.lengths, feed.group_size)
             rollouts.stats["predict_time_s"] = seen.seconds
         return rollouts
+
+    def _attempt(self, plan: FeedPlan, num_slots: int) -> tuple[Feed, EngineStats, Looks | None]:
+        """One engine run of ``plan`` on ``num_slots`` slots: a new feed, and new looks at the prompts' lengths."""
+        looks = Looks(self.predictor, self.model) if self.predictor is not None else None
+        feed = make_feed(plan, looks, self.rescue)
+        return feed, self.engine.run(feed, num_slots), looks
 
     def _decode(self, prompt_ids: list[list[int]], group_size: int, seed: int, num_slots: int) -> Rollouts:
         """One engine run of a fixed batch on ``num_slots`` slots, no length prediction, as :class:`Rollouts`."""
@@ -271,27 +273,29 @@ class MicroGroupSampler:
         ``field`` names the setting to lower in the warning and in the error raised when even one
         slot does not fit.
         """
-
-        def halve(slots: int, message: str) -> int:
-            if slots == 1:
-                raise torch.OutOfMemoryError(
-                    f"the rollout ran out of device memory even with one slot ({field}): the model and "
-                    f"one sequence of up to max_new_tokens={self.config.max_new_tokens} tokens after its "
-                    "prompt do not fit. Lower model.sampler.max_new_tokens or data.max_prompt_length, "
-                    f"or load the model in 4-bit (model.quantization.load_in_4bit). Cause: {message}"
-                )
-            self.pools.release()
-            smaller = max(1, slots // 2)
-            warnings.warn(
-                f"[infgrpo] the rollout ran out of device memory with {slots} slots ({first_line(message)}); "
-                f"retrying with {smaller}. Set {field} to {smaller} or less to skip this.",
-                stacklevel=4,  # the sampler's method that asked for the rollout
-            )
-            self.slot_cap = smaller
-            return smaller
-
+        halve = functools.partial(self._halve, field=field)
         result, _, retries = retry_on_oom(decode, min(slots, self.slot_cap) if self.slot_cap else slots, halve)
         return result, retries
+
+    def _halve(self, slots: int, message: str, field: str) -> int:
+        """The slots of the next attempt after one on ``slots`` ran out of memory (``message``), with a warning naming
+        ``field``; an error when even one slot did not fit."""
+        if slots == 1:
+            raise torch.OutOfMemoryError(
+                f"the rollout ran out of device memory even with one slot ({field}): the model and "
+                f"one sequence of up to max_new_tokens={self.config.max_new_tokens} tokens after its "
+                "prompt do not fit. Lower model.sampler.max_new_tokens or data.max_prompt_length, "
+                f"or load the model in 4-bit (model.quantization.load_in_4bit). Cause: {message}"
+            )
+        self.pools.release()
+        smaller = max(1, slots // 2)
+        warnings.warn(
+            f"[infgrpo] the rollout ran out of device memory with {slots} slots ({first_line(message)}); "
+            f"retrying with {smaller}. Set {field} to {smaller} or less to skip this.",
+            stacklevel=4,  # the sampler's method that asked for the rollout
+        )
+        self.slot_cap = smaller
+        return smaller
 
     def _baseline(self, prompt_ids: list[list[int]], group_size: int, seed: int, prompt_offset: int) -> Rollouts:
         """The configured HF decoder (:data:`~infgrpo.sampler.hf.baselines.BASELINES`) over the rollout."""
