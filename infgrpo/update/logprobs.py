@@ -26,9 +26,9 @@ from infgrpo.update.chunked_head import (
     chunked_logprobs_and_entropy,
     head_terms,
 )
-from infgrpo.update.prompt_carry import PromptCarry
-from infgrpo.update.shared_batching import SharedMicroBatch
-from infgrpo.update.shared_prompt import shared_hidden, shared_logits
+from infgrpo.update.shared_prompt.batching import SharedMicroBatch
+from infgrpo.update.shared_prompt.carry import PromptCarry
+from infgrpo.update.shared_prompt.forward import shared_hidden, shared_logits
 
 UNSUPPORTED_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 """Config fields of models whose forward changes the logits after the LM head (Gemma 2/3 soft-capping,
@@ -110,9 +110,9 @@ def completion_logprobs(
     entropy nothing differentiates costs nothing in the backward, and on the full path with ``entropy_grad``).
 
     ``chunk_tokens``: positions through the LM head at a time (the chunked path), or 0 for the
-    full-logits path (see the module docstring). A :class:`~infgrpo.update.shared_batching.SharedMicroBatch`
-    runs each prompt once (:mod:`infgrpo.update.shared_prompt`), and with ``carry`` once in a pass however many
-    micro-batches its group spans (:mod:`infgrpo.update.prompt_carry`). Positions after a row's completion
+    full-logits path (see the module docstring). A :class:`~infgrpo.update.shared_prompt.batching.SharedMicroBatch`
+    runs each prompt once (:mod:`infgrpo.update.shared_prompt.forward`), and with ``carry`` once in a pass however many
+    micro-batches its group spans (:mod:`infgrpo.update.shared_prompt.carry`). Positions after a row's completion
     (padding) hold 0 on the chunked path and the pad token's log-prob on the full path; both are masked
     in the loss.
     """

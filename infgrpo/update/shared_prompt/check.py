@@ -2,7 +2,7 @@
 
     shared = resolve_share_prompt(model, "auto")   # True where exact; False with one line saying why
 
-The probe runs the forward of :mod:`infgrpo.update.shared_prompt` against the unshared rows of
+The probe runs the forward of :mod:`infgrpo.update.shared_prompt.forward` against the unshared rows of
 :mod:`infgrpo.update.logprobs` on a short input, so this module sits above both (they do not import it).
 """
 
@@ -17,7 +17,7 @@ from infgrpo.settings import resolve_auto
 from infgrpo.update.batching import collate
 from infgrpo.update.config import SharePrompt
 from infgrpo.update.logprobs import causal_lm_parts, completion_logprobs
-from infgrpo.update.shared_batching import collate_shared
+from infgrpo.update.shared_prompt.batching import collate_shared
 
 
 def resolve_share_prompt(model: nn.Module, setting: SharePrompt) -> bool:
