@@ -72,7 +72,7 @@ from infgrpo.training.scoring import Scorer, Scores, trainer_state
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import check_chunked_head
 from infgrpo.update.runner import PolicyUpdate
-from infgrpo.update.share_check import resolve_share_prompt
+from infgrpo.update.shared_prompt.check import resolve_share_prompt
 from infgrpo.upgrade_checkpoint import COMMAND as UPGRADE
 from infgrpo.upgrade_checkpoint import is_v01_checkpoint
 

@@ -17,7 +17,8 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Iterator, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 T = TypeVar("T")
@@ -34,6 +35,25 @@ def prefixed(key: str) -> Iterator[None]:
         yield
     except (ValueError, TypeError) as err:
         raise ConfigError(f"{key}.{err}") from err
+
+
+def resolve_auto(
+    setting: str, reason: Callable[[], str | None], refuse: Callable[[str], Exception], warning: str, stacklevel: int
+) -> bool:
+    """Whether an 'auto' / 'on' / 'off' switch is on: 'off' is off; 'on' and 'auto' are on where ``reason()`` (why
+    the feature would not be exact, one line) is None. Otherwise 'on' raises ``refuse(reason)``, and 'auto' is off
+    and warns ``[infgrpo] {warning}: off, because {reason}`` (``warning`` empty: silently), ``stacklevel`` counted
+    from the caller of this function."""
+    if setting == "off":
+        return False
+    why = reason()
+    if why is None:
+        return True
+    if setting == "on":
+        raise refuse(why)
+    if warning:
+        warnings.warn(f"[infgrpo] {warning}: off, because {why}", stacklevel=stacklevel + 1)
+    return False
 
 
 def build_group(cls: type[T], value: Any, key: str) -> T:

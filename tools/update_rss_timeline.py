@@ -27,9 +27,11 @@ import torch
 
 from infgrpo.runtime.host_memory import release_host_memory
 from infgrpo.sampler import Rollouts
-from infgrpo.update import chunked_head, prompt_carry, shared_batching
+from infgrpo.update import chunked_head
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.runner import PolicyUpdate
+from infgrpo.update.shared_prompt import batching as shared_batching
+from infgrpo.update.shared_prompt import carry as prompt_carry
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout: benchmarks/ is a folder there, not installed
 from benchmarks.memory import RSSTimeline

@@ -36,12 +36,10 @@ log-prob mismatch are then taken over the rows the update ran (``update/rows_tra
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from infgrpo.algo.objective import Objective
-from infgrpo.settings import ConfigError
+from infgrpo.settings import ConfigError, resolve_auto
 
 
 def skip_reason(objective: Objective) -> str | None:
@@ -60,16 +58,13 @@ def resolve_skip(setting: str, objective: Objective, warn: bool = True) -> bool:
     :class:`~infgrpo.settings.ConfigError` (``check_settings`` calls this with ``warn=False``, before anything
     loads); 'auto' there is off, and says in one line why (``warn``); 'off' is off.
     """
-    if setting == "off":
-        return False
-    reason = skip_reason(objective)
-    if reason is None:
-        return True
-    if setting == "on":
-        raise ConfigError(f"update.skip_zero_advantage='on' cannot be exact here: {reason}; use 'auto' or 'off'")
-    if warn:  # stacklevel: resolve_skip <- PolicyUpdate <- GRPOModule <- the module's caller
-        warnings.warn(f"[infgrpo] update.skip_zero_advantage: off, because {reason}", stacklevel=4)
-    return False
+    return resolve_auto(
+        setting,
+        lambda: skip_reason(objective),
+        lambda why: ConfigError(f"update.skip_zero_advantage='on' cannot be exact here: {why}; use 'auto' or 'off'"),
+        "update.skip_zero_advantage" if warn else "",
+        stacklevel=4,  # resolve_skip <- PolicyUpdate <- GRPOModule <- the module's caller
+    )
 
 
 def trained_rows(advantages: torch.Tensor, lengths: list[int] | None = None) -> list[int]:

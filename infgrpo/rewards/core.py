@@ -214,17 +214,10 @@ def _outcome(name: str, result: Any, on_error: str, n: int) -> Any:
 
 
 def compute_rewards(
-    rewards: dict[str, float],
-    completions: list[str],
-    metadata: list[dict],
-    on_error: str = "raise",
-    completion_lengths: list[int] | None = None,
-    max_completion_length: int | None = None,
-    **inputs: Any,
+    rewards: dict[str, float], completions: list[str], metadata: list[dict], *args: Any, **kwargs: Any
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """(total (N,), {name: values (N,)}) of :func:`score_rewards` (``inputs``: its ``prompts``, ``completion_ids``,
-    ``trainer_state``): the short form for trying rewards by hand."""
-    scores = score_rewards(
-        rewards, completions, metadata, on_error, completion_lengths, max_completion_length, **inputs
-    )
+    """(total (N,), {name: values (N,)}) of :func:`score_rewards` called with the same arguments (``on_error``,
+    ``completion_lengths``, ``max_completion_length``, ``prompts``, ``completion_ids``, ``trainer_state``): the
+    short form for trying rewards by hand."""
+    scores = score_rewards(rewards, completions, metadata, *args, **kwargs)
     return scores.total, scores.parts

@@ -4,44 +4,24 @@
     plan = FeedPlan(8, 0, source=Replay(it), dynamic=spec, max_prompt_len=96, adaptive=grow)  # sample_dynamic()
     feed = make_feed(plan, looks, rates)         # a new feed for each attempt: an out-of-memory retry starts over
 
-The feeds (:mod:`infgrpo.sampler.engine.feed`) are :class:`~infgrpo.sampler.engine.feed.FixedBatch` (these prompts
-x G), :class:`~infgrpo.sampler.engine.dynamic.DrawAndJudge` (dynamic sampling, ``continuous``) and
+The plan is :class:`~infgrpo.sampler.engine.feed.FeedPlan`. The feeds (:mod:`infgrpo.sampler.engine.feed`) are
+:class:`~infgrpo.sampler.engine.feed.FixedBatch` (these prompts x G),
+:class:`~infgrpo.sampler.engine.dynamic.DrawAndJudge` (dynamic sampling, ``continuous``) and
 :class:`~infgrpo.sampler.engine.dynamic.Rounds` (verl's ``rounds``); adaptive groups are a component of the first
 two (``grow``: :class:`~infgrpo.sampler.engine.adaptive.Extensions`), not a kind of feed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from infgrpo.sampler.engine.adaptive import AdaptiveSpec, Extensions
-from infgrpo.sampler.engine.dynamic import DrawAndJudge, DynamicSpec, Replay, Rounds
-from infgrpo.sampler.engine.feed import Feed, FixedBatch
+from infgrpo.sampler.engine.adaptive import Extensions
+from infgrpo.sampler.engine.dynamic import DrawAndJudge, Rounds
+from infgrpo.sampler.engine.feed import Feed, FeedPlan, FixedBatch
 from infgrpo.sampler.engine.rescue_rates import RescueRates
 
 if TYPE_CHECKING:
     from infgrpo.sampler.schedule.length_predictor import Looks
-
-
-@dataclass
-class FeedPlan:
-    """One rollout's work: ``prompts`` (a fixed batch) or ``source`` under ``dynamic`` (drawn as slots free up)."""
-
-    group_size: int
-    seed: int
-    prompt_offset: int = 0
-    """The global index of the first prompt (sample j of the i-th prompt draws from (seed, prompt_offset + i, j))."""
-    prompts: list[list[int]] | None = None
-    """The fixed batch's prompts (token ids)."""
-    source: Replay | None = None
-    """Dynamic sampling: the prompts to draw from (read again from its start by a retry)."""
-    dynamic: DynamicSpec | None = None
-    """Dynamic sampling: the target, the cap, the judge and the scheme."""
-    max_prompt_len: int = 0
-    """Dynamic sampling: the longest prompt ``source`` may yield."""
-    adaptive: AdaptiveSpec | None = None
-    """Adaptive groups: stalled groups grow (not with the ``rounds`` scheme)."""
 
 
 def make_feed(plan: FeedPlan, looks: Looks | None, rates: RescueRates) -> Feed:
@@ -53,7 +33,4 @@ def make_feed(plan: FeedPlan, looks: Looks | None, rates: RescueRates) -> Feed:
         return FixedBatch(plan.prompts, plan.group_size, plan.seed, predicted, plan.prompt_offset, grow)
     predict = looks.one if looks is not None else None  # each prompt as it is drawn
     feed = Rounds if plan.dynamic.scheme == "rounds" else DrawAndJudge
-    return feed(
-        plan.source.rewind(), plan.group_size, plan.seed, plan.dynamic, plan.max_prompt_len, predict,
-        plan.prompt_offset, grow,
-    )  # fmt: skip
+    return feed(plan, predict, grow)

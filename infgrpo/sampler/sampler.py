@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -29,11 +30,12 @@ from infgrpo.sampler.config import SamplerConfig
 from infgrpo.sampler.engine.adaptive import AdaptiveSpec, check_grow_scheme
 from infgrpo.sampler.engine.dynamic import DynamicSpec, InformativeRate, Replay
 from infgrpo.sampler.engine.engine import Engine, EngineStats
-from infgrpo.sampler.engine.feed import Feed, FixedBatch
+from infgrpo.sampler.engine.feed import Feed, FeedPlan, FixedBatch
 from infgrpo.sampler.engine.pool_keeper import PoolKeeper
 from infgrpo.sampler.engine.rescue_rates import RescueRates
-from infgrpo.sampler.feed_plan import FeedPlan, make_feed
+from infgrpo.sampler.feed_plan import make_feed
 from infgrpo.sampler.hf.baselines import BASELINES, generation_kwargs
+from infgrpo.sampler.hf.request import DecodeRequest
 from infgrpo.sampler.model_support import check_engine_support, check_prompts, kv_bytes_per_token, stop_token_ids
 from infgrpo.sampler.pool_sizing import PoolSizer
 from infgrpo.sampler.rollouts import Rollouts
@@ -207,12 +209,7 @@ class MicroGroupSampler:
         learned here: the informative share (dynamic sampling), the rescue rates (adaptive groups) and, from the
         trained groups' lengths, the length predictor."""
         predictor = self.predictor
-
-        def attempt(n: int) -> tuple[Feed, EngineStats, Looks | None]:
-            looks = Looks(predictor, self.model) if predictor is not None else None
-            feed = make_feed(plan, looks, self.rescue)
-            return feed, self.engine.run(feed, n), looks
-
+        attempt = functools.partial(self._attempt, plan)
         (feed, stats, looks), retries = self._backoff(attempt, slots, "model.sampler.num_slots")
         chosen = feed.trained()
         rows = [s for i in chosen for s in feed.rows(i)]  # group_size of each (of a grown group: the judge's pick)
@@ -237,6 +234,12 @@ class MicroGroupSampler:
             predictor.learn(seen, rollouts.lengths, feed.group_size)
             rollouts.stats["predict_time_s"] = seen.seconds
         return rollouts
+
+    def _attempt(self, plan: FeedPlan, num_slots: int) -> tuple[Feed, EngineStats, Looks | None]:
+        """One engine run of ``plan`` on ``num_slots`` slots: a new feed, and new looks at the prompts' lengths."""
+        looks = Looks(self.predictor, self.model) if self.predictor is not None else None
+        feed = make_feed(plan, looks, self.rescue)
+        return feed, self.engine.run(feed, num_slots), looks
 
     def _decode(self, prompt_ids: list[list[int]], group_size: int, seed: int, num_slots: int) -> Rollouts:
         """One engine run of a fixed batch on ``num_slots`` slots, no length prediction, as :class:`Rollouts`."""
@@ -270,27 +273,29 @@ class MicroGroupSampler:
         ``field`` names the setting to lower in the warning and in the error raised when even one
         slot does not fit.
         """
-
-        def halve(slots: int, message: str) -> int:
-            if slots == 1:
-                raise torch.OutOfMemoryError(
-                    f"the rollout ran out of device memory even with one slot ({field}): the model and "
-                    f"one sequence of up to max_new_tokens={self.config.max_new_tokens} tokens after its "
-                    "prompt do not fit. Lower model.sampler.max_new_tokens or data.max_prompt_length, "
-                    f"or load the model in 4-bit (model.quantization.load_in_4bit). Cause: {message}"
-                )
-            self.pools.release()
-            smaller = max(1, slots // 2)
-            warnings.warn(
-                f"[infgrpo] the rollout ran out of device memory with {slots} slots ({first_line(message)}); "
-                f"retrying with {smaller}. Set {field} to {smaller} or less to skip this.",
-                stacklevel=4,  # the sampler's method that asked for the rollout
-            )
-            self.slot_cap = smaller
-            return smaller
-
+        halve = functools.partial(self._halve, field=field)
         result, _, retries = retry_on_oom(decode, min(slots, self.slot_cap) if self.slot_cap else slots, halve)
         return result, retries
+
+    def _halve(self, slots: int, message: str, field: str) -> int:
+        """The slots of the next attempt after one on ``slots`` ran out of memory (``message``), with a warning naming
+        ``field``; an error when even one slot did not fit."""
+        if slots == 1:
+            raise torch.OutOfMemoryError(
+                f"the rollout ran out of device memory even with one slot ({field}): the model and "
+                f"one sequence of up to max_new_tokens={self.config.max_new_tokens} tokens after its "
+                "prompt do not fit. Lower model.sampler.max_new_tokens or data.max_prompt_length, "
+                f"or load the model in 4-bit (model.quantization.load_in_4bit). Cause: {message}"
+            )
+        self.pools.release()
+        smaller = max(1, slots // 2)
+        warnings.warn(
+            f"[infgrpo] the rollout ran out of device memory with {slots} slots ({first_line(message)}); "
+            f"retrying with {smaller}. Set {field} to {smaller} or less to skip this.",
+            stacklevel=4,  # the sampler's method that asked for the rollout
+        )
+        self.slot_cap = smaller
+        return smaller
 
     def _baseline(self, prompt_ids: list[list[int]], group_size: int, seed: int, prompt_offset: int) -> Rollouts:
         """The configured HF decoder (:data:`~infgrpo.sampler.hf.baselines.BASELINES`) over the rollout."""
@@ -298,9 +303,8 @@ class MicroGroupSampler:
         decode = BASELINES.get(cfg.decoder)
         slots = group_size if decode.whole_group else self.sizer.slots(self.model, prompt_ids)
         kw = generation_kwargs(cfg.max_new_tokens, cfg.temperature, cfg.top_k, cfg.top_p, self.stop_ids, self.pad_id)
-        return decode(
-            self.model, prompt_ids, group_size, slots, seed, prompt_offset, kw, kv_bytes_per_token(self.model)
-        )
+        request = DecodeRequest(prompt_ids, group_size, slots, seed, prompt_offset, kw, kv_bytes_per_token(self.model))
+        return decode(self.model, request)
 
     # -- checkpointing ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

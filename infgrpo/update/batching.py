@@ -41,6 +41,15 @@ class MicroBatch:
         """Positions the forward runs over: rows x (P + C)."""
         return self.input_ids.numel()
 
+    @property
+    def once_prompts(self) -> list[int]:
+        """The prompts whose forward this micro-batch runs once for several rows: none (each row holds its own)."""
+        return []
+
+    def halves(self, per_row: list[torch.Tensor | None]) -> list[tuple[MicroBatch, list[torch.Tensor | None]]]:
+        """Its rows in two micro-batches, with ``per_row`` split alike (:func:`split_rows`)."""
+        return split_rows(self, per_row)
+
     def to(self, device: torch.device | str) -> MicroBatch:
         """A copy with every tensor on ``device``."""
         return MicroBatch(

@@ -13,6 +13,8 @@ Two paths, chosen by ``chunk_tokens`` (``GRPOModule.logit_chunk_tokens``):
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from transformers import PreTrainedModel
@@ -24,9 +26,9 @@ from infgrpo.update.chunked_head import (
     chunked_logprobs_and_entropy,
     head_terms,
 )
-from infgrpo.update.prompt_carry import PromptCarry
-from infgrpo.update.shared_batching import SharedMicroBatch
-from infgrpo.update.shared_prompt import shared_hidden, shared_logits
+from infgrpo.update.shared_prompt.batching import SharedMicroBatch
+from infgrpo.update.shared_prompt.carry import PromptCarry
+from infgrpo.update.shared_prompt.forward import shared_hidden, shared_logits
 
 UNSUPPORTED_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 """Config fields of models whose forward changes the logits after the LM head (Gemma 2/3 soft-capping,
@@ -108,9 +110,9 @@ def completion_logprobs(
     entropy nothing differentiates costs nothing in the backward, and on the full path with ``entropy_grad``).
 
     ``chunk_tokens``: positions through the LM head at a time (the chunked path), or 0 for the
-    full-logits path (see the module docstring). A :class:`~infgrpo.update.shared_batching.SharedMicroBatch`
-    runs each prompt once (:mod:`infgrpo.update.shared_prompt`), and with ``carry`` once in a pass however many
-    micro-batches its group spans (:mod:`infgrpo.update.prompt_carry`). Positions after a row's completion
+    full-logits path (see the module docstring). A :class:`~infgrpo.update.shared_prompt.batching.SharedMicroBatch`
+    runs each prompt once (:mod:`infgrpo.update.shared_prompt.forward`), and with ``carry`` once in a pass however many
+    micro-batches its group spans (:mod:`infgrpo.update.shared_prompt.carry`). Positions after a row's completion
     (padding) hold 0 on the chunked path and the pad token's log-prob on the full path; both are masked
     in the loss.
     """
@@ -134,13 +136,20 @@ def hidden_before_completions(
     if isinstance(mb, SharedMicroBatch):
         return shared_hidden(decoder, mb, carry)
     c_len = mb.completion_ids.shape[1]
-    hidden = decoder(
+    hidden = plain_forward(decoder, mb).last_hidden_state  # (n, P + C, H)
+    return hidden[:, -c_len - 1 : -1]
+
+
+def plain_forward(module: nn.Module, mb: MicroBatch, **kwargs: object) -> Any:
+    """``module``'s output over the rows of ``mb``, each prompt and completion in one sequence, without a cache
+    (``kwargs``: more arguments of its forward, e.g. ``logits_to_keep``)."""
+    return module(
         input_ids=mb.input_ids,
         attention_mask=mb.attention_mask,
         position_ids=mb.position_ids,
         use_cache=False,
-    ).last_hidden_state  # (n, P + C, H)
-    return hidden[:, -c_len - 1 : -1]
+        **kwargs,
+    )
 
 
 def completion_logits(
@@ -150,13 +159,7 @@ def completion_logits(
     if isinstance(mb, SharedMicroBatch):
         return shared_logits(model, mb, carry)
     c_len = mb.completion_ids.shape[1]
-    out = model(
-        input_ids=mb.input_ids,
-        attention_mask=mb.attention_mask,
-        position_ids=mb.position_ids,
-        logits_to_keep=c_len + 1,
-        use_cache=False,
-    )
+    out = plain_forward(model, mb, logits_to_keep=c_len + 1)
     if out.logits.shape[1] != c_len + 1:
         raise ValueError(
             f"{type(model).__name__} returned logits for {out.logits.shape[1]} positions, not the last {c_len + 1}: "

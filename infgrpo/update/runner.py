@@ -9,7 +9,7 @@ Steps of :meth:`PolicyUpdate.run`:
 1. the token budget of this update (an integer, or under ``token_budget: auto`` the plan for
    ``update_memory``; capped at what fit after an earlier out-of-memory retry) and the micro-batches
    within it (with ``share_prompt``, each group's prompt once, however many micro-batches its
-   completions span: :mod:`infgrpo.update.shared_prompt`, :mod:`infgrpo.update.prompt_carry`),
+   completions span: :mod:`infgrpo.update.shared_prompt.forward`, :mod:`infgrpo.update.shared_prompt.carry`),
    completions cut at ``max_new_tokens`` masked out when asked;
 2. frozen passes where needed: the reference's log-probs (``beta > 0``), the rollout policy's
    (``num_iterations > 1``) and the entropies that set the entropy mask's threshold
@@ -42,7 +42,7 @@ from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler import Rollouts
 from infgrpo.update.budget import UpdateSizer
 from infgrpo.update.config import UpdateConfig
-from infgrpo.update.shared_batching import prepare_shared_microbatches
+from infgrpo.update.shared_prompt.batching import prepare_shared_microbatches
 from infgrpo.update.step import (
     Batch,
     LossConfig,
@@ -95,7 +95,7 @@ class PolicyUpdate:
         pad_id: the token that pads micro-batches.
         share_prompt: run each group's prompt once per micro-batch, its completions attending to its K/V:
             ``update.share_prompt`` resolved for the loaded model by the caller, which holds the model
-            (:func:`~infgrpo.update.share_check.resolve_share_prompt`).
+            (:func:`~infgrpo.update.shared_prompt.check.resolve_share_prompt`).
     """
 
     def __init__(

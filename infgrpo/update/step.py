@@ -4,7 +4,7 @@
 forward + backward per micro-batch with the loss normalized by whole-batch counts
 (:class:`~infgrpo.algo.LossNorm`), so the accumulated gradient equals that of one big batch while
 peak memory is set by ``token_budget`` alone. Each pass over the micro-batches (the gradient, or a
-frozen pass) runs a split group's shared prompt once (:class:`~infgrpo.update.prompt_carry.PromptCarry`).
+frozen pass) runs a split group's shared prompt once (:class:`~infgrpo.update.shared_prompt.carry.PromptCarry`).
 No Lightning here: the caller passes ``backward``.
 
 Data parallel (DDP): each rank holds a share of the batch. The normalizers are summed over ranks
@@ -26,11 +26,11 @@ from transformers import PreTrainedModel
 
 from infgrpo.algo import LossNorm, Objective, combine_mismatch, mismatch_metrics, objective_loss, reduce_means
 from infgrpo.runtime.ranks import Ranks
-from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget, split_rows
+from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget
 from infgrpo.update.chunked_head import DEFAULT_LOGIT_CHUNK_TOKENS
 from infgrpo.update.logprobs import completion_logprobs
-from infgrpo.update.prompt_carry import PromptCarry
-from infgrpo.update.shared_batching import SharedMicroBatch, split_shared
+from infgrpo.update.shared_prompt.batching import SharedMicroBatch
+from infgrpo.update.shared_prompt.carry import PromptCarry
 
 Batch = MicroBatch | SharedMicroBatch
 PerBatch = list[torch.Tensor] | None
@@ -84,8 +84,7 @@ def split_microbatches(mbs: list[Batch], *tensors: PerBatch) -> tuple[list[Batch
     out_mbs: list[Batch] = []
     out: list[list] = [[] for _ in tensors]
     for k, mb in enumerate(mbs):
-        split = split_shared if isinstance(mb, SharedMicroBatch) else split_rows
-        for half, parts in split(mb, [t[k] if t is not None else None for t in tensors]):
+        for half, parts in mb.halves([t[k] if t is not None else None for t in tensors]):
             out_mbs.append(half)
             for lst, part in zip(out, parts, strict=True):
                 lst.append(part)

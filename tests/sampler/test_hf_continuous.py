@@ -12,6 +12,7 @@ import torch
 from infgrpo import MicroGroupSampler, SamplerConfig
 from infgrpo.sampler.hf.baselines import BASELINES, generation_kwargs
 from infgrpo.sampler.hf.hf_continuous import PAGE_SIZE
+from infgrpo.sampler.hf.request import DecodeRequest
 from infgrpo.sampler.model_support import kv_bytes_per_token
 from tests.helpers import random_model
 
@@ -59,7 +60,7 @@ def test_model_modes_rng_state_and_attention_are_as_they_were():
     torch.manual_seed(123)
     before = torch.get_rng_state()
     kw = generation_kwargs(8, 1.0, 0, 1.0, [2], 0)
-    out = BASELINES.get("hf_cb")(model, PROMPTS, 3, 4, 0, 0, kw, kv_bytes_per_token(model))
+    out = BASELINES.get("hf_cb")(model, DecodeRequest(PROMPTS, 3, 4, 0, 0, kw, kv_bytes_per_token(model)))
     assert len(out) == 9
     assert {name: m.training for name, m in model.named_modules()} == modes
     assert torch.equal(torch.get_rng_state(), before)  # generate_batch reseeds torch's generator; it is restored
@@ -95,7 +96,7 @@ def test_models_it_cannot_run_are_refused_with_the_reason():
     model.config._attn_implementation = "flex_attention"
     kw = generation_kwargs(4, 1.0, 0, 1.0, [2], 0)
     with pytest.raises(ValueError, match="decoder='hf_cb' cannot run: attn_implementation='flex_attention'"):
-        BASELINES.get("hf_cb")(model, PROMPTS, 2, 2, 0, 0, kw, kv_bytes_per_token(model))
+        BASELINES.get("hf_cb")(model, DecodeRequest(PROMPTS, 2, 2, 0, 0, kw, kv_bytes_per_token(model)))
 
 
 def test_a_peft_lora_policy_decodes_like_its_own_generate_and_keeps_training_mode():

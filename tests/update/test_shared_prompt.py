@@ -15,10 +15,8 @@ from infgrpo.data import PromptDataModule
 from infgrpo.sampler import Rollouts
 from infgrpo.update import LossConfig, accumulate_policy_gradients, completion_logprobs, prepare_microbatches
 from infgrpo.update.config import UpdateConfig
-from infgrpo.update.prompt_carry import PromptCarry, carried_prompts
 from infgrpo.update.runner import PolicyUpdate
-from infgrpo.update.share_check import resolve_share_prompt, share_prompt_reason
-from infgrpo.update.shared_batching import (
+from infgrpo.update.shared_prompt.batching import (
     MICRO_BATCH_TOKENS,
     collate_shared,
     pack_groups_by_token_budget,
@@ -26,6 +24,8 @@ from infgrpo.update.shared_batching import (
     split_group,
     split_shared,
 )
+from infgrpo.update.shared_prompt.carry import PromptCarry, carried_prompts
+from infgrpo.update.shared_prompt.check import resolve_share_prompt, share_prompt_reason
 from infgrpo.update.step import frozen_logprobs
 from tests.helpers import dequantized_reference, float64_norms, random_model, trained_4bit_lora, trainer, with_lora
 

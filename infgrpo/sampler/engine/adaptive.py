@@ -206,7 +206,7 @@ class Extensions:
     def top_up(self) -> None:
         """Queues extensions by the rule while free slots would otherwise wait."""
         sched = self.feed.sched
-        while self.stalled and len(sched.policy) < len(sched.free):
+        while self.stalled and sched.wants_work():
             self.prune()
             if not self.stalled:
                 return
@@ -219,7 +219,7 @@ class Extensions:
             new = self.feed.add_samples(i, k)
             self.extensions[i] = self.extensions.get(i, 0) + 1
             self.pending[i] = k
-            sched.policy.extend(new, sched.now)
+            sched.queue(new)
 
     def pick(self) -> int:
         """The stalled group the rule extends next."""

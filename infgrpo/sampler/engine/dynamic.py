@@ -1,7 +1,7 @@
 """Dynamic sampling: the engine draws prompts while it decodes, and replaces the groups that teach nothing.
 
     spec = DynamicSpec(target_groups=4, max_prompts=16, keep=judge)        # judge(i, group) -> informative?
-    feed = DrawAndJudge(source, group_size=8, seed=0, spec=spec, max_prompt_len=96)   # or Rounds(...)
+    feed = DrawAndJudge(FeedPlan(8, 0, source=Replay(it), dynamic=spec, max_prompt_len=96))   # or Rounds(...)
     stats = engine.run(feed, num_slots=32)
     feed.trained()                      # the draw positions of the groups the step trains on; feed.summary()
 
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from infgrpo.sampler.engine.feed import Feed
+from infgrpo.sampler.engine.feed import Feed, FeedPlan
 from infgrpo.sampler.schedule.sequence import Sequence
 
 if TYPE_CHECKING:
@@ -130,29 +130,22 @@ class DrawAndJudge(Feed):
     when it ends, the rollout over once ``spec.target_groups`` groups were kept.
 
     Args:
-        source: the prompts (token ids), drawn in order.
-        group_size, seed, prompt_offset: as for every feed (:class:`~infgrpo.sampler.engine.feed.Feed`).
-        spec: the target, the cap and the judge.
-        max_prompt_len: the longest prompt ``source`` may yield (a longer one is an error).
+        plan: the rollout (:class:`~infgrpo.sampler.engine.feed.FeedPlan`): its ``source`` (prompts' token ids,
+            drawn in order, read from the start), ``dynamic`` spec (the target, the cap and the judge),
+            ``max_prompt_len`` (a longer drawn prompt is an error), and the random streams.
         predict: a drawn prompt's predicted completion length (for the length-aware refill policies), or None.
         grow: adaptive groups: a group without spread grows first, and is dropped only when it cannot grow.
     """
 
     def __init__(
-        self,
-        source: Iterator[list[int]],
-        group_size: int,
-        seed: int,
-        spec: DynamicSpec,
-        max_prompt_len: int,
-        predict: Callable[[list[int]], float | None] | None = None,
-        prompt_offset: int = 0,
-        grow: Extensions | None = None,
+        self, plan: FeedPlan, predict: Callable[[list[int]], float | None] | None = None, grow: Extensions | None = None
     ) -> None:
+        spec = plan.dynamic
         if spec.max_prompts < spec.target_groups:
             raise ValueError(f"max_prompts={spec.max_prompts} must be >= target_groups={spec.target_groups}")
-        super().__init__(group_size, seed, prompt_offset, spec.max_prompts, max_prompt_len, predict is not None, grow)
-        self.source, self.spec, self.predict = source, spec, predict
+        streams = (plan.group_size, plan.seed, plan.prompt_offset)
+        super().__init__(*streams, spec.max_prompts, plan.max_prompt_len, predict is not None, grow)
+        self.source, self.spec, self.predict = plan.source.rewind(), spec, predict
         self.kept: list[int] = []
         self.dropped: list[int] = []
         self.exhausted = False
@@ -169,7 +162,7 @@ class DrawAndJudge(Feed):
             raise ValueError(f"a drawn prompt has {len(prompt)} tokens, more than max_prompt_len={self.max_prompt_len}")
         guess = self.predict(prompt) if self.predict is not None else None
         i = self.add_prompt(prompt, guess)
-        self.sched.policy.extend(self.groups[i], self.sched.now)
+        self.sched.queue(self.groups[i])
         return True
 
     def in_flight(self) -> int:
@@ -184,7 +177,7 @@ class DrawAndJudge(Feed):
         while (
             self.may_draw()
             and len(self.kept) + spec.informative_rate * self.in_flight() < spec.target_groups
-            and len(sched.policy) < len(sched.free)
+            and sched.wants_work()
         ):
             self.draw()
 
@@ -266,7 +259,7 @@ class Rounds(DrawAndJudge):
     def top_up(self) -> None:
         """A new round once the last one is over and the target is not met."""
         spec, sched = self.spec, self.sched
-        if sched.running or len(sched.policy) or len(self.kept) >= spec.target_groups:
+        if sched.busy() or len(self.kept) >= spec.target_groups:
             return
         for _ in range(min(spec.round_size or spec.target_groups, spec.max_prompts - len(self.prompts))):
             if not self.draw():
@@ -274,4 +267,4 @@ class Rounds(DrawAndJudge):
 
     def done(self) -> bool:
         """The target is met and the round is over."""
-        return super().done() and not self.sched.running and not len(self.sched.policy)
+        return super().done() and not self.sched.busy()

@@ -9,7 +9,7 @@ prompt i has the random stream (seed, prompt_offset + i, j), whoever queues it a
 
 1. :meth:`Feed.initial` once: the sequences the refill policy starts with (the fixed batch: all of them);
 2. :meth:`Feed.bind` once: the rollout's :class:`~infgrpo.sampler.schedule.scheduler.Scheduler` (its refill policy is
-   the queue: a feed queues work with ``sched.policy.extend(seqs, sched.now)``);
+   the queue: a feed queues work with ``sched.queue(seqs)``);
 3. :meth:`Feed.top_up` before every admission: queue more work if the feed wants to (dynamic sampling draws
    prompts here);
 4. :meth:`Feed.ended` with the sequences that finished (after each decode step, and for one-token
@@ -32,6 +32,7 @@ before its own work at admission, and trains on the samples it selects; a stalle
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from infgrpo.sampler.engine.counter_rng import stream_key
@@ -39,8 +40,28 @@ from infgrpo.sampler.schedule.scheduler import Scheduler
 from infgrpo.sampler.schedule.sequence import Sequence
 
 if TYPE_CHECKING:
-    from infgrpo.sampler.engine.adaptive import Extensions
-    from infgrpo.sampler.engine.dynamic import DynamicSummary
+    from infgrpo.sampler.engine.adaptive import AdaptiveSpec, Extensions
+    from infgrpo.sampler.engine.dynamic import DynamicSpec, DynamicSummary, Replay
+
+
+@dataclass
+class FeedPlan:
+    """One rollout's work: ``prompts`` (a fixed batch) or ``source`` under ``dynamic`` (drawn as slots free up)."""
+
+    group_size: int
+    seed: int
+    prompt_offset: int = 0
+    """The global index of the first prompt (sample j of the i-th prompt draws from (seed, prompt_offset + i, j))."""
+    prompts: list[list[int]] | None = None
+    """The fixed batch's prompts (token ids)."""
+    source: Replay | None = None
+    """Dynamic sampling: the prompts to draw from (read again from its start by a retry)."""
+    dynamic: DynamicSpec | None = None
+    """Dynamic sampling: the target, the cap, the judge and the scheme."""
+    max_prompt_len: int = 0
+    """Dynamic sampling: the longest prompt ``source`` may yield."""
+    adaptive: AdaptiveSpec | None = None
+    """Adaptive groups: stalled groups grow (not with the ``rounds`` scheme)."""
 
 
 class Feed:

@@ -1,6 +1,6 @@
 """The HF decoders: ``generate`` in micro groups over one prefilled prompt, the two baselines, and ``hf_cb``.
 
-    rollouts = BASELINES.get("hf_micro")(model, prompt_ids, group_size, num_slots, seed, 0, kwargs, kv_bytes)
+    rollouts = BASELINES.get("hf_micro")(model, DecodeRequest(prompt_ids, group_size, num_slots, seed, 0, kw, kv))
 
 Chosen by ``SamplerConfig.decoder`` (:data:`Decoder`: the slot-pool ``engine``, or a name of
 :data:`BASELINES`):
@@ -29,6 +29,7 @@ from transformers import DynamicCache, LogitsProcessor, LogitsProcessorList, Pre
 from infgrpo.registry import Registry
 from infgrpo.runtime.seeds import derive_seed
 from infgrpo.sampler.hf.hf_continuous import ContinuousBatching
+from infgrpo.sampler.hf.request import DecodeRequest
 from infgrpo.sampler.rollouts import Rollouts
 
 Decoder = Literal["engine", "micro_groups", "hf_micro", "hf_full", "hf_cb"]
@@ -185,28 +186,21 @@ class Baseline:
     whole_group: bool
     """One ``generate`` call over the whole group: it needs no pool sizing, callers pass ``num_slots=group_size``."""
 
-    def __call__(
-        self,
-        model: PreTrainedModel,
-        prompt_ids: list[list[int]],
-        group_size: int,
-        num_slots: int,
-        seed: int,
-        prompt_offset: int,
-        gen_kwargs: dict,
-        kv_bytes_per_token: int,
-    ) -> Rollouts:
-        """``group_size`` completions of each prompt, prompt-major, in rounds of ``num_slots``; stats as the engine."""
+    def __call__(self, model: PreTrainedModel, r: DecodeRequest) -> Rollouts:
+        """``r.group_size`` completions of each prompt, prompt-major, in rounds of ``r.num_slots``; stats as the
+        engine."""
         groups = [
-            decode_group(model, p, group_size, num_slots, seed, prompt_offset + i, gen_kwargs, self.prefill_once)
-            for i, p in enumerate(prompt_ids)
+            decode_group(
+                model, p, r.group_size, r.num_slots, r.seed, r.prompt_offset + i, r.gen_kwargs, self.prefill_once
+            )
+            for i, p in enumerate(r.prompt_ids)
         ]
         rollouts = Rollouts(
-            prompt_ids=[list(p) for p in prompt_ids],
-            group_size=group_size,
+            prompt_ids=[list(p) for p in r.prompt_ids],
+            group_size=r.group_size,
             completion_ids=[c for g in groups for c in g.completion_ids],
             logprobs=[lp for g in groups for lp in g.logprobs],
-            finish_reasons=[r for g in groups for r in g.finish_reasons],
+            finish_reasons=[why for g in groups for why in g.finish_reasons],
         )
         generated, slot_steps = sum(rollouts.lengths), sum(g.slot_steps for g in groups)
         rollouts.stats = {
@@ -214,8 +208,8 @@ class Baseline:
             "prefill_tokens": sum(g.prefill_tokens for g in groups),
             "generated_tokens": generated,
             "slot_utilization": generated / slot_steps if slot_steps else 1.0,
-            "kv_bytes_peak": max(g.peak_tokens_held for g in groups) * kv_bytes_per_token,
-            "num_slots": min(num_slots, group_size),
+            "kv_bytes_peak": max(g.peak_tokens_held for g in groups) * r.kv_bytes_per_token,
+            "num_slots": min(r.num_slots, r.group_size),
         }
         return rollouts
 

@@ -1,7 +1,7 @@
 """transformers' own continuous batching (``model.generate_batch``) as the decoder ``hf_cb``: the in-process peer.
 
     MicroGroupSampler(model, tokenizer, SamplerConfig(decoder="hf_cb", num_slots=16)).sample(prompts, 32, seed=0)
-    rollouts = BASELINES.get("hf_cb")(model, prompt_ids, group_size, num_slots, seed, 0, gen_kwargs, kv_bytes)
+    rollouts = BASELINES.get("hf_cb")(model, DecodeRequest(prompt_ids, group_size, num_slots, seed, 0, kw, kv))
 
 What TRL 1.16 runs with ``use_transformers_continuous_batching=True``: ``generate_batch`` decodes in
 a background thread over a paged K/V cache, schedules requests first in, first out, packs prefill
@@ -61,6 +61,7 @@ import torch
 from transformers import ContinuousBatchingConfig, GenerationConfig, PreTrainedModel
 
 from infgrpo.runtime.seeds import derive_seed
+from infgrpo.sampler.hf.request import DecodeRequest
 from infgrpo.sampler.model_support import text_config
 from infgrpo.sampler.rollouts import Rollouts
 
@@ -197,38 +198,29 @@ class ContinuousBatching:
     whole_group: bool = False
     """Sized like the engine: the sampler passes its ``num_slots`` (fixed or 'auto'), not the group size."""
 
-    def __call__(
-        self,
-        model: PreTrainedModel,
-        prompt_ids: list[list[int]],
-        group_size: int,
-        num_slots: int,
-        seed: int,
-        prompt_offset: int,
-        gen_kwargs: dict,
-        kv_bytes_per_token: int,
-    ) -> Rollouts:
-        """``group_size`` completions of each prompt, prompt-major; stats as the other decoders report them.
+    def __call__(self, model: PreTrainedModel, r: DecodeRequest) -> Rollouts:
+        """``r.group_size`` completions of each prompt, prompt-major; stats as the other decoders report them.
 
-        ``kv_bytes_per_token`` is not needed: the K/V bytes are those of the paged cache transformers allocated.
+        ``r.kv_bytes_per_token`` is not needed: the K/V bytes are those of the paged cache transformers allocated.
         """
+        group_size = r.group_size
         reason = refusal(model)
         if reason is not None:
             raise ValueError(f"decoder='hf_cb' cannot run: {reason}")
-        gen = generation_config(gen_kwargs, group_size)
+        gen = generation_config(r.gen_kwargs, group_size)
         # 1) sampling forks each prompt's K/V into its G samples; greedy submits each prompt G times
         copies = 1 if gen.do_sample else group_size
-        inputs = [list(p) for p in prompt_ids for _ in range(copies)]
-        slots = min(num_slots, len(prompt_ids) * group_size)
-        cb = batching_config(prompt_ids, slots, gen.max_new_tokens, derive_seed(seed, prompt_offset))
+        inputs = [list(p) for p in r.prompt_ids for _ in range(copies)]
+        slots = min(r.num_slots, len(r.prompt_ids) * group_size)
+        cb = batching_config(r.prompt_ids, slots, gen.max_new_tokens, derive_seed(r.seed, r.prompt_offset))
         # 2) decode, with the process state restored afterwards
         outputs, sizes = run_generate_batch(model, inputs, gen, cb)
         check_outputs(outputs, inputs, group_size // copies)
         # 3) the outputs as Rollouts, prompt-major (generate_batch keeps a prompt's samples together, in input order)
-        stop_ids = set(gen_kwargs["eos_token_id"])
+        stop_ids = set(r.gen_kwargs["eos_token_id"])
         ids = [list(o.generated_tokens) for o in outputs]
         rollouts = Rollouts(
-            prompt_ids=[list(p) for p in prompt_ids],
+            prompt_ids=[list(p) for p in r.prompt_ids],
             group_size=group_size,
             completion_ids=ids,
             logprobs=[torch.tensor(o.logprobs, dtype=torch.float32) for o in outputs],

@@ -92,6 +92,19 @@ class Scheduler:
         self.waiting = waiting
         self._idle: list[int] = []  # slots the policy leaves empty until this admission ends
 
+    # -- what a feed asks -----------------------------------------------------------------------
+    def wants_work(self) -> bool:
+        """Whether a free slot would wait at the next admission: fewer sequences queued than slots free."""
+        return len(self.policy) < len(self.free)
+
+    def busy(self) -> bool:
+        """Whether any sequence is running or queued."""
+        return bool(self.running) or len(self.policy) > 0
+
+    def queue(self, seqs: list[Sequence]) -> None:
+        """Queues ``seqs`` in the refill policy, now (a feed's new work)."""
+        self.policy.extend(seqs, self.now)
+
     # -- admission ----------------------------------------------------------------------------
     def schedule(self) -> list[tuple[int, Sequence]]:
         """One admission round: (slot, sequence) for each free slot the policy fills; [] ends the admission.

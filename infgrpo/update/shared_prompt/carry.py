@@ -1,7 +1,7 @@
 """A group's prompt run once in a pass, however many micro-batches its completions span (``share_prompt``).
 
 When a group's completions do not fit one micro-batch, the packer gives them consecutive micro-batches
-whose only prompt is theirs (:func:`~infgrpo.update.shared_batching.pack_groups_by_token_budget`). In a
+whose only prompt is theirs (:func:`~infgrpo.update.shared_prompt.batching.pack_groups_by_token_budget`). In a
 pass over the micro-batches (the policy gradient, or a frozen pass without gradients),
 :class:`PromptCarry` runs such a prompt's forward in its first micro-batch and keeps what the
 completions read of it, every layer's K/V and its last position's output, for the others:
@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 
-from infgrpo.update.shared_batching import SharedMicroBatch
+from infgrpo.update.shared_prompt.batching import SharedMicroBatch
 
 PromptOutputs = tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]
 """What the completions read of a prompt forward: each layer's (K, V), (n_p, kv_heads, P, head_dim) each,
@@ -41,11 +41,9 @@ def carried_prompts(mbs: list) -> dict[int, int]:
     seen: dict[int, list[int]] = {}
     alone: dict[int, bool] = {}
     for k, mb in enumerate(mbs):
-        if not isinstance(mb, SharedMicroBatch):
-            continue
-        for key in mb.prompts:
+        for key in mb.once_prompts:
             seen.setdefault(key, []).append(k)
-            alone[key] = alone.get(key, True) and len(mb.prompts) == 1
+            alone[key] = alone.get(key, True) and len(mb.once_prompts) == 1
     return {key: len(ks) for key, ks in seen.items() if len(ks) > 1 and alone[key] and ks[-1] - ks[0] == len(ks) - 1}
 
 

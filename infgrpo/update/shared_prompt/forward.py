@@ -1,10 +1,10 @@
 """The shared-prompt forward: each prompt once, its completions attending to its K/V (``share_prompt``).
 
-For a :class:`~infgrpo.update.shared_batching.SharedMicroBatch` of n completions over n_p prompts::
+For a :class:`~infgrpo.update.shared_prompt.batching.SharedMicroBatch` of n completions over n_p prompts::
 
     1) prompts    (n_p, P)  one forward; every layer's K/V captured with their autograd history (none
                             where a group spans micro-batches and an earlier one ran its prompt:
-                            :mod:`infgrpo.update.prompt_carry`)
+                            :mod:`infgrpo.update.shared_prompt.carry`)
     2) completions (n, C)   one forward at positions len(prompt) + t, attending to [its prompt | itself]
     3) the hidden state before completion token t: the prompt's last one for t = 0, the completion's
        t - 1 after it (n, C, H); the LM head turns them into log-probs as on the unshared path
@@ -22,7 +22,7 @@ of the group, while the cache form keeps the
 unshared attention shape ``C x (P + C)`` per completion and drops the prompt's queries, MLP and
 activations from every row but one. It needs a model whose attention layers read K/V through the
 ``Cache`` interface (the Llama / Qwen families, as the slot-pool engine does), which
-:func:`infgrpo.update.share_check.share_prompt_reason` checks.
+:func:`infgrpo.update.shared_prompt.check.share_prompt_reason` checks.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import torch
 from torch import nn
 
 from infgrpo.sampler.model_support import kv_dtype, text_config
-from infgrpo.update.prefix_cache import PromptCapture, PromptPrefix, caches_under_checkpointing
-from infgrpo.update.prompt_carry import PromptCarry, PromptOutputs
-from infgrpo.update.shared_batching import SharedMicroBatch
+from infgrpo.update.shared_prompt.batching import SharedMicroBatch
+from infgrpo.update.shared_prompt.carry import PromptCarry, PromptOutputs
+from infgrpo.update.shared_prompt.prefix_cache import PromptCapture, PromptPrefix, caches_under_checkpointing
 
 
 def attention_masks(mb: SharedMicroBatch, additive: torch.dtype | None) -> tuple[torch.Tensor, torch.Tensor]:

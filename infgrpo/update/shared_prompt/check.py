@@ -2,23 +2,22 @@
 
     shared = resolve_share_prompt(model, "auto")   # True where exact; False with one line saying why
 
-The probe runs the forward of :mod:`infgrpo.update.shared_prompt` against the unshared rows of
+The probe runs the forward of :mod:`infgrpo.update.shared_prompt.forward` against the unshared rows of
 :mod:`infgrpo.update.logprobs` on a short input, so this module sits above both (they do not import it).
 """
 
 from __future__ import annotations
-
-import warnings
 
 import torch
 from torch import nn
 
 from infgrpo.registry import check_choice, choices
 from infgrpo.sampler.model_support import ENGINE_ATTENTION, sliding_window, text_config
+from infgrpo.settings import resolve_auto
 from infgrpo.update.batching import collate
 from infgrpo.update.config import SharePrompt
 from infgrpo.update.logprobs import causal_lm_parts, completion_logprobs
-from infgrpo.update.shared_batching import collate_shared
+from infgrpo.update.shared_prompt.batching import collate_shared
 
 
 def resolve_share_prompt(model: nn.Module, setting: SharePrompt) -> bool:
@@ -27,15 +26,13 @@ def resolve_share_prompt(model: nn.Module, setting: SharePrompt) -> bool:
     Raises a ValueError naming ``share_prompt`` when it is 'on' but cannot be exact for ``model``.
     """
     check_choice("share_prompt", setting, choices(SharePrompt))
-    if setting == "off":
-        return False
-    reason = share_prompt_reason(model)
-    if reason is None:
-        return True
-    if setting == "on":
-        raise ValueError(f"share_prompt='on' cannot be exact for this model: {reason}. Use 'auto' or 'off'.")
-    warnings.warn(f"[infgrpo] share_prompt: off, because {reason}", stacklevel=2)
-    return False
+    return resolve_auto(
+        setting,
+        lambda: share_prompt_reason(model),
+        lambda why: ValueError(f"share_prompt='on' cannot be exact for this model: {why}. Use 'auto' or 'off'."),
+        "share_prompt",
+        stacklevel=2,
+    )
 
 
 def share_prompt_reason(model: nn.Module) -> str | None:

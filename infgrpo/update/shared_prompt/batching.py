@@ -16,7 +16,7 @@ Its size for the token budget is ``n_p * P + n * C`` padded tokens: a group's pr
 they fit, and splits a group over several micro-batches where its completions exceed the budget or
 where a split saves padding (a long completion among short ones). Such a group's micro-batches follow
 each other with its prompt alone, so a pass over them runs the prompt once and gathers its gradient
-from all of them (:mod:`infgrpo.update.prompt_carry`).
+from all of them (:mod:`infgrpo.update.shared_prompt.carry`).
 """
 
 from __future__ import annotations
@@ -49,6 +49,15 @@ class SharedMicroBatch:
         """Prompt plus completion positions the forwards run over: ``n_p * P + n * C``."""
         return self.prompt_ids.numel() + self.completion_ids.numel()
 
+    @property
+    def once_prompts(self) -> list[int]:
+        """The prompts whose forward this micro-batch runs once for several rows: ``prompts``, every one."""
+        return self.prompts
+
+    def halves(self, per_row: list[torch.Tensor | None]) -> list[tuple[SharedMicroBatch, list[torch.Tensor | None]]]:
+        """Its completion rows in two micro-batches, with ``per_row`` split alike (:func:`split_shared`)."""
+        return split_shared(self, per_row)
+
     def to(self, device: torch.device | str) -> SharedMicroBatch:
         """A copy with every tensor on ``device``."""
         tensors = (self.prompt_ids, self.prompt_mask, self.row_prompt, self.completion_ids, self.completion_real)
@@ -67,7 +76,7 @@ def split_group(prompt_length: int, lengths: list[int], token_budget: int) -> li
     micro-batch, of the fewest padded completion tokens plus :data:`MICRO_BATCH_TOKENS` each.
 
     A run of rows ``i .. j - 1`` costs ``(j - i) * lengths[i]`` (its longest row sets the padding); the
-    prompt runs once for the whole group however it is split (:mod:`infgrpo.update.prompt_carry`), but
+    prompt runs once for the whole group however it is split (:mod:`infgrpo.update.shared_prompt.carry`), but
     each micro-batch holds it, so a run must keep ``prompt_length + (j - i) * lengths[i]`` within
     ``token_budget`` unless it is a single row. Consecutive runs of the sorted rows are optimal among all
     splits (a run's cost only needs its size and its longest row). Returns the runs as positions into
@@ -99,7 +108,7 @@ def pack_groups_by_token_budget(
     first, are split where that saves padding (:func:`split_group`: a truncated completion among short
     ones gets a micro-batch of its own rather than padding the others to its length). A group split so
     has consecutive micro-batches of its own, its prompt their only one, which lets a pass run that
-    prompt once (:class:`~infgrpo.update.prompt_carry.PromptCarry`). Whole groups, longest first, share
+    prompt once (:class:`~infgrpo.update.shared_prompt.carry.PromptCarry`). Whole groups, longest first, share
     micro-batches while the budget allows and sharing saves more than the padding it adds. A row whose
     prompt and completion alone exceed the budget forms a micro-batch alone. The largest micro-batch comes
     first (a split group's, the largest of its runs): in a pass with gradients it then runs before the first
