@@ -42,9 +42,10 @@ from infgrpo.runtime.sharding import (
     full_state,
     gathered,
     is_sharded,
-    refresh,
+    reshard,
     shard_model,
     sync_gradients,
+    unshard,
 )
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
@@ -61,6 +62,7 @@ from infgrpo.training.metrics import StepRecord, progress_bar, step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_optimizer_steps
 from infgrpo.training.preflight.files import check_writable_folder, write_trained
 from infgrpo.training.preflight.fit_start import check_data_prompts, prepare_rewards
+from infgrpo.training.preflight.trainer_check import check_sharded_settings, check_tensor_parallel
 from infgrpo.training.run_state import (
     gather_rng_state,
     gather_stream_positions,
@@ -209,18 +211,10 @@ class GRPOModule(L.LightningModule):
         mesh = self._device_mesh
         if mesh is None or is_sharded(self.policy):
             return
-        names = mesh.mesh_dim_names or ()
-        if "tensor_parallel" in names and mesh["tensor_parallel"].size() > 1:
-            raise ConfigError(
-                f"trainer.strategy: tensor_parallel_size={mesh['tensor_parallel'].size()} is not supported (infgrpo "
-                "shards data-parallel only); use trainer.strategy: fsdp2, or ModelParallelStrategy with "
-                "tensor_parallel_size: 1 and data_parallel_size: the number of processes"
-            )
-        if self.settings.sampler.cuda_graphs == "on":
-            raise ConfigError(
-                "model.sampler.cuda_graphs=on is not supported with a sharded policy: a graph replays the addresses of "
-                "weights that each step gathers anew; use 'auto' (off when sharded) or 'off'"
-            )
+        names, s = mesh.mesh_dim_names or (), self.settings
+        if "tensor_parallel" in names:
+            check_tensor_parallel(mesh["tensor_parallel"].size(), "trainer.strategy.tensor_parallel_size")
+        check_sharded_settings(type(self.trainer.strategy).__name__, s.quantization.load_in_4bit, s.sampler.cuda_graphs)
         dp = mesh["data_parallel"] if "data_parallel" in names else mesh
         shard_model(self.policy, dp, self.policy.dtype)
         if self.ref_model is not None:
@@ -309,7 +303,7 @@ class GRPOModule(L.LightningModule):
 
     def _optimizer_step(self) -> None:
         """Clips the gradient (``max_grad_norm``), steps the optimizer and the learning-rate scheduler. Sharded:
-        first reduce-scatters the accumulated gradients, after the step gathers the new parameters."""
+        first reduce-scatters the accumulated gradients, after the step frees the stale gathered parameters."""
         opt = self.optimizers()
         if is_sharded(self.policy):
             sync_gradients(self.policy, self.sampler.pad_id)
@@ -319,11 +313,13 @@ class GRPOModule(L.LightningModule):
         opt.step()
         self.lr_schedulers().step()
         if is_sharded(self.policy):
-            refresh(self.policy)
+            reshard(self.policy)
 
     def _zero_grad(self) -> None:
-        """Drops the gradients (set to None)."""
+        """Drops the gradients (set to None). Sharded: gathers the parameters the last optimizer step changed, as
+        each of the update's ``num_iterations`` starts here (a no-op where they are gathered)."""
         self.optimizers().zero_grad(set_to_none=True)
+        unshard(self.policy)
 
     def on_train_end(self) -> None:
         """Writes the trained adapter (LoRA) or model to ``output_dir`` (relative: under the run's root),

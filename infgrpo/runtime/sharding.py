@@ -125,22 +125,26 @@ def gathered(*models: nn.Module | None) -> Iterator[None]:
     for m in modules:
         m.set_reshard_after_forward(False, recurse=False)
     try:
-        for m in modules:
-            m.unshard()
+        unshard(*models)
         yield
     finally:
+        reshard(*models)
         for m in modules:
-            m.reshard()
             m.set_reshard_after_forward(True, recurse=False)
 
 
-def refresh(*models: nn.Module | None) -> None:
-    """Gathers the parameters again after an optimizer step changed the shards (inside :func:`gathered`)."""
-    modules = fsdp_modules(*models)
-    for m in modules:
-        m.reshard()
-    for m in modules:
+def unshard(*models: nn.Module | None) -> None:
+    """All-gathers the parameters of every sharded module of ``models`` that is not gathered already (FSDP2 skips
+    those): inside :func:`gathered`, after :func:`reshard`, before the next pass."""
+    for m in fsdp_modules(*models):
         m.unshard()
+
+
+def reshard(*models: nn.Module | None) -> None:
+    """Frees the gathered parameters of every sharded module of ``models``: after an optimizer step changed the
+    shards, the gathered copy is stale (:func:`unshard` gathers anew when another pass follows)."""
+    for m in fsdp_modules(*models):
+        m.reshard()
 
 
 @contextlib.contextmanager

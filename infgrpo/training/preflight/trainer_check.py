@@ -88,12 +88,7 @@ def check_model_parallel(strategy: Any) -> None:
         return
     init = strategy.get("init_args") or {}
     tensor, data = init.get("tensor_parallel_size", "auto"), init.get("data_parallel_size", "auto")
-    if tensor != 1:
-        raise ConfigError(
-            f"trainer.strategy.init_args.tensor_parallel_size={tensor!r} is not supported: infgrpo shards data "
-            "parallel only (FSDP2); set it to 1 and data_parallel_size to the number of processes, or use "
-            "trainer.strategy: fsdp2, which does"
-        )
+    check_tensor_parallel(tensor, "trainer.strategy.init_args.tensor_parallel_size")
     if data == "auto":
         raise ConfigError(
             "trainer.strategy.init_args.data_parallel_size='auto' is one rank per node; set it to the number of "
@@ -101,13 +96,27 @@ def check_model_parallel(strategy: Any) -> None:
         )
 
 
+def check_tensor_parallel(size: Any, key: str) -> None:
+    """A ConfigError naming ``key`` unless the tensor-parallel ``size`` is 1 (checked on the config before loading,
+    and on the device mesh in ``GRPOModule.configure_model``)."""
+    if size != 1:
+        raise ConfigError(
+            f"{key}={size!r} is not supported: infgrpo shards data parallel only (FSDP2); set it to 1 and "
+            "data_parallel_size to the number of processes, or use trainer.strategy: fsdp2, which does"
+        )
+
+
 def check_sharded_policy(trainer: Mapping[str, Any], load_in_4bit: bool, cuda_graphs: str = "auto") -> None:
-    """A ConfigError for what a sharded run (``fsdp2``) cannot take: 4-bit base weights (bitsandbytes' packed
-    storage does not shard) and ``cuda_graphs: on`` (a graph replays the addresses of weights gathered anew each
-    step; ``auto`` decodes without graphs there)."""
-    if not is_sharded_strategy(trainer.get("strategy")):
-        return
-    name = strategy_name(trainer.get("strategy"))
+    """:func:`check_sharded_settings` when ``trainer.strategy`` shards the policy (``fsdp2``)."""
+    if is_sharded_strategy(trainer.get("strategy")):
+        check_sharded_settings(strategy_name(trainer.get("strategy")), load_in_4bit, cuda_graphs)
+
+
+def check_sharded_settings(name: str, load_in_4bit: bool, cuda_graphs: str) -> None:
+    """A ConfigError for what a sharded run (strategy ``name``) cannot take: 4-bit base weights (bitsandbytes'
+    packed storage does not shard) and ``cuda_graphs: on`` (a graph replays the addresses of weights gathered anew
+    each step; ``auto`` decodes without graphs there). The CLI checks before loading; ``configure_model`` again
+    for the Python API."""
     if load_in_4bit:
         raise ConfigError(
             f"model.quantization.load_in_4bit=true is not supported with trainer.strategy={name!r}: "
