@@ -56,8 +56,8 @@ from infgrpo.training.preflight.model_data import check_before_loading, check_st
 from infgrpo.training.preflight.no_effect import warn_no_effect
 from infgrpo.training.preflight.resume_check import check_resume
 from infgrpo.training.preflight.trainer_check import check_sharded_policy, check_trainer_flags, world_size
-from infgrpo.training.preflight.trl_names import trl_keys
 from infgrpo.training.settings_checks import check_judged_batch
+from infgrpo.trl.names import trl_keys
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.

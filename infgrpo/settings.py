@@ -4,7 +4,8 @@ Every group of ``GRPOModule`` (``PolicyConfig``, ``SamplerConfig``, ``Objective`
 :func:`check_types` first in its ``__post_init__`` and then checks its ranges and combinations, raising
 :class:`ConfigError` (a ``ValueError``) whose message starts with the field: ``temperature='1.0' must be a
 number``. :func:`build_group` makes a group from a mapping or copies an instance and puts the group's key in
-front (``sampler.temperature=...``); the command line puts ``model.`` in front of that.
+front (``sampler.temperature=...``); the command line puts ``model.`` in front of that. :func:`config_paths`
+names the config files a command line gives (``-c`` / ``--config``), for the checks that read them before parsing.
 
     check_types(config)                          # TypeError-free: ConfigError naming the field and its type
     build_group(SamplerConfig, {"top_p": 2}, "sampler")   # ConfigError: sampler.top_p=2 must be in (0, 1]
@@ -180,3 +181,13 @@ def describe(hint: Any) -> str:
 def _plural(hint: Any) -> str:
     plural = {int: "integers", float: "numbers", str: "strings", bool: "booleans"}
     return plural.get(hint, describe(hint))
+
+
+def config_paths(argv: list[str]) -> list[str]:
+    """The values of ``-c`` / ``--config`` in ``argv`` (``--config=path`` or ``--config path``), in order."""
+    paths = []
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name in ("-c", "--config"):
+            paths.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ""))
+    return paths

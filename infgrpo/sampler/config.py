@@ -71,7 +71,7 @@ class SamplerConfig:
     order of work only, never the completions."""
     planner: Planner = "auto"
     """Global assignment used by ``refill='planned'``: 'fptas' ((1 + planner_epsilon)-approximate,
-    polynomial in the sequences and in 1 / epsilon for few slots; 'ptas' is an alias), 'lpt' (longest
+    polynomial in the sequences and in 1 / epsilon for few slots), 'lpt' (longest
     first + local improvement, any size) or 'auto' (fptas where it is tractable, else lpt)."""
     planner_epsilon: float = 0.1
     """Approximation slack of the 'fptas' planner (> 0): its makespan is within (1 + epsilon) of

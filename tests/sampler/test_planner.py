@@ -182,7 +182,7 @@ def test_edge_cases() -> None:
     assert lpt([5, 5, 5, 5], 2).queues == [[0, 2], [1, 3]]  # ties: lower index first, lower slot first
 
 
-@pytest.mark.parametrize("method", ["auto", "lpt", "fptas", "ptas"])
+@pytest.mark.parametrize("method", ["auto", "lpt", "fptas"])
 def test_deterministic(method: str) -> None:
     rng = random.Random(3)
     lengths = [rng.choice((64, 128, 256, 512)) for _ in range(40)]  # many duplicates
@@ -274,17 +274,11 @@ def test_budget_exceeded_raises_in_fptas_and_falls_back_in_plan(monkeypatch: pyt
     assert fallback == lpt(lengths, 3)
 
 
-def test_ptas_is_an_alias_of_fptas_in_plan_config_and_refill() -> None:
-    """'ptas' (the scheme's first name) plans exactly as 'fptas', from the planner up to the refill policy."""
+def test_the_ptas_alias_is_refused_naming_the_field_and_the_valid_planners() -> None:
+    """'ptas', the scheme's first name, was an alias of 'fptas' until 0.3: now an unknown planner, as any other."""
     from infgrpo.sampler import SamplerConfig
-    from infgrpo.sampler.schedule.simulate import simulate
 
-    rng = random.Random(4)
-    for _ in range(20):
-        lengths = [rng.randint(1, 200) for _ in range(rng.randint(1, 12))]
-        loads = [rng.randint(0, 50) for _ in range(3)]
-        assert plan(lengths, 3, "ptas", 0.05, loads) == plan(lengths, 3, "fptas", 0.05, loads)
-        runs = [simulate(lengths, lengths, 3, "planned", planner=name, epsilon=0.05) for name in ("ptas", "fptas")]
-        assert runs[0] == runs[1]
-    assert plan([7, 6, 5, 4, 4], 2, "ptas").method == "fptas"  # the procedure that ran, under its name
-    assert SamplerConfig(planner="ptas").planner == "ptas"  # accepted as written
+    with pytest.raises(ValueError, match=r"^method='ptas' is not known; valid: auto, lpt, fptas$"):
+        plan([7, 6, 5, 4, 4], 2, "ptas")
+    with pytest.raises(ValueError, match=r"^planner='ptas' is not known; valid: auto, lpt, fptas$"):
+        SamplerConfig(planner="ptas")

@@ -120,7 +120,8 @@ def test_prompt_longer_than_context_is_a_clear_error(tiny_model, tokenizer):
         ("temperature", -1.0, "temperature=-1.0 must be >= 0"),
         ("decoder", "vllm", "decoder='vllm' is not known; valid: engine, micro_groups, hf_micro, hf_full, hf_cb"),
         ("refill", "srpt", "refill='srpt' is not known; valid: fifo, sjf, lpt, planned"),
-        ("planner", "dp", "planner='dp' is not known; valid: auto, lpt, fptas, ptas"),
+        ("planner", "dp", "planner='dp' is not known; valid: auto, lpt, fptas"),
+        ("planner", "ptas", "planner='ptas' is not known; valid: auto, lpt, fptas"),  # the alias went in 0.3
         ("planner_epsilon", 0.0, "planner_epsilon=0.0 must be > 0"),
         ("length_predictor", "bert", "length_predictor='bert' is not known; valid: learned, history, none"),
     ],

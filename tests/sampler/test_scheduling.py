@@ -77,13 +77,13 @@ def test_lpt_refill_with_exact_lengths_is_within_grahams_bound():
         assert opt <= lpt <= (4 / 3 - 1 / (3 * m)) * opt + 1e-9
 
 
-def test_planned_refill_with_exact_lengths_keeps_the_ptas_bound():
+def test_planned_refill_with_exact_lengths_keeps_the_fptas_bound():
     rng = random.Random(1)
     for _ in range(60):
         m = rng.choice([2, 3])
         lengths = [rng.randint(1, 40) for _ in range(rng.randint(1, 7))]
         opt = brute_force_makespan(lengths, m)
-        res = simulate(lengths, lengths, m, "planned", planner="ptas", epsilon=0.1, first_token_free=False)
+        res = simulate(lengths, lengths, m, "planned", planner="fptas", epsilon=0.1, first_token_free=False)
         assert opt <= res.decode_steps <= 1.1 * opt + 1e-9
         assert res.replans == 0
 

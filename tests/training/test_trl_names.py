@@ -1,6 +1,6 @@
 """TRL's names among the parser's keys: only a key the parser would refuse is pointed to infgrpo's."""
 
-from infgrpo.training.preflight.trl_names import is_known, parents, trl_keys
+from infgrpo.trl.names import is_known, parents, trl_keys
 
 KNOWN = {
     "config", "seed_everything", "ckpt_path", "trainer", "trainer.max_steps", "trainer.callbacks",

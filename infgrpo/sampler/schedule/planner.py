@@ -30,7 +30,7 @@ of those j slots was free of jobs and j started at <= OPT - p_j. (A slot with no
 lowers the larger of the two loads, within ``IMPROVE_MAX_PASSES`` moves and ``IMPROVE_MAX_WORK`` jobs
 examined (~10 ms for 4,096 jobs): it never raises the makespan, so the bounds above still hold.
 
-**fptas** (:func:`fptas`, alias ``ptas``), (1 + eps)-approximate, a rounded dynamic program for few slots:
+**fptas** (:func:`fptas`), (1 + eps)-approximate, a rounded dynamic program for few slots:
 
 1. UB = makespan of lpt, LB = the lower bound. If UB <= (1 + eps) LB, return lpt's plan.
 2. Jobs longer than eps LB are *large*. q = the most large jobs one slot can hold below UB. Unit
@@ -77,9 +77,8 @@ from typing import Literal
 
 from infgrpo.registry import check_choice, choices
 
-Planner = Literal["auto", "lpt", "fptas", "ptas"]
-"""``SamplerConfig.planner``, the ``method`` of :func:`plan`: 'ptas' (its first name) is an alias of 'fptas'."""
-ALIASES = {"ptas": "fptas"}
+Planner = Literal["auto", "lpt", "fptas"]
+"""``SamplerConfig.planner``, the ``method`` of :func:`plan`."""
 IMPROVE_MAX_PASSES = 64
 """Most moves/swaps the local search after LPT makes."""
 IMPROVE_MAX_WORK = 16_384
@@ -156,11 +155,11 @@ def plan(
     epsilon: float = 0.1,
     loads: Sequence[float] | None = None,
 ) -> Plan:
-    """Plan by ``method``: 'lpt', 'fptas' (or its alias 'ptas') or 'auto' (the fptas where it is tractable, else lpt).
+    """Plan by ``method``: 'lpt', 'fptas' or 'auto' (the fptas where it is tractable, else lpt).
 
     Never raises :class:`PlanTooLarge`; see "Budgets" in the module docstring.
     """
-    method = ALIASES.get(check_choice("method", method, choices(Planner)), method)
+    check_choice("method", method, choices(Planner))
     _check_epsilon(epsilon)
     p, m, init = _check(lengths, num_slots, loads)
     base = _lpt(p, m, init)

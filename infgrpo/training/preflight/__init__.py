@@ -1,7 +1,7 @@
 """Checks that run before the model loads, so that a bad setting costs one line, not a loaded model and a traceback.
 
 Most run in the command line (``GRPOCLI.before_instantiate_classes`` in :mod:`infgrpo.fit`), in this order: the
-TRL names and the ``--config`` files before parsing (:mod:`~infgrpo.training.preflight.trl_names`,
+TRL names and the ``--config`` files before parsing (:mod:`~infgrpo.trl.names`,
 :mod:`~infgrpo.training.preflight.files`), the trainer's flags
 (:mod:`~infgrpo.training.preflight.trainer_check`), ``--ckpt_path`` and the resume
 (:mod:`~infgrpo.training.preflight.checkpoints`, :mod:`~infgrpo.training.preflight.resume_check`), the run's

@@ -30,7 +30,7 @@ import yaml
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from infgrpo.policy.load import resolve_output_dir, save_trained
-from infgrpo.settings import ConfigError
+from infgrpo.settings import ConfigError, config_paths
 
 RESCUE_NAME = "trained-model"
 
@@ -96,16 +96,6 @@ def check_run_folders(config: Any) -> None:
     output = config["model"].get("output_dir")
     if output:
         check_writable_folder("model.output_dir", output, resolve_output_dir(output, root or os.getcwd()))
-
-
-def config_paths(argv: list[str]) -> list[str]:
-    """The values of ``-c`` / ``--config`` in ``argv`` (``--config=path`` or ``--config path``), in order."""
-    paths = []
-    for i, arg in enumerate(argv):
-        name, eq, value = arg.partition("=")
-        if name in ("-c", "--config"):
-            paths.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ""))
-    return paths
 
 
 def yaml_problem(path: str) -> str | None:

@@ -6,7 +6,7 @@
 A TRL user writes ``--model.num_generations 8``, ``--num_generations 8`` or ``max_completion_length: 64`` in a
 config file; the parser answered "unrecognized arguments" (or "key not expected"), naming no key of ours. Every
 flag and config-file key the parser does not know, whose last part is a field of TRL's table
-(:data:`~infgrpo.from_trl.TRL_FIELDS`), is named here with infgrpo's keys, or with the reason infgrpo has none
+(:data:`~infgrpo.trl.fields.TRL_FIELDS`), is named here with infgrpo's keys, or with the reason infgrpo has none
 (``use_vllm``). ``known`` is the parser's keys (``model.group_size``, ``trainer.callbacks``, ...); a key under one
 that takes any value (``trainer.callbacks``, ``data.task_config``) is known. Called by ``GRPOCLI.parse_arguments``
 after :func:`~infgrpo.training.compat_v01.old_keys` (infgrpo 0.1's flat keys, some of which are TRL's names).
@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from infgrpo.from_trl import TRL_FIELDS
-from infgrpo.training.preflight.files import config_paths
+from infgrpo.settings import config_paths
+from infgrpo.trl.fields import TRL_FIELDS
 
 SHOWN = 4
 """TRL names spelled out in one message (the rest counted)."""
