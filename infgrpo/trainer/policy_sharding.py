@@ -4,10 +4,10 @@
     sharding = PolicySharding()                  # any other strategy (or none): every method does nothing
     with sharding.rollout(device): ...           # the full weights while each rank decodes its own number of steps
     with sharding.update(): ...                  # policy and reference gathered, gradients accumulated unsharded
-        with sharding.optimizer_step(): ...      #   reduce-scatter before the step, free the stale copy after it
-        sharding.after_zero_grad()               #   each iteration gathers again what the step changed
+    with sharding.optimizer_step(): ...          # in the update: reduce-scatter before a step, free stale weights after
+    sharding.after_zero_grad()                   # in the update: each iteration gathers again what the step changed
     sharding.start_evaluation()                  # on_validation_epoch_start ... on_validation_epoch_end:
-    sharding.end_evaluation()                    #   the held-out decode on the full weights
+    sharding.end_evaluation()                    # the held-out decode on the full weights
     state = sharding.full_state()                # output_dir: the full state on rank 0; None unsharded
 
 Why each of these runs on the gathered parameters, and what that costs: :mod:`infgrpo.trainer.sharding`.
