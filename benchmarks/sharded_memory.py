@@ -28,7 +28,7 @@ import torch
 
 from benchmarks.harness import Benchmark
 from benchmarks.table import cell, markdown_table, ratio
-from infgrpo.runtime.sharding import local_bytes
+from infgrpo.trainer.sharding import local_bytes
 
 MODELS = {
     "tiny": ["--model.policy.model_name_or_path=tiny", "--data.path=tiny"],

@@ -16,9 +16,9 @@ if TYPE_CHECKING:  # the names load when first used (below): `import infgrpo.sam
     from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig
     from infgrpo.rewards.config import RewardConfig
     from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
+    from infgrpo.trainer.fsdp2 import FSDP2Strategy
     from infgrpo.training.adaptive import AdaptiveGroupsConfig
     from infgrpo.training.dynamic import DynamicSamplingConfig
-    from infgrpo.training.fsdp2 import FSDP2Strategy
     from infgrpo.training.hparams import LoggingConfig
     from infgrpo.training.optim import OptimizerConfig
     from infgrpo.update.config import UpdateConfig
@@ -28,7 +28,7 @@ HOMES = {
     "DynamicSamplingConfig": "infgrpo.training.dynamic",
     "Objective": "infgrpo.algo",
     "EvaluationConfig": "infgrpo.evaluation",
-    "FSDP2Strategy": "infgrpo.training.fsdp2",
+    "FSDP2Strategy": "infgrpo.trainer.fsdp2",
     "GRPOModule": "infgrpo.module",
     "LoRAConfig": "infgrpo.policy.config",
     "PolicyConfig": "infgrpo.policy.config",

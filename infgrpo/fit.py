@@ -31,7 +31,6 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from infgrpo.callbacks.checkpoint_io import AtomicCheckpointIO
 from infgrpo.callbacks.interruption import Interruption
 from infgrpo.callbacks.plain_progress import PlainProgress
 from infgrpo.callbacks.progress_bar import StepProgressBar
@@ -42,6 +41,7 @@ from infgrpo.policy.load import load_tokenizer
 from infgrpo.policy.source import check_model_source
 from infgrpo.runtime.hardware import check_accelerator
 from infgrpo.settings import ConfigError
+from infgrpo.trainer.checkpoint_io import AtomicCheckpointIO
 from infgrpo.training.compat_v01 import old_keys
 from infgrpo.training.hparams import check_settings
 from infgrpo.training.preflight.checkpoints import (

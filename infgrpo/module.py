@@ -36,26 +36,14 @@ from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
 from infgrpo.runtime.memory import PhaseMemory
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.seeds import derive_seed
-from infgrpo.runtime.sharding import (
-    accumulating,
-    check_gather_fits,
-    full_state,
-    gathered,
-    is_sharded,
-    reshard,
-    shard_model,
-    sync_gradients,
-    unshard,
-)
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.sampler.engine.finite import NonFiniteLogitsError
-from infgrpo.settings import ConfigError
+from infgrpo.trainer.policy_sharding import PolicySharding
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.collapse import CollapseWatch
 from infgrpo.training.divergence import check_update, rollout_divergence
 from infgrpo.training.dynamic import DynamicSamplingConfig
-from infgrpo.training.fsdp2 import FSDP2Strategy  # noqa: F401 - registers trainer.strategy: fsdp2
 from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
 from infgrpo.training.judged_rollout import JudgedRollout
 from infgrpo.training.metrics import StepRecord, progress_bar, step_metrics
@@ -75,8 +63,7 @@ from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import check_chunked_head
 from infgrpo.update.runner import PolicyUpdate
 from infgrpo.update.shared_prompt.check import resolve_share_prompt
-from infgrpo.upgrade_checkpoint import COMMAND as UPGRADE
-from infgrpo.upgrade_checkpoint import is_v01_checkpoint
+from infgrpo.upgrade_checkpoint import upgrade_hint
 
 
 class GRPOModule(L.LightningModule):
@@ -171,6 +158,7 @@ class GRPOModule(L.LightningModule):
         self.judged = JudgedRollout(*args) if judging else None
         self.val_reward, self.val_accuracy = MeanMetric(), MeanMetric()
         self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
+        self.sharding = PolicySharding()  # unsharded: a no-op; configure_model makes it from a sharding strategy
         self.phase_memory = PhaseMemory()  # peaks (CUDA) and windows of the rollout and the update; CPU: trims the heap
         self.last_step: StepRecord | None = None  # read by the CompletionTable callback and benchmarks
         self.collapse = CollapseWatch(s.optimizer, s.rewards)  # warns once: entropy and reward spread at 0, no reward
@@ -180,16 +168,8 @@ class GRPOModule(L.LightningModule):
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> GRPOModule:  # noqa: D417
         """Lightning's ``load_from_checkpoint``; a checkpoint of infgrpo 0.1 (flat hyper-parameters) is one error
         naming :mod:`infgrpo.upgrade_checkpoint`, the command that upgrades it (checked only when loading fails)."""
-        try:
+        with upgrade_hint(checkpoint_path):
             return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
-        except (TypeError, ValueError) as err:  # an unknown flat key; 0.1's rewards mapping (a ConfigError)
-            local = isinstance(checkpoint_path, str | Path) and Path(checkpoint_path).is_file()
-            if not (local and is_v01_checkpoint(checkpoint_path)):
-                raise
-            raise ConfigError(
-                f"{checkpoint_path} is a checkpoint of infgrpo 0.1 (flat settings); upgrade it once with "
-                f"{UPGRADE} {checkpoint_path} <new.ckpt>, then load that"
-            ) from err
 
     @property
     def ref_model(self) -> torch.nn.Module | None:
@@ -206,19 +186,16 @@ class GRPOModule(L.LightningModule):
     def configure_model(self) -> None:
         """Under a sharding strategy (``trainer.strategy: fsdp2``, Lightning's ``ModelParallelStrategy``): shards the
         policy, and the frozen reference of full fine-tuning, over the data-parallel mesh (FSDP2: each decoder layer,
-        then the root; see :mod:`infgrpo.runtime.sharding`), and decodes without CUDA graphs (each step gathers the
-        weights anew, at other addresses). Nothing otherwise."""
+        then the root; see :class:`~infgrpo.trainer.policy_sharding.PolicySharding`), and decodes without CUDA graphs
+        (each step gathers the weights anew, at other addresses). Nothing otherwise."""
         mesh = self._device_mesh
-        if mesh is None or is_sharded(self.policy):
+        if mesh is None or self.sharding.active:
             return
         names, s = mesh.mesh_dim_names or (), self.settings
         if "tensor_parallel" in names:
             check_tensor_parallel(mesh["tensor_parallel"].size(), "trainer.strategy.tensor_parallel_size")
         check_sharded_settings(type(self.trainer.strategy).__name__, s.quantization.load_in_4bit, s.sampler.cuda_graphs)
-        dp = mesh["data_parallel"] if "data_parallel" in names else mesh
-        shard_model(self.policy, dp, self.policy.dtype)
-        if self.ref_model is not None:
-            shard_model(self.ref_model, dp, self.policy.dtype)
+        self.sharding = PolicySharding.shard(mesh, self.policy, self.ref_model, self.sampler.pad_id)
         for sampler in (self.sampler, self.eval_sampler):  # the gathered weights move between steps: no graphs
             sampler.disable_cuda_graphs()
 
@@ -249,37 +226,35 @@ class GRPOModule(L.LightningModule):
     def rollout(self, batch: list[dict]) -> tuple[Rollouts, Scores, list[dict]]:
         """``group_size`` completions of every prompt of ``batch`` (no gradients; streams keyed by global prompt),
         their scores, and the items they belong to: under dynamic sampling the groups kept, drawn from the batch
-        and the data module's prompt stream (:mod:`infgrpo.training.dynamic`), else ``batch``."""
+        and the data module's prompt stream (:mod:`infgrpo.training.dynamic`), else ``batch``. Non-finite logits stop
+        the run, naming the settings that likely caused them (:mod:`infgrpo.training.divergence`)."""
         seed = derive_seed(self.settings.seed, self.sampler.calls)  # the same on every rank
-        check_gather_fits(self.device, self.policy)  # sharded, CUDA: names what to change before running out
-        with self.phase_memory.phase("rollout", self.device), gathered(self.policy):  # sharded: full weights
-            if self.judged is not None:
-                return self.judged(batch, seed, self.trainer.datamodule, self.ranks)
-            offset, prompts = self.ranks.prompt_offset(len(batch)), [b["prompt_ids"] for b in batch]
-            rollouts = self.sampler.sample(
-                prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks
-            )
-        return rollouts, self.scorer(rollouts, batch), batch
+        try:
+            with self.phase_memory.phase("rollout", self.device), self.sharding.rollout(self.device):  # full weights
+                if self.judged is not None:
+                    return self.judged(batch, seed, self.trainer.datamodule, self.ranks)
+                offset, prompts = self.ranks.prompt_offset(len(batch)), [b["prompt_ids"] for b in batch]
+                rollouts = self.sampler.sample(
+                    prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks
+                )
+            return rollouts, self.scorer(rollouts, batch), batch
+        except NonFiniteLogitsError as err:  # the sampler's, named here with the settings that likely caused it
+            raise rollout_divergence(err, self.settings, self.trainer) from err
 
     def training_step(self, batch: list[dict], batch_idx: int) -> None:
         """One GRPO step on ``batch``: rollout, scores, group advantages, ``num_iterations`` optimizer steps, metrics.
 
-        Advantages need only this rank's groups; the batch-wide std (``scale_rewards: batch``) and the
-        metrics use every rank's rows. Manual optimization: the update steps the optimizer and the
-        scheduler itself, and nothing is returned.
-        """
+        Advantages need only this rank's groups; the batch-wide std (``scale_rewards: batch``) and the metrics use
+        every rank's rows. Manual optimization: the update steps the optimizer and the scheduler itself."""
         s = self.settings
-        try:
-            rollouts, scores, items = self.rollout(batch)  # G completions of each prompt, no gradients; (N,) scores
-        except NonFiniteLogitsError as err:  # the sampler's, named here with the settings that likely caused it
-            raise rollout_divergence(err, s, self.trainer) from err
+        rollouts, scores, items = self.rollout(batch)  # G completions of each prompt, no gradients; (N,) scores
         lr = self.lr_schedulers().get_last_lr()[0]  # the rate of this step's (first) optimizer step
         with self.phase_memory.phase("update", self.device):
             batch_scores = scores.gather(self.ranks)  # (N_global,): for the batch std and the metrics
             advantages = ADVANTAGES.get(s.objective.advantage)(
                 scores.total, s.group_size, s.objective.scale_rewards, batch_rewards=batch_scores.total
             )  # (N,)
-            with gathered(self.policy, self.ref_model), accumulating(self.policy):  # sharded: see runtime.sharding
+            with self.sharding.update():  # sharded: the full weights, gradients accumulated unsharded
                 update = self.updater.run(
                     self.policy, rollouts, advantages, self.manual_backward, self._optimizer_step, self._zero_grad,
                     self.ref_model, self.ranks, self._no_sync,
@@ -304,22 +279,18 @@ class GRPOModule(L.LightningModule):
     def _optimizer_step(self) -> None:
         """Clips the gradient (``max_grad_norm``), steps the optimizer and the learning-rate scheduler. Sharded:
         first reduce-scatters the accumulated gradients, after the step frees the stale gathered parameters."""
-        opt = self.optimizers()
-        if is_sharded(self.policy):
-            sync_gradients(self.policy, self.sampler.pad_id)
-        clip = self.settings.optimizer.max_grad_norm
-        if clip > 0:
-            self.clip_gradients(opt, gradient_clip_val=clip, gradient_clip_algorithm="norm")
-        opt.step()
-        self.lr_schedulers().step()
-        if is_sharded(self.policy):
-            reshard(self.policy)
+        opt, clip = self.optimizers(), self.settings.optimizer.max_grad_norm
+        with self.sharding.optimizer_step():
+            if clip > 0:
+                self.clip_gradients(opt, gradient_clip_val=clip, gradient_clip_algorithm="norm")
+            opt.step()
+            self.lr_schedulers().step()
 
     def _zero_grad(self) -> None:
         """Drops the gradients (set to None). Sharded: gathers the parameters the last optimizer step changed, as
         each of the update's ``num_iterations`` starts here (a no-op where they are gathered)."""
         self.optimizers().zero_grad(set_to_none=True)
-        unshard(self.policy)
+        self.sharding.after_zero_grad()
 
     def on_train_end(self) -> None:
         """Writes the trained adapter (LoRA) or model to ``output_dir`` (relative: under the run's root),
@@ -329,7 +300,7 @@ class GRPOModule(L.LightningModule):
         if not self.settings.output_dir:
             return
         rescue = Path(self.trainer.log_dir or self.trainer.default_root_dir)  # a collective: on every rank
-        state = full_state(self.policy) if is_sharded(self.policy) else None  # a collective: rank 0 gets it
+        state = self.sharding.full_state()  # sharded: a collective, rank 0 gets the full state; else None
         if self.trainer.is_global_zero:
             path = resolve_output_dir(self.settings.output_dir, self.trainer.default_root_dir)
             what = "adapter" if self.settings.lora.r else "model"
@@ -339,8 +310,7 @@ class GRPOModule(L.LightningModule):
     # -- evaluation -------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
         """Sharded: gathers the parameters for the evaluation's decode (each rank its own number of steps)."""
-        self._eval_gather = contextlib.ExitStack()
-        self._eval_gather.enter_context(gathered(self.policy))
+        self.sharding.start_evaluation()
 
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         """Decodes one completion per held-out prompt (``evaluation.temperature``) and accumulates reward and
@@ -362,9 +332,7 @@ class GRPOModule(L.LightningModule):
             self.log("val/accuracy", self.val_accuracy.compute(), prog_bar=True)
         self.val_reward.reset()
         self.val_accuracy.reset()
-        if getattr(self, "_eval_gather", None) is not None:
-            self._eval_gather.close()  # sharded: back to 1/N of the parameters
-            self._eval_gather = None
+        self.sharding.end_evaluation()  # sharded: back to 1/N of the parameters
 
     # -- optimization and checkpoints -------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:

@@ -13,12 +13,15 @@ else are copied unchanged, and the file is written atomically. Resuming a run fr
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from infgrpo.callbacks.checkpoint_io import atomic_torch_save
+from infgrpo.runtime.atomic_save import atomic_torch_save
+from infgrpo.settings import ConfigError
 from infgrpo.training.compat_v01 import group_flat_hparams, is_flat
 
 COMMAND = "python -m infgrpo.upgrade_checkpoint"
@@ -29,6 +32,23 @@ def is_v01_checkpoint(path: str | Path) -> bool:
     state = torch.load(Path(path), map_location="cpu", mmap=True, weights_only=True)
     hparams = state.get("hyper_parameters") if isinstance(state, dict) else None
     return isinstance(hparams, dict) and is_flat(hparams)
+
+
+@contextlib.contextmanager
+def upgrade_hint(checkpoint_path: Any) -> Iterator[None]:
+    """Loading ``checkpoint_path`` in the block: when it fails on a local checkpoint of infgrpo 0.1 (an unknown flat
+    key's TypeError; 0.1's rewards mapping, a ConfigError), one ConfigError naming this command instead; any other
+    failure as it is (``GRPOModule.load_from_checkpoint``; the file is read only when loading failed)."""
+    try:
+        yield
+    except (TypeError, ValueError) as err:
+        local = isinstance(checkpoint_path, str | Path) and Path(checkpoint_path).is_file()
+        if not (local and is_v01_checkpoint(checkpoint_path)):
+            raise
+        raise ConfigError(
+            f"{checkpoint_path} is a checkpoint of infgrpo 0.1 (flat settings); upgrade it once with "
+            f"{COMMAND} {checkpoint_path} <new.ckpt>, then load that"
+        ) from err
 
 
 def upgrade(source: str | Path, target: str | Path) -> dict[str, Any]:

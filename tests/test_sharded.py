@@ -38,7 +38,7 @@ def full_parameters(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Every parameter of ``module`` in full on this rank (gathered from the shards when it is sharded)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    from infgrpo.runtime.sharding import is_sharded
+    from infgrpo.trainer.sharding import is_sharded
 
     state = get_model_state_dict(module, options=StateDictOptions(full_state_dict=True))  # a collective if sharded
     state = state if is_sharded(module) else module.state_dict()
@@ -191,7 +191,7 @@ def test_two_sharded_ranks_equal_one_process(two_ranks, one_process, case):
         want = json.loads((ref / "val2_rank0.json").read_text())
         for r in (0, 1):
             assert json.loads((two / f"val2_rank{r}.json").read_text()) == pytest.approx(want, abs=1e-12)
-    assert_written(two, load(two / f"step{STEPS}_rank0.pt"), lora=case == LORA)
+    assert_written(two, ref, load(two / f"step{STEPS}_rank0.pt"), lora=case == LORA)
 
 
 def test_a_distributed_checkpoint_resumes_on_two_ranks(two_ranks):
@@ -206,12 +206,31 @@ def test_a_distributed_checkpoint_resumes_on_two_ranks(two_ranks):
     assert worst(load(resumed / f"step{STEPS + 1}_rank0.pt"), saved) > 1e-6  # and it trained a step further
 
 
-def assert_written(two: Path, final: dict[str, torch.Tensor], lora: bool) -> None:
-    """``model.output_dir`` holds the full trained model (or adapter), written once by rank 0."""
+def tensor_shapes(folder: Path) -> dict[str, dict[str, list[int]]]:
+    """Each safetensors file of ``folder``: its tensors' names and shapes."""
+    from safetensors import safe_open
+
+    shapes = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(path, "pt") as f:
+            shapes[path.name] = {k: f.get_slice(k).get_shape() for k in f.keys()}
+    return shapes
+
+
+def assert_written(two: Path, ref: Path, final: dict[str, torch.Tensor], lora: bool) -> None:
+    """``model.output_dir`` holds the full trained model (or adapter), written once by rank 0, in what one process
+    writes: the same files, tensor names and shapes (a weight the model ties, the LM head, once)."""
     from transformers import AutoModelForCausalLM
 
     from infgrpo.policy.load import load_policy
 
+    name = "adapter" if lora else "trained"
+    files = sorted(p.name for p in (two / name).iterdir())
+    assert files == sorted(p.name for p in (ref / name).iterdir())
+    shapes = tensor_shapes(two / name)
+    assert shapes and shapes == tensor_shapes(ref / name)
+    if not lora:
+        assert "lm_head.weight" not in shapes["model.safetensors"]  # tied to the embeddings: written once
     if lora:
         from peft import PeftModel
 

@@ -33,7 +33,7 @@ PUBLIC_PAGE = {
     "infgrpo.sampler.rollouts.Rollouts",
     "infgrpo.data.datamodule.PromptDataModule",
     "infgrpo.evaluation.evaluate",
-    "infgrpo.training.fsdp2.FSDP2Strategy",
+    "infgrpo.trainer.fsdp2.FSDP2Strategy",
 }
 """Objects the API page (``api/index.md``) documents; the module sections skip them."""
 

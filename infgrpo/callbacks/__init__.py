@@ -1,1 +1,2 @@
-"""What ``python -m infgrpo.fit`` attaches to a Lightning ``Trainer``: progress, checkpoint I/O, completion tables."""
+"""The callbacks ``python -m infgrpo.fit`` attaches to a Lightning ``Trainer``: progress, interruption, completion
+tables (its strategy and checkpoint IO: :mod:`infgrpo.trainer`)."""

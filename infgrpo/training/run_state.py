@@ -38,7 +38,7 @@ def trainer_ranks(
 ) -> tuple[Ranks, Callable[[], contextlib.AbstractContextManager]]:
     """(the ranks, DDP's gradient-accumulation context) of ``trainer``; refuses strategies other than DDP and
     Lightning's ModelParallelStrategy (``fsdp2``) with several processes: ranks run different numbers of
-    micro-batches, which DDP's ``no_sync`` and the sharded update (:mod:`infgrpo.runtime.sharding`) tolerate."""
+    micro-batches, which DDP's ``no_sync`` and the sharded update (:mod:`infgrpo.trainer.sharding`) tolerate."""
     world = trainer.world_size
     sharded = isinstance(trainer.strategy, ModelParallelStrategy)
     if world > 1 and not (sharded or isinstance(trainer.strategy.model, DistributedDataParallel)):

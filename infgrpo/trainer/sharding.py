@@ -18,7 +18,8 @@ gradient is exactly zero, and it runs each FSDP group's post-backward once, on e
 
 The price is the full parameters (and, during the update, the full gradients of the trainable ones) on every
 rank while a step runs: what TRL's ZeRO-3 path pays in its generation (``ds3_gather_for_generation``).
-No Lightning here: :class:`~infgrpo.GRPOModule` calls these from its hooks.
+No Lightning here: :class:`~infgrpo.trainer.policy_sharding.PolicySharding`, the handle
+:class:`~infgrpo.GRPOModule` asks, calls these.
 """
 
 from __future__ import annotations
@@ -180,7 +181,21 @@ def sync_gradients(model: nn.Module, pad_id: int) -> None:
 
 def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The full (unsharded) state dict of a sharded ``model`` on the CPU of rank 0 (empty on the other ranks):
-    a collective, called on every rank."""
+    a collective, called on every rank. Names the model ties (one parameter under several names: an LM head
+    tied to the embeddings) hold one tensor, as in ``model.state_dict()``, so ``save_pretrained`` writes it once."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    for first, *others in tied_names(model):  # each name was gathered into a tensor of its own
+        for name in others:
+            if first in state and name in state:
+                state[name] = state[first]
+    return state
+
+
+def tied_names(model: nn.Module) -> list[list[str]]:
+    """The names of each parameter of ``model`` that is held under more than one name, in module order."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    return [group for group in names.values() if len(group) > 1]

@@ -1,10 +1,10 @@
-"""The parts of :mod:`infgrpo.runtime.sharding` that need no process group (the 2-rank runs: tests/test_sharded.py)."""
+"""The parts of :mod:`infgrpo.trainer.sharding` that need no process group (the 2-rank runs: tests/test_sharded.py)."""
 
 import pytest
 import torch
 
 from infgrpo.policy.load import load_policy
-from infgrpo.runtime.sharding import decoder_layers, gather_problem, gather_sizes, is_sharded, mixed_precision
+from infgrpo.trainer.sharding import decoder_layers, gather_problem, gather_sizes, is_sharded, mixed_precision
 
 GIB = 2**30
 

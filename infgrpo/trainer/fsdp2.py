@@ -9,7 +9,9 @@ builds on: one data-parallel mesh over all ranks (``devices x num_nodes``), no t
 checkpoints (one file, written by rank 0, that resumes on any number of ranks or in one process). Set
 ``save_distributed_checkpoint: true`` for models too large to gather on one rank: each rank then writes its
 shard into a checkpoint folder (Lightning's distributed checkpoint), which resumes on the same number of ranks.
-:meth:`~infgrpo.GRPOModule.configure_model` shards the policy (:mod:`infgrpo.runtime.sharding`).
+:meth:`~infgrpo.GRPOModule.configure_model` shards the policy
+(:class:`~infgrpo.trainer.policy_sharding.PolicySharding`). The name ``fsdp2`` is registered where this room is
+imported: :mod:`infgrpo.trainer`'s ``__init__``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.strategies import ModelParallelStrategy, StrategyRegistry
+from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.constants import default_pg_timeout
 
 NAME = "fsdp2"
@@ -90,6 +92,3 @@ class FSDP2Strategy(ModelParallelStrategy):
         """Registers ``fsdp2`` (``trainer.strategy: fsdp2``) once."""
         if NAME not in registry:
             registry.register(NAME, cls, description="infgrpo: FSDP2 over all ranks, full-state checkpoints")
-
-
-FSDP2Strategy.register_strategies(StrategyRegistry)

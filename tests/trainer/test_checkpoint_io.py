@@ -1,27 +1,14 @@
+"""The trainer's checkpoint IO (:mod:`infgrpo.trainer.checkpoint_io`): atomic locally, Lightning's fsspec writer
+elsewhere."""
+
 import pytest
 import torch
-
-from infgrpo.callbacks.checkpoint_io import atomic_torch_save
-
-
-class Unpicklable:
-    def __reduce__(self):
-        raise RuntimeError("disk full halfway")
-
-
-def test_failed_save_keeps_the_previous_checkpoint_intact(tmp_path):
-    path = tmp_path / "last.ckpt"
-    atomic_torch_save({"step": 1, "w": torch.ones(3)}, path)
-    with pytest.raises(RuntimeError, match="disk full"):
-        atomic_torch_save({"step": 2, "bad": Unpicklable()}, path)
-    assert torch.load(path)["step"] == 1
-    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary file left behind
 
 
 def test_remote_paths_go_through_fsspec_and_storage_options_are_refused(tmp_path, monkeypatch):
     import fsspec
 
-    from infgrpo.callbacks.checkpoint_io import AtomicCheckpointIO
+    from infgrpo.trainer.checkpoint_io import AtomicCheckpointIO
 
     io = AtomicCheckpointIO()
     monkeypatch.chdir(tmp_path)  # a remote path written as a local one would land here ("memory:/bucket/...")
