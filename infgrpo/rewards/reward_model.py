@@ -36,6 +36,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from infgrpo.runtime.packing import pack_longest_first
+
 Message = Mapping[str, Any]
 """One chat message: ``{"role": ..., "content": ...}``."""
 Prompt = str | Sequence[Message]
@@ -129,7 +131,7 @@ def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
     """Groups rows into micro-batches whose padded size (rows x longest row) stays within ``token_budget``.
 
     Rows are taken longest first (so a micro-batch's rows have similar lengths and little padding); a row
-    longer than the budget forms a micro-batch alone.
+    longer than the budget forms a micro-batch alone (:func:`~infgrpo.runtime.packing.pack_longest_first`).
 
     Args:
         lengths: N row lengths, in tokens.
@@ -138,17 +140,7 @@ def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
     Returns:
         Lists of row indices (into ``lengths``); every index appears in exactly one.
     """
-    check_token_budget(token_budget)
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        if batch and (len(batch) + 1) * max(lengths[batch[0]], 1) > token_budget:
-            batches.append(batch)
-            batch = []
-        batch.append(i)
-    if batch:
-        batches.append(batch)
-    return batches
+    return pack_longest_first(check_token_budget(token_budget), lengths)
 
 
 def _model_device(model: torch.nn.Module) -> torch.device:

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from infgrpo.runtime.packing import pack_longest_first
+
 
 @dataclass
 class Frozen:
@@ -104,26 +106,12 @@ def pack_by_token_budget(
     A micro-batch pads every row to the longest prompt plus the longest completion in it (see
     :func:`collate`), so a group of n rows costs n x (max prompt + max completion). Rows are taken
     longest first, which keeps padding low; a row longer than the budget on its own forms a
-    micro-batch alone. Returns lists of row indices covering every row exactly once.
+    micro-batch alone (:func:`~infgrpo.runtime.packing.pack_longest_first`, prompts and completions its
+    parts). Returns lists of row indices covering every row exactly once.
     """
-    if token_budget < 1:
-        raise ValueError(f"token_budget={token_budget} must be >= 1")
     if len(prompt_lengths) != len(completion_lengths):
         raise ValueError(f"{len(prompt_lengths)} prompt lengths but {len(completion_lengths)} completion lengths")
-    order = sorted(range(len(prompt_lengths)), key=lambda i: -(prompt_lengths[i] + completion_lengths[i]))
-    groups: list[list[int]] = []
-    current: list[int] = []
-    max_p = max_c = 0
-    for i in order:
-        p, c = max(max_p, prompt_lengths[i]), max(max_c, completion_lengths[i])
-        if current and (len(current) + 1) * (p + c) > token_budget:
-            groups.append(current)
-            current, p, c = [], prompt_lengths[i], completion_lengths[i]
-        current.append(i)
-        max_p, max_c = p, c
-    if current:
-        groups.append(current)
-    return groups
+    return pack_longest_first(token_budget, prompt_lengths, completion_lengths)
 
 
 def collate(rows: list[int], prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> MicroBatch:
