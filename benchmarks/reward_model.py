@@ -102,7 +102,7 @@ def one_batch(rm: Any, prompts: list, completions: list) -> list[float]:
     """TRL's scoring: the same texts in one padded batch (right padding, no special tokens), ``logits[:, 0]``."""
     import torch
 
-    from infgrpo.rewards.reward_model import reward_texts
+    from infgrpo.rewards.reward_scoring import reward_texts
 
     texts = reward_texts(prompts, completions, rm.tokenizer, rm.chat_template_kwargs)
     inputs = rm.tokenizer(texts, return_tensors="pt", padding=True, padding_side="right", add_special_tokens=False)
@@ -130,7 +130,8 @@ def _reset_peak() -> bool:
 def run_one(cfg: dict) -> dict:
     """Scores ``cfg['prompts']`` x ``cfg['group_size']`` completions one way, measured in this process."""
     from infgrpo.policy import load_tokenizer
-    from infgrpo.rewards.reward_model import RewardModel, micro_batches, reward_texts
+    from infgrpo.rewards.reward_model import RewardModel
+    from infgrpo.rewards.reward_scoring import micro_batches, reward_texts
 
     tok = load_tokenizer("tiny")
     model = build_model(cfg["hidden"], cfg["layers"], len(tok), tok.pad_token_id, cfg["seed"])

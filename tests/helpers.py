@@ -11,13 +11,26 @@ import lightning as L
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    LlamaForSequenceClassification,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    Qwen3ForSequenceClassification,
+)
 
 from infgrpo.policy.load import load_policy
 
 
-def random_model(arch: str, dtype: torch.dtype = torch.float32, vocab: int = 103, seed: int = 0, **config):
-    """A freshly initialized tiny model of the given architecture (eos id 2, pad id 0); ``config`` overrides."""
+def random_model(
+    arch: str, dtype: torch.dtype = torch.float32, vocab: int = 103, seed: int = 0, num_labels: int = 0, **config
+):
+    """A freshly initialized tiny model of the given architecture (eos id 2, pad id 0); ``config`` overrides.
+
+    A causal LM, or with ``num_labels`` a sequence classifier with that many labels (one: a reward model).
+    """
     torch.manual_seed(seed)
     common = dict(
         vocab_size=vocab,
@@ -31,10 +44,13 @@ def random_model(arch: str, dtype: torch.dtype = torch.float32, vocab: int = 103
         pad_token_id=0,
     )
     common.update(config)
+    if num_labels:
+        common["num_labels"] = num_labels
     if arch == "qwen3":
-        model = Qwen3ForCausalLM(Qwen3Config(**{"head_dim": 16, **common}))
+        cls = Qwen3ForSequenceClassification if num_labels else Qwen3ForCausalLM
+        model = cls(Qwen3Config(**{"head_dim": 16, **common}))
     else:
-        model = LlamaForCausalLM(LlamaConfig(**common))
+        model = (LlamaForSequenceClassification if num_labels else LlamaForCausalLM)(LlamaConfig(**common))
     return model.to(dtype).eval()
 
 

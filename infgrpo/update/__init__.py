@@ -1,8 +1,9 @@
 """The policy update: token-budget micro-batches, log-probs and gradient accumulation."""
 
-from infgrpo.update.batching import MicroBatch, collate, pack_by_token_budget, split_rows
+from infgrpo.update.batching import Frozen, MicroBatch, collate, pack_by_token_budget, split_rows
 from infgrpo.update.logprobs import completion_logprobs
 from infgrpo.update.step import (
+    GradientStep,
     LossConfig,
     accumulate_policy_gradients,
     frozen_logprobs,
@@ -11,6 +12,8 @@ from infgrpo.update.step import (
 )
 
 __all__ = [
+    "Frozen",
+    "GradientStep",
     "LossConfig",
     "MicroBatch",
     "accumulate_policy_gradients",

@@ -8,14 +8,50 @@ A micro-batch is laid out as ``[left-padded prompt | right-padded completion]``:
     completion_ids   (n, C)
     completion_mask  (n, C)       1 on generated tokens
 
-so the completion occupies the last C columns and its log-probs come from the last C + 1 logits.
+so the completion occupies the last C columns and its log-probs come from the last C + 1 logits. Each
+micro-batch carries its :class:`Frozen` tensors (old, reference and behaviour log-probs, entropy mask), which
+split with its rows (:meth:`MicroBatch.halves`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
+
+from infgrpo.runtime.packing import pack_longest_first
+
+
+@dataclass
+class Frozen:
+    """A micro-batch's per-token tensors that its loss reads without a gradient, each (n, C) or None.
+
+    The update sets them before its optimizer steps (:class:`~infgrpo.update.runner.PolicyUpdate`);
+    :func:`~infgrpo.update.step.accumulate_policy_gradients` reads them.
+    """
+
+    old: torch.Tensor | None = None
+    """The log-probs of the policy that sampled the rollout, recomputed (``num_iterations > 1``); None: the
+    current ones, detached (one iteration)."""
+    ref: torch.Tensor | None = None
+    """The KL reference's log-probs (``beta > 0``)."""
+    behaviour: torch.Tensor | None = None
+    """The log-probs the sampler returned with the rollout (the ``rollout/*`` mismatch and its corrections)."""
+    entropy_mask: torch.Tensor | None = None
+    """The tokens at or above the whole batch's entropy quantile (``top_entropy_quantile < 1``), this step's."""
+
+    def cut(self, rows: slice, width: int) -> Frozen:
+        """Its tensors of ``rows``, their first ``width`` columns."""
+        return self._map(lambda t: t[rows, :width])
+
+    def to(self, device: torch.device | str) -> Frozen:
+        """A copy with every tensor on ``device``."""
+        return self._map(lambda t: t.to(device))
+
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Frozen:
+        tensors = (self.old, self.ref, self.behaviour, self.entropy_mask)
+        return Frozen(*(fn(t) if t is not None else None for t in tensors))
 
 
 @dataclass
@@ -28,6 +64,7 @@ class MicroBatch:
     position_ids: torch.Tensor
     completion_ids: torch.Tensor
     completion_mask: torch.Tensor
+    frozen: Frozen = field(default_factory=Frozen)
 
     @property
     def generated(self) -> torch.Tensor:
@@ -46,9 +83,9 @@ class MicroBatch:
         """The prompts whose forward this micro-batch runs once for several rows: none (each row holds its own)."""
         return []
 
-    def halves(self, per_row: list[torch.Tensor | None]) -> list[tuple[MicroBatch, list[torch.Tensor | None]]]:
-        """Its rows in two micro-batches, with ``per_row`` split alike (:func:`split_rows`)."""
-        return split_rows(self, per_row)
+    def halves(self) -> list[MicroBatch]:
+        """Its rows in two micro-batches, their frozen tensors split alike (:func:`split_rows`)."""
+        return split_rows(self)
 
     def to(self, device: torch.device | str) -> MicroBatch:
         """A copy with every tensor on ``device``."""
@@ -57,6 +94,7 @@ class MicroBatch:
             *(t.to(device) for t in (self.input_ids, self.attention_mask, self.position_ids)),
             self.completion_ids.to(device),
             self.completion_mask.to(device),
+            self.frozen.to(device),
         )
 
 
@@ -68,26 +106,12 @@ def pack_by_token_budget(
     A micro-batch pads every row to the longest prompt plus the longest completion in it (see
     :func:`collate`), so a group of n rows costs n x (max prompt + max completion). Rows are taken
     longest first, which keeps padding low; a row longer than the budget on its own forms a
-    micro-batch alone. Returns lists of row indices covering every row exactly once.
+    micro-batch alone (:func:`~infgrpo.runtime.packing.pack_longest_first`, prompts and completions its
+    parts). Returns lists of row indices covering every row exactly once.
     """
-    if token_budget < 1:
-        raise ValueError(f"token_budget={token_budget} must be >= 1")
     if len(prompt_lengths) != len(completion_lengths):
         raise ValueError(f"{len(prompt_lengths)} prompt lengths but {len(completion_lengths)} completion lengths")
-    order = sorted(range(len(prompt_lengths)), key=lambda i: -(prompt_lengths[i] + completion_lengths[i]))
-    groups: list[list[int]] = []
-    current: list[int] = []
-    max_p = max_c = 0
-    for i in order:
-        p, c = max(max_p, prompt_lengths[i]), max(max_c, completion_lengths[i])
-        if current and (len(current) + 1) * (p + c) > token_budget:
-            groups.append(current)
-            current, p, c = [], prompt_lengths[i], completion_lengths[i]
-        current.append(i)
-        max_p, max_c = p, c
-    if current:
-        groups.append(current)
-    return groups
+    return pack_longest_first(token_budget, prompt_lengths, completion_lengths)
 
 
 def collate(rows: list[int], prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> MicroBatch:
@@ -109,10 +133,8 @@ def collate(rows: list[int], prompts: list[list[int]], completions: list[list[in
     return MicroBatch(rows, input_ids, attention, position_ids, comp_ids, comp_mask)
 
 
-def split_rows(
-    mb: MicroBatch, per_row: list[torch.Tensor | None]
-) -> list[tuple[MicroBatch, list[torch.Tensor | None]]]:
-    """``mb`` as two micro-batches of half its rows each, with the (n, C) tensors of ``per_row`` split alike.
+def split_rows(mb: MicroBatch) -> list[MicroBatch]:
+    """``mb`` as two micro-batches of half its rows each, with its :class:`Frozen` tensors split alike.
 
     Columns that become all padding are dropped (prompt padding on the left, completion padding on
     the right), so each half costs at most half the tokens. A one-row micro-batch is returned as is.
@@ -120,7 +142,7 @@ def split_rows(
     """
     n = len(mb.rows)
     if n < 2:
-        return [(mb, per_row)]
+        return [mb]
     halves = []
     for lo, hi in ((0, n // 2), (n // 2, n)):
         c_len = int(mb.generated[lo:hi].sum(dim=1).max().item())
@@ -135,6 +157,7 @@ def split_rows(
             mb.position_ids[lo:hi, cols],
             mb.completion_ids[lo:hi, :c_len],
             mb.completion_mask[lo:hi, :c_len],
+            mb.frozen.cut(slice(lo, hi), c_len),
         )
-        halves.append((half, [t[lo:hi, :c_len] if t is not None else None for t in per_row]))
+        halves.append(half)
     return halves

@@ -27,6 +27,7 @@ which setting to lower. The caller (the LightningModule) passes what Lightning o
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from infgrpo.update.config import UpdateConfig
 from infgrpo.update.shared_prompt.batching import prepare_shared_microbatches
 from infgrpo.update.step import (
     Batch,
+    GradientStep,
     LossConfig,
     accumulate_policy_gradients,
     frozen_logprobs,
@@ -75,6 +77,27 @@ class UpdateResult:
         """``stats`` plus ``update/oom_retries``, ``update/token_budget`` and the rows trained and skipped."""
         rows = {"update/rows_trained": self.rows_trained, "update/rows_skipped": self.rows_skipped}
         return {"update/oom_retries": self.oom_retries, "update/token_budget": self.token_budget, **rows, **self.stats}
+
+
+@dataclass(frozen=True)
+class UpdateCall:
+    """One call of :meth:`PolicyUpdate.run`: what its steps read (its arguments, see there)."""
+
+    policy: PreTrainedModel
+    rollouts: Rollouts
+    advantages: torch.Tensor
+    backward: Callable[[torch.Tensor], None]
+    zero_grad: Callable[[], None]
+    ref_model: PreTrainedModel | None
+    ranks: Ranks
+    no_sync: Callable[[], contextlib.AbstractContextManager]
+    rows: list[int] | None
+    """The rows it trains (``update.skip_zero_advantage``: those of advantage not 0), or None: every row."""
+
+    @property
+    def device(self) -> torch.device:
+        """The policy's device, where the micro-batches go."""
+        return next(self.policy.parameters()).device
 
 
 def largest(mbs: list[Batch]) -> int:
@@ -133,71 +156,92 @@ class PolicyUpdate:
         ``ref_model``: the frozen KL reference of full fine-tuning (None: the policy with adapters
         disabled); ``ranks`` / ``no_sync``: data parallelism (see :mod:`infgrpo.update.step`).
         """
-        cfg, device = self.loss, next(policy.parameters()).device
         rows = trained_rows(advantages, rollouts.lengths) if self.skip_zero_advantage else None
-        counts = self.batch_counts(rollouts) if rows is not None else None  # the normalizers count every row
-
-        def pack(budget: int, rows: list[int] | None = rows) -> list[Batch]:
-            return [mb.to(device) for mb in self.pack(rollouts, budget, rows)]
-
+        call = UpdateCall(policy, rollouts, advantages, backward, zero_grad, ref_model, ranks, no_sync, rows)
         # 1) the token budget and the micro-batches within it
-        longest = max(len(p) for p in rollouts.prompt_ids) + max(rollouts.lengths, default=0)
-        planned = self.sizer.tokens(policy, longest)  # the integer, or the plan for update_memory
-        budget = min(planned, self.token_budget_cap or planned)
+        budget = self._budget(policy, rollouts)
         adapt_threads(policy, rows=budget)  # CPU threads for the update: work size, free cores
-
         # 2) frozen log-probs; out of memory: packed again at half the budget
-        def frozen(state: tuple[int, list[Batch]]) -> tuple[list | None, list | None]:
-            mbs, chunk, beta = state[1], cfg.logit_chunk_tokens, cfg.objective.beta
-            ref = (
-                frozen_logprobs(policy, mbs, cfg.temperature, ref_model=ref_model, reference=True, chunk_tokens=chunk)
-                if beta > 0
-                else None
-            )
-            old = frozen_logprobs(policy, mbs, cfg.temperature, chunk_tokens=chunk) if self.num_iterations > 1 else None
-            return ref, old
-
-        def repack(state: tuple[int, list[Batch]], message: str) -> tuple[int, list[Batch]]:
-            half = self.halve(message, state[1], ranks)
-            return half, pack(half)
-
-        (ref, old), (budget, mbs), retries = retry_on_oom(frozen, (budget, pack(budget)), repack)
-        behaviour = per_row(mbs, rollouts.logprobs)  # the rollout's log-probs, (n_mb, C_mb) each
-
-        # 3) mu optimizer steps; out of memory: every micro-batch split in two (nothing was stepped yet)
-        def accumulate(state: tuple) -> dict[str, float]:
-            zero_grad()
-            batch, old_lp, ref_lp, behaviour_lp = state
-            every = pack(budget, None) if rows is not None and cfg.objective.entropy_mask else None
-            masks = self.entropy_masks(policy, batch, ranks, every) if cfg.objective.entropy_mask else None
-            coef = self.entropy_coef.applied() if self.entropy_coef is not None else None
-            return accumulate_policy_gradients(
-                policy, batch, advantages, cfg, backward, old_logps=old_lp, ref_logps=ref_lp, ranks=ranks,
-                no_sync=no_sync, behaviour_logps=behaviour_lp, entropy_masks=masks, entropy_coef=coef,
-                batch_counts=counts,
-            )  # fmt: skip
-
-        def split(state: tuple, message: str) -> tuple:
-            zero_grad()  # drop the partial gradients
-            self.halve(message, state[0], ranks)
-            return split_microbatches(*state)
-
+        frozen, repack = functools.partial(self._frozen, call), functools.partial(self._repack, call)
+        _, (budget, mbs), retries = retry_on_oom(frozen, (budget, self._pack(call, budget)), repack)
+        for mb, behaviour in zip(mbs, per_row(mbs, rollouts.logprobs), strict=True):
+            mb.frozen.behaviour = behaviour  # the rollout's log-probs, (n_mb, C_mb)
+        # 3) num_iterations optimizer steps; out of memory: every micro-batch split in two (nothing was stepped yet)
+        accumulate, split = functools.partial(self._accumulate, call, budget), functools.partial(self._split, call)
         policy.train()
         for _ in range(self.num_iterations):
-            stats, (mbs, old, ref, behaviour), more = retry_on_oom(accumulate, (mbs, old, ref, behaviour), split)
+            step, mbs, more = retry_on_oom(accumulate, mbs, split)
             retries += more
             optimizer_step()
-            bonus = stats.pop("entropy_bonus", None)  # (entropy sum, tokens) of the step
-            applied = cfg.objective.entropy_coef
-            if self.entropy_coef is not None:
-                applied = self.entropy_coef.applied()  # what this step's loss used, before the schedule moves
-                self.entropy_coef.update(*bonus)
-        stats["entropy_coef"] = self.entropy_coef.coef if self.entropy_coef is not None else cfg.objective.entropy_coef
-        stats["entropy_coef_applied"] = applied
+            applied = self._move_entropy_coef(step.entropy_bonus)
+        coef = self.entropy_coef.coef if self.entropy_coef is not None else self.loss.objective.entropy_coef
+        stats = {**step.stats, "entropy_coef": coef, "entropy_coef_applied": applied}
         if retries:  # later updates pack within what fit
             self.token_budget_cap = budget = largest(mbs)
         trained = len(rollouts) if rows is None else len(rows)
         return UpdateResult(stats, budget, retries, largest(mbs), trained, len(rollouts) - trained)
+
+    def _budget(self, policy: PreTrainedModel, rollouts: Rollouts) -> int:
+        """This update's token budget: the integer, or the plan for ``update_memory``, capped at what fit after
+        an earlier out-of-memory retry."""
+        longest = max(len(p) for p in rollouts.prompt_ids) + max(rollouts.lengths, default=0)
+        planned = self.sizer.tokens(policy, longest)
+        return min(planned, self.token_budget_cap or planned)
+
+    def _pack(self, call: UpdateCall, budget: int, every_row: bool = False) -> list[Batch]:
+        """The micro-batches of the rows ``call`` trains (of every row with ``every_row``), on the policy's device."""
+        rows = None if every_row else call.rows
+        return [mb.to(call.device) for mb in self.pack(call.rollouts, budget, rows)]
+
+    def _frozen(self, call: UpdateCall, packed: tuple[int, list[Batch]]) -> None:
+        """Step 2 on the micro-batches of ``packed`` (budget, micro-batches): each gets the reference's
+        log-probs (``beta > 0``) and the rollout policy's (``num_iterations > 1``), without gradients."""
+        mbs, cfg, chunk = packed[1], self.loss, self.loss.logit_chunk_tokens
+        if cfg.objective.beta > 0:
+            refs = frozen_logprobs(
+                call.policy, mbs, cfg.temperature, ref_model=call.ref_model, reference=True, chunk_tokens=chunk
+            )
+            for mb, ref in zip(mbs, refs, strict=True):
+                mb.frozen.ref = ref
+        if self.num_iterations > 1:
+            olds = frozen_logprobs(call.policy, mbs, cfg.temperature, chunk_tokens=chunk)
+            for mb, old in zip(mbs, olds, strict=True):
+                mb.frozen.old = old
+
+    def _repack(self, call: UpdateCall, packed: tuple[int, list[Batch]], message: str) -> tuple[int, list[Batch]]:
+        """Step 2 ran out of memory (``message``) on ``packed``: the rows packed again at half the budget."""
+        half = self.halve(message, packed[1], call.ranks)
+        return half, self._pack(call, half)
+
+    def _accumulate(self, call: UpdateCall, budget: int, mbs: list[Batch]) -> GradientStep:
+        """One optimizer step's gradient over ``mbs`` (this step's entropy masks first, when asked)."""
+        call.zero_grad()
+        if self.loss.objective.entropy_mask:
+            every = self._pack(call, budget, every_row=True) if call.rows is not None else None
+            for mb, mask in zip(mbs, self.entropy_masks(call.policy, mbs, call.ranks, every), strict=True):
+                mb.frozen.entropy_mask = mask
+        coef = self.entropy_coef.applied() if self.entropy_coef is not None else None
+        counts = self.batch_counts(call.rollouts) if call.rows is not None else None  # normalizers count every row
+        return accumulate_policy_gradients(
+            call.policy, mbs, call.advantages, self.loss, call.backward, ranks=call.ranks, no_sync=call.no_sync,
+            entropy_coef=coef, batch_counts=counts,
+        )  # fmt: skip
+
+    def _split(self, call: UpdateCall, mbs: list[Batch], message: str) -> list[Batch]:
+        """Step 3 ran out of memory (``message``) on ``mbs``: the partial gradients dropped, every micro-batch
+        split in two."""
+        call.zero_grad()
+        self.halve(message, mbs, call.ranks)
+        return split_microbatches(mbs)
+
+    def _move_entropy_coef(self, bonus: tuple[float, float] | None) -> float:
+        """After an optimizer step: the entropy coefficient its loss used; the adaptive one then moves by the
+        step's entropy ``bonus`` (sum, tokens)."""
+        if self.entropy_coef is None:
+            return self.loss.objective.entropy_coef
+        applied = self.entropy_coef.applied()  # what this step's loss used, before the schedule moves
+        self.entropy_coef.update(*bonus)
+        return applied
 
     def batch_counts(self, rollouts: Rollouts) -> tuple[int, int]:
         """(sequences, active completion tokens) of the whole rollout, as its micro-batches' masks would count."""

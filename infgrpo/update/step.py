@@ -33,8 +33,16 @@ from infgrpo.update.shared_prompt.batching import SharedMicroBatch
 from infgrpo.update.shared_prompt.carry import PromptCarry
 
 Batch = MicroBatch | SharedMicroBatch
-PerBatch = list[torch.Tensor] | None
-"""One (n_mb, C_mb) tensor per micro-batch (old, reference or behaviour log-probs, entropy masks), or None."""
+
+
+@dataclass
+class GradientStep:
+    """What :func:`accumulate_policy_gradients` measured over the micro-batches of one optimizer step."""
+
+    stats: dict[str, float]
+    """The global batch loss, the objective's statistics and the rollout mismatch (see the function)."""
+    entropy_bonus: tuple[float, float] | None = None
+    """(entropy sum, tokens) over every rank, with an entropy bonus: what moves the adaptive coefficient."""
 
 
 @dataclass
@@ -74,21 +82,13 @@ def per_row(mbs: list[Batch], values: list[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
-def split_microbatches(mbs: list[Batch], *tensors: PerBatch) -> tuple[list[Batch], ...]:
-    """Every micro-batch of two or more rows in two halves, with its per-row tensors (n, C) split alike.
+def split_microbatches(mbs: list[Batch]) -> list[Batch]:
+    """Every micro-batch of two or more rows in two halves, their frozen tensors (n, C) split alike.
 
     The accumulated gradient does not depend on the packing (the loss is normalized by whole-batch
-    counts), so an update retried on the halves computes the same gradient in less memory. Returns
-    ``(mbs, *tensors)``, each None that was None.
+    counts), so an update retried on the halves computes the same gradient in less memory.
     """
-    out_mbs: list[Batch] = []
-    out: list[list] = [[] for _ in tensors]
-    for k, mb in enumerate(mbs):
-        for half, parts in mb.halves([t[k] if t is not None else None for t in tensors]):
-            out_mbs.append(half)
-            for lst, part in zip(out, parts, strict=True):
-                lst.append(part)
-    return out_mbs, *(lst if t is not None else None for lst, t in zip(out, tensors, strict=True))
+    return [half for mb in mbs for half in mb.halves()]
 
 
 def reference_context(model: PreTrainedModel, ref_model: PreTrainedModel | None) -> contextlib.AbstractContextManager:
@@ -126,31 +126,30 @@ def accumulate_policy_gradients(
     advantages: torch.Tensor,
     cfg: LossConfig,
     backward: Callable[[torch.Tensor], None],
-    old_logps: PerBatch = None,
-    ref_logps: PerBatch = None,
     ranks: Ranks = Ranks(),  # noqa: B008 - frozen dataclass, never mutated
     no_sync: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-    behaviour_logps: PerBatch = None,
-    entropy_masks: PerBatch = None,
     entropy_coef: float | None = None,
     batch_counts: tuple[int, int] | None = None,
-) -> dict[str, float]:
+) -> GradientStep:
     """Forward + ``backward(loss)`` per micro-batch; gradients accumulate in ``model``.
 
-    ``advantages`` (N,) indexes rows of this rank's batch; ``old_logps`` / ``ref_logps`` /
-    ``behaviour_logps`` (the rollout's) / ``entropy_masks`` are per micro-batch (n_mb, C_mb) or None (old =
-    current, detached, as with one iteration). ``entropy_coef``: this step's bonus coefficient under
-    ``use_adaptive_entropy``. ``ranks``: the data-parallel ranks sharing the batch; ``no_sync``: a context
-    in which ``backward`` does not synchronize gradients across ranks (see the module docstring).
-    Returns the global batch loss, the objective's statistics (token means over the batch), the rollout
-    log-prob mismatch (``rollout/*``, with ``behaviour_logps``) and ``entropy_bonus`` (sum, tokens) for
-    the adaptive coefficient. ``batch_counts``: (sequences, active tokens) of this rank's whole batch when
-    ``mbs`` hold only some of its rows (rows of advantage 0 left out, :mod:`infgrpo.algo.zero_advantage`): the
-    normalizers count every row (not with an entropy bonus, whose token count would need the others).
+    ``advantages`` (N,) indexes rows of this rank's batch. Each micro-batch's
+    :class:`~infgrpo.update.batching.Frozen` tensors are its old, reference and behaviour (the rollout's)
+    log-probs and its entropy mask, (n_mb, C_mb) each or None (old = current, detached, as with one
+    iteration). ``entropy_coef``: this step's bonus coefficient under ``use_adaptive_entropy``. ``ranks``:
+    the data-parallel ranks sharing the batch; ``no_sync``: a context in which ``backward`` does not
+    synchronize gradients across ranks (see the module docstring). Returns the global batch loss, the
+    objective's statistics (token means over the batch), the rollout log-prob mismatch (``rollout/*``, with
+    behaviour log-probs) and, with an entropy bonus, its (sum, tokens) for the adaptive coefficient.
+    ``batch_counts``: (sequences, active tokens) of this rank's whole batch when ``mbs`` hold only some of
+    its rows (rows of advantage 0 left out, :mod:`infgrpo.algo.zero_advantage`): the normalizers count every
+    row (not with an entropy bonus, whose token count would need the others).
     """
     obj = cfg.objective
     # 1) whole-batch counts on every rank: the normalizers of every micro-batch's loss
     masks = [mb.completion_mask for mb in mbs]
+    given = [mb.frozen.entropy_mask for mb in mbs]
+    entropy_masks = given if any(m is not None for m in given) else None  # top_entropy_quantile < 1
     bonus = [m * e.to(m) for m, e in zip(masks, entropy_masks, strict=True)] if entropy_masks is not None else masks
     tokens = torch.stack([torch.stack([m.sum(), b.sum()]) for m, b in zip(masks, bonus, strict=True)]).sum(0)
     local = torch.cat([torch.tensor([float(sum(len(mb.rows) for mb in mbs))]), tokens.double().cpu()])  # one sync
@@ -168,12 +167,11 @@ def accumulate_policy_gradients(
             model, mb, cfg.temperature, cfg.logit_chunk_tokens, entropy=True, entropy_grad=obj.entropy_bonus,
             carry=carry,
         )  # fmt: skip
+        frozen = mb.frozen
         out = objective_loss(
             obj, logp, advantages[mb.rows].to(device=device, dtype=logp.dtype), mb.completion_mask.to(device), norm,
-            old_logp=old_logps[k] if old_logps is not None else None,
-            ref_logp=ref_logps[k] if ref_logps is not None else None,
-            entropy=ent, entropy_mask=entropy_masks[k] if entropy_masks is not None else None,
-            behaviour_logp=behaviour_logps[k] if behaviour_logps is not None else None, entropy_coef=entropy_coef,
+            old_logp=frozen.old, ref_logp=frozen.ref, entropy=ent, entropy_mask=frozen.entropy_mask,
+            behaviour_logp=frozen.behaviour, entropy_coef=entropy_coef,
         )  # fmt: skip
         with no_sync() if k < len(mbs) - 1 else contextlib.nullcontext():
             backward(out.loss * ranks.world_size)  # DDP averages over ranks; the sum of the shares is wanted
@@ -187,8 +185,9 @@ def accumulate_policy_gradients(
     if all(o.mismatch is not None for o in outputs):
         mismatch = mismatch_metrics(combine_mismatch([o.mismatch for o in outputs], ranks))
         stats.update({f"rollout/{k}": v for k, v in mismatch.items()})
+    entropy_bonus = None
     if obj.entropy_bonus:
         entropy_sum, tokens = ranks.sum(torch.stack([o.bonus for o in outputs]).sum(0)).tolist()
-        stats["entropy_bonus"] = (entropy_sum, tokens)
+        entropy_bonus = (entropy_sum, tokens)
     stats["micro_batches"] = float(len(mbs))
-    return stats
+    return GradientStep(stats, entropy_bonus)

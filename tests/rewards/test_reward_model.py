@@ -7,9 +7,11 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config, Qwen3ForSequenceClassification
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from infgrpo.rewards.reward_model import RewardModel, is_reward_model, micro_batches, reward_texts, score_texts
+from infgrpo.rewards.reward_model import RewardModel, is_reward_model
+from infgrpo.rewards.reward_scoring import micro_batches, reward_texts, score_texts
+from tests.helpers import random_model
 
 TINY = Path(__file__).resolve().parents[2] / "infgrpo" / "assets" / "tiny-qwen3"  # a causal LM
 
@@ -39,22 +41,16 @@ def rm_dir(tmp_path_factory):
     """A seeded tiny Qwen3 reward model (one label) saved with the tiny tokenizer."""
     torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(TINY)
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=512,
+    model = random_model(
+        "qwen3",
+        vocab=len(tok),
         num_labels=1,
+        max_position_embeddings=512,
         initializer_range=0.2,  # scores of order 1, so a mismatch shows at 1e-6
         pad_token_id=tok.pad_token_id,
     )
     folder = tmp_path_factory.mktemp("rm") / "tiny-rm"
-    Qwen3ForSequenceClassification(config).save_pretrained(folder)
+    model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
 

@@ -10,7 +10,7 @@ from infgrpo.update import (
     prepare_microbatches,
     split_microbatches,
 )
-from infgrpo.update.batching import collate
+from infgrpo.update.batching import Frozen, collate
 from tests.helpers import random_model
 
 
@@ -55,12 +55,19 @@ def _rollout(seed=0, n=12):
     return prompts, comps, adv
 
 
+def _freeze(mbs, old=None, ref=None):
+    """``mbs`` with the old and reference log-probs (one tensor per micro-batch each, or None) they carry."""
+    for k, mb in enumerate(mbs):
+        mb.frozen = Frozen(old[k] if old is not None else None, ref[k] if ref is not None else None)
+    return mbs
+
+
 def _grads(model, prompts, comps, adv, budget, cfg, mu_old=False, ref=False):
     model.zero_grad(set_to_none=True)
     mbs = prepare_microbatches(prompts, comps, budget, pad_id=0)
     old = [lp - 0.05 for lp in frozen_logprobs(model, mbs, cfg.temperature)] if mu_old else None
     refl = [lp + 0.1 for lp in frozen_logprobs(model, mbs, cfg.temperature)] if ref else None
-    stats = accumulate_policy_gradients(model, mbs, adv, cfg, lambda loss: loss.backward(), old, refl)
+    stats = accumulate_policy_gradients(model, _freeze(mbs, old, refl), adv, cfg, lambda loss: loss.backward()).stats
     return stats, len(mbs), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
 
 
@@ -103,15 +110,15 @@ def test_split_halves_equal_freshly_collated_halves_with_their_logprobs():
     prompts, comps, _ = _rollout(seed=3, n=7)
     mb = collate(list(range(7)), prompts, comps, pad_id=0)
     old = torch.randn(7, mb.completion_ids.shape[1], dtype=torch.float64)
-    halves, olds, refs = split_microbatches([mb], [old], None)
-    assert [h.rows for h in halves] == [[0, 1, 2], [3, 4, 5, 6]] and refs is None
-    for half, o in zip(halves, olds, strict=True):
+    halves = split_microbatches(_freeze([mb], [old]))
+    assert [h.rows for h in halves] == [[0, 1, 2], [3, 4, 5, 6]] and all(h.frozen.ref is None for h in halves)
+    for half, o in zip(halves, [h.frozen.old for h in halves], strict=True):
         fresh = collate(half.rows, prompts, comps, pad_id=0)  # trimmed to the half's own padding
         for name in ("input_ids", "attention_mask", "position_ids", "completion_ids", "completion_mask"):
             assert torch.equal(getattr(half, name), getattr(fresh, name)), name
         assert torch.equal(o, old[half.rows, : fresh.completion_ids.shape[1]])
     one = collate([2], prompts, comps, pad_id=0)
-    assert split_microbatches([one], None, None)[0] == [one]  # a single row cannot be split
+    assert split_microbatches([one]) == [one]  # a single row cannot be split
 
 
 def test_gradients_after_splitting_equal_the_unsplit_ones_float64():
@@ -121,17 +128,18 @@ def test_gradients_after_splitting_equal_the_unsplit_ones_float64():
     mbs = prepare_microbatches(prompts, comps, 10_000, pad_id=0)
     old = [lp - 0.05 for lp in frozen_logprobs(model, mbs, 1.0)]
     ref = [lp + 0.1 for lp in frozen_logprobs(model, mbs, 1.0)]
+    _freeze(mbs, old, ref)
 
-    def grads(mbs, old, ref):
+    def grads(mbs):
         model.zero_grad(set_to_none=True)
-        stats = accumulate_policy_gradients(model, mbs, adv, cfg, lambda loss: loss.backward(), old, ref)
+        stats = accumulate_policy_gradients(model, mbs, adv, cfg, lambda loss: loss.backward()).stats
         return stats, {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
 
-    whole, g_whole = grads(mbs, old, ref)
-    for _ in range(2):  # 1 -> 2 -> 4 micro-batches
-        mbs, old, ref = split_microbatches(mbs, old, ref)
-    assert len(mbs) == 4
-    split, g_split = grads(mbs, old, ref)
+    whole, g_whole = grads(mbs)
+    for _ in range(2):  # 1 -> 2 -> 4 micro-batches, their old and reference log-probs split alike
+        mbs = split_microbatches(mbs)
+    assert len(mbs) == 4 and all(mb.frozen.old is not None and mb.frozen.ref is not None for mb in mbs)
+    split, g_split = grads(mbs)
     assert split["loss"] == pytest.approx(whole["loss"], abs=1e-12) and split["kl"] == pytest.approx(whole["kl"])
     for k in g_whole:
         assert torch.allclose(g_whole[k], g_split[k], atol=1e-12, rtol=1e-9), k

@@ -88,7 +88,7 @@ def test_the_loss_and_the_gradients_of_an_update_equal_the_unshared_ones_with_ch
     assert carried_prompts(carried)  # a group over several micro-batches: its prompt's graph kept across them
     for mbs in (unshared(), prepare_shared_microbatches(PROMPTS, ROW_PROMPT, COMPLETIONS, 20, pad_id=0), carried):
         model.zero_grad(set_to_none=True)
-        stats = accumulate_policy_gradients(model, mbs, adv, cfg, lambda loss: loss.backward())
+        stats = accumulate_policy_gradients(model, mbs, adv, cfg, lambda loss: loss.backward()).stats
         results.append((stats["loss"], {k: p.grad.clone() for k, p in model.named_parameters()}))
     (loss_a, grads_a), *others = results
     assert abs(loss_a) > 1e-6
@@ -177,13 +177,15 @@ def test_split_halves_keep_their_prompts_and_compute_the_same_logprobs():
     model = float64_norms(random_model("llama", torch.float64))
     mb = collate_shared(list(range(9)), ROW_PROMPT, PROMPTS, COMPLETIONS, pad_id=0)
     old = torch.randn(mb.completion_ids.shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    halves = split_shared(mb, [old, None])
-    assert [h.rows for h, _ in halves] == [[0, 1, 2, 3], [4, 5, 6, 7, 8]]
-    assert [h.prompt_ids.shape for h, _ in halves] == [(2, 4), (2, 7)]  # prompts 0, 1 | 1, 2; padding dropped
+    mb.frozen.old = old
+    halves = split_shared(mb)
+    assert [h.rows for h in halves] == [[0, 1, 2, 3], [4, 5, 6, 7, 8]]
+    assert [h.prompt_ids.shape for h in halves] == [(2, 4), (2, 7)]  # prompts 0, 1 | 1, 2; padding dropped
     whole = completion_logprobs(model, mb, 1.0, 3) * mb.completion_mask
-    for half, (o, r) in halves:
+    for half in halves:
         lp = completion_logprobs(model, half, 1.0, 3) * half.completion_mask
-        assert r is None and torch.equal(o, old[half.rows, : o.shape[1]])
+        o = half.frozen.old
+        assert half.frozen.ref is None and torch.equal(o, old[half.rows, : o.shape[1]])
         assert (lp - whole[half.rows, : lp.shape[1]]).abs().max() <= 1e-12
         assert half.padded_tokens < mb.padded_tokens
 

@@ -10,6 +10,7 @@ group that share a micro-batch, instead of once per completion. A :class:`Shared
     completion_real  (n, C)     1 on generated tokens
     completion_mask  (n, C)     the loss mask (generated tokens; 0 on a row left out of the loss)
     prompts          [n_p]      the rollout's index of each prompt row (which prompt it is)
+    frozen                      its rows' old, reference and behaviour log-probs and entropy mask, (n, C) each
 
 Its size for the token budget is ``n_p * P + n * C`` padded tokens: a group's prompt counts once.
 :func:`pack_groups_by_token_budget` keeps a group's completions together while that is cheapest and
@@ -21,9 +22,11 @@ from all of them (:mod:`infgrpo.update.shared_prompt.carry`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+from infgrpo.update.batching import Frozen
 
 
 @dataclass
@@ -38,6 +41,7 @@ class SharedMicroBatch:
     completion_real: torch.Tensor
     completion_mask: torch.Tensor
     prompts: list[int]
+    frozen: Frozen = field(default_factory=Frozen)
 
     @property
     def generated(self) -> torch.Tensor:
@@ -54,15 +58,15 @@ class SharedMicroBatch:
         """The prompts whose forward this micro-batch runs once for several rows: ``prompts``, every one."""
         return self.prompts
 
-    def halves(self, per_row: list[torch.Tensor | None]) -> list[tuple[SharedMicroBatch, list[torch.Tensor | None]]]:
-        """Its completion rows in two micro-batches, with ``per_row`` split alike (:func:`split_shared`)."""
-        return split_shared(self, per_row)
+    def halves(self) -> list[SharedMicroBatch]:
+        """Its completion rows in two micro-batches, their frozen tensors split alike (:func:`split_shared`)."""
+        return split_shared(self)
 
     def to(self, device: torch.device | str) -> SharedMicroBatch:
         """A copy with every tensor on ``device``."""
         tensors = (self.prompt_ids, self.prompt_mask, self.row_prompt, self.completion_ids, self.completion_real)
         tensors += (self.completion_mask,)
-        return SharedMicroBatch(self.rows, *(t.to(device) for t in tensors), self.prompts)
+        return SharedMicroBatch(self.rows, *(t.to(device) for t in tensors), self.prompts, self.frozen.to(device))
 
 
 MICRO_BATCH_TOKENS = 48
@@ -187,17 +191,15 @@ def prepare_shared_microbatches(
     return [collate_shared(rows, row_prompt, prompts, completions, pad_id) for rows in groups]
 
 
-def split_shared(
-    mb: SharedMicroBatch, per_row: list[torch.Tensor | None]
-) -> list[tuple[SharedMicroBatch, list[torch.Tensor | None]]]:
-    """``mb`` as two micro-batches of half its completion rows each, with the (n, C) tensors of ``per_row``.
+def split_shared(mb: SharedMicroBatch) -> list[SharedMicroBatch]:
+    """``mb`` as two micro-batches of half its completion rows each, with its frozen tensors split alike.
 
     Each half keeps only the prompts its rows use, and drops the columns that become all padding. A
     one-row micro-batch is returned as is. Used to retry an update that ran out of memory.
     """
     n = len(mb.rows)
     if n < 2:
-        return [(mb, per_row)]
+        return [mb]
     halves = []
     for lo, hi in ((0, n // 2), (n // 2, n)):
         used = torch.unique(mb.row_prompt[lo:hi])  # sorted prompt rows of this half (on the batch's device)
@@ -215,6 +217,7 @@ def split_shared(
             mb.completion_real[lo:hi, :c_len],
             mb.completion_mask[lo:hi, :c_len],
             [mb.prompts[k] for k in used.tolist()],
+            mb.frozen.cut(slice(lo, hi), c_len),
         )
-        halves.append((half, [t[lo:hi, :c_len] if t is not None else None for t in per_row]))
+        halves.append(half)
     return halves
