@@ -74,8 +74,9 @@ class GRPOCLI(LightningCLI):
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="checkpoint to resume from")
 
     def parse_arguments(self, parser, args) -> None:  # noqa: ANN001 - jsonargparse parser and arguments
-        """Refuses a ``--config`` file that is no YAML (naming it and the line) and the flat keys of infgrpo 0.1
-        (``model.loss_type``) naming where each moved, then parses; with ``--print_config`` the seeds left null are
+        """Refuses a ``--config`` file that is no YAML (naming it and the line), the flat keys of infgrpo 0.1
+        (``model.loss_type``) naming where each moved, and TRL's names (the preflight's steps on the words), then
+        parses; with ``--print_config`` the seeds left null are
         shown as the run's ``seed_everything`` they become."""
         argv = list(sys.argv[1:] if args is None else args) if not isinstance(args, dict | Namespace) else []
         try:  # the preflight's steps on the words: a file that is no YAML, 0.1's keys, TRL's names
@@ -94,12 +95,10 @@ class GRPOCLI(LightningCLI):
         sys.exit(0)
 
     def before_instantiate_classes(self) -> None:
-        """Checks every setting before anything loads, so a bad value ends the way a parser error does (one
-        ``error:`` line naming ``model.<group>.<field>`` or ``data.<field>``); fills the seeds left null with
-        ``seed_everything``; fails when ``trainer.accelerator`` asks for a GPU the machine lacks, or where the
-        run's folders cannot be written, or for what the model's config and the data's first rows hold
-        (:mod:`infgrpo.training.preflight.model_data`); turns ``--ckpt_path last`` into the newest ``last.ckpt`` of
-        the run's folder across its versions (Lightning looks only in the new, empty version folder)."""
+        """Fills the seeds left null with ``seed_everything``, then runs the preflight's steps on the parsed config
+        before anything loads (:data:`~infgrpo.training.preflight.door.STEPS`), so a bad value ends the way a parser
+        error does (one ``error:`` line naming ``model.<group>.<field>``, ``data.<field>`` or ``trainer.<flag>``);
+        ``--ckpt_path last`` becomes the newest ``last.ckpt`` of the run's folder across its versions."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         resolve_seeds(config)
         try:  # the preflight's steps, in order (infgrpo.training.preflight.door.STEPS): any error is a bad setting
