@@ -193,7 +193,7 @@ STEPS: tuple[Step, ...] = (
     Step(
         "data settings", "data: each field, and system_prompt with chat_template",
         data_settings_of,
-        "PromptDataModule checks its own settings when it is built (the same rules)",
+        "PromptDataModule checks the same rules itself: its fields when built, system_prompt as it encodes",
     ),
     Step(
         "judged batch", "dynamic_sampling, adaptive_groups, group_size and data.batch_size",
@@ -231,7 +231,7 @@ STEPS: tuple[Step, ...] = (
     ),
     Step(
         "training data", "data: at least one batch of prompts over the ranks (long_prompts: skip included)",
-        training_data_of, "the data module counts the rows it loads",
+        training_data_of, "the data module's batch sampler refuses fewer rows than one global batch",
     ),
     Step(
         "no effect", "settings that do nothing (a warning each)",
