@@ -24,7 +24,6 @@ import sys
 import warnings
 from typing import Any
 
-import torch
 from jsonargparse import DefaultHelpFormatter, Namespace, set_parsing_settings
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.cli import LightningCLI
@@ -35,39 +34,15 @@ from infgrpo.callbacks.interruption import Interruption
 from infgrpo.callbacks.plain_progress import PlainProgress
 from infgrpo.callbacks.progress_bar import StepProgressBar
 from infgrpo.data import PromptDataModule
-from infgrpo.data.datamodule import check_data_settings
 from infgrpo.module import GRPOModule
-from infgrpo.policy.load import load_tokenizer
-from infgrpo.policy.source import check_model_source
-from infgrpo.runtime.hardware import check_accelerator
 from infgrpo.settings import ConfigError
 from infgrpo.trainer.checkpoint_io import AtomicCheckpointIO
-from infgrpo.training.compat_v01 import old_keys
-from infgrpo.training.hparams import check_settings
-from infgrpo.training.preflight.checkpoints import (
-    check_checkpoint_name,
-    check_checkpoint_path,
-    checkpoint_folders,
-    resolve_last,
-)
-from infgrpo.training.preflight.data_check import check_system_prompt, check_training_data
-from infgrpo.training.preflight.files import check_run_folders, config_file_problem
-from infgrpo.training.preflight.model_data import check_before_loading, check_stop_tokens_of
-from infgrpo.training.preflight.no_effect import warn_no_effect
-from infgrpo.training.preflight.resume_check import check_resume
-from infgrpo.training.preflight.trainer_check import check_sharded_policy, check_trainer_flags, world_size
-from infgrpo.training.settings_checks import check_judged_batch
-from infgrpo.trl.names import trl_keys
+from infgrpo.training.preflight.door import check_arguments, check_command_line
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Field docstrings of config dataclasses (SamplerConfig) become --help text.
 set_parsing_settings(docstring_parse_attribute_docstrings=True)
 warnings.filterwarnings("ignore", message=".*ModelCheckpoint with manual optimization.*")
-
-
-def mps_available() -> bool:
-    """Whether torch can use Apple's MPS device here."""
-    return bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
 
 
 def default_loggers(root: str) -> list[Logger]:
@@ -77,11 +52,6 @@ def default_loggers(root: str) -> list[Logger]:
     if importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX"):
         loggers.append(TensorBoardLogger(save_dir=root, name="grpo", version=csv.version))
     return loggers
-
-
-def namespace_dict(section: Any) -> dict[str, Any]:
-    """A parsed section (a jsonargparse Namespace) as nested plain dicts."""
-    return section.as_dict() if hasattr(section, "as_dict") else dict(section)
 
 
 def resolve_seeds(config: Any) -> None:
@@ -104,14 +74,15 @@ class GRPOCLI(LightningCLI):
         parser.add_argument("--ckpt_path", type=str | None, default=None, help="checkpoint to resume from")
 
     def parse_arguments(self, parser, args) -> None:  # noqa: ANN001 - jsonargparse parser and arguments
-        """Refuses a ``--config`` file that is no YAML (naming it and the line) and the flat keys of infgrpo 0.1
-        (``model.loss_type``) naming where each moved, then parses; with ``--print_config`` the seeds left null are
+        """Refuses a ``--config`` file that is no YAML (naming it and the line), the flat keys of infgrpo 0.1
+        (``model.loss_type``) naming where each moved, and TRL's names (the preflight's steps on the words), then
+        parses; with ``--print_config`` the seeds left null are
         shown as the run's ``seed_everything`` they become."""
         argv = list(sys.argv[1:] if args is None else args) if not isinstance(args, dict | Namespace) else []
-        problem = config_file_problem(argv) or old_keys(argv)  # a file that is no YAML; 0.1's keys
-        problem = problem or trl_keys(argv, {action.dest for action in parser._actions})  # TRL's names
-        if problem:
-            parser.error(problem)
+        try:  # the preflight's steps on the words: a file that is no YAML, 0.1's keys, TRL's names
+            check_arguments(argv, {action.dest for action in parser._actions})
+        except ConfigError as err:
+            parser.error(str(err))
         printing = [a for a in argv if a == "--print_config" or a.startswith("--print_config=")]
         if not printing:
             return super().parse_arguments(parser, args)
@@ -124,54 +95,15 @@ class GRPOCLI(LightningCLI):
         sys.exit(0)
 
     def before_instantiate_classes(self) -> None:
-        """Checks every setting before anything loads, so a bad value ends the way a parser error does (one
-        ``error:`` line naming ``model.<group>.<field>`` or ``data.<field>``); fills the seeds left null with
-        ``seed_everything``; fails when ``trainer.accelerator`` asks for a GPU the machine lacks, or where the
-        run's folders cannot be written, or for what the model's config and the data's first rows hold
-        (:mod:`infgrpo.training.preflight.model_data`); turns ``--ckpt_path last`` into the newest ``last.ckpt`` of
-        the run's folder across its versions (Lightning looks only in the new, empty version folder)."""
+        """Fills the seeds left null with ``seed_everything``, then runs the preflight's steps on the parsed config
+        before anything loads (:data:`~infgrpo.training.preflight.door.STEPS`), so a bad value ends the way a parser
+        error does (one ``error:`` line naming ``model.<group>.<field>``, ``data.<field>`` or ``trainer.<flag>``);
+        ``--ckpt_path last`` becomes the newest ``last.ckpt`` of the run's folder across its versions."""
         config = self.config[self.subcommand] if self.subcommand else self.config
         resolve_seeds(config)
-        try:  # the checks read settings (and local data files) only: any error is a bad setting
-            settings = check_settings(**namespace_dict(config["model"]))
-        except (ValueError, TypeError) as err:
-            self.parser.error(f"model.{err}")
-        try:  # the machine first: a config written for a GPU names that before anything else
-            check_accelerator(config["trainer"].get("accelerator"), torch.cuda.is_available(), mps_available())
-            check_trainer_flags(config["trainer"])  # strategies, accumulation and clipping GRPOModule cannot take
-            check_sharded_policy(config["trainer"], settings.quantization.load_in_4bit, settings.sampler.cuda_graphs)
-        except ConfigError as err:
-            self.parser.error(str(err))
-        try:
-            check_data_settings(namespace_dict(config["data"]))
-            check_system_prompt(namespace_dict(config["data"]))
-        except (ValueError, TypeError) as err:  # each names data.<field> or the data file
-            self.parser.error(str(err))
-        try:
-            check_judged_batch(
-                settings.dynamic_sampling, settings.adaptive_groups, settings.group_size, config["data"]["batch_size"]
-            )
-        except ConfigError as err:
-            self.parser.error(f"model.{err}")
-        try:  # a ConfigError is the parser's error line (was a traceback for a GGUF file)
-            check_model_source(settings.policy.model_name_or_path, settings.policy.gguf_file)
-            check_checkpoint_name(config.get("ckpt_path"))  # best, a folder
-            if config.get("ckpt_path") == "last":
-                config["ckpt_path"] = resolve_last(checkpoint_folders(config["trainer"]))
-                print(f"[infgrpo] --ckpt_path last: resuming from {config['ckpt_path']}", flush=True)
-            state = check_checkpoint_path(config.get("ckpt_path"), settings)  # a file whose weights fit these settings
-            check_resume(config.get("ckpt_path"), state, config, settings)  # steps left; the data and groups it resumes
-            check_run_folders(config)
-            check_before_loading(config, settings)  # trainer.max_steps, the model's config, the data's first rows
-            policy = settings.policy
-            check_training_data(  # at least one batch of prompts, long_prompts: skip included
-                namespace_dict(config["data"]),
-                world_size(config["trainer"]),
-                lambda: load_tokenizer(policy.model_name_or_path, policy.gguf_file),
-            )
-            warn_no_effect(settings, namespace_dict(config["data"]))
-            check_stop_tokens_of(settings.policy, settings.sampler.stop_token_ids, "model.sampler.stop_token_ids")
-        except ConfigError as err:
+        try:  # the preflight's steps, in order (infgrpo.training.preflight.door.STEPS): any error is a bad setting
+            check_command_line(config)
+        except (ConfigError, ValueError, TypeError) as err:
             self.parser.error(str(err))
 
     def instantiate_trainer(self, **kwargs):  # noqa: ANN003, ANN201

@@ -48,8 +48,9 @@ from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
 from infgrpo.training.judged_rollout import JudgedRollout
 from infgrpo.training.metrics import StepRecord, progress_bar, step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_optimizer_steps
-from infgrpo.training.preflight.files import check_writable_folder, write_trained
-from infgrpo.training.preflight.fit_start import check_data_prompts, prepare_rewards
+from infgrpo.training.preflight.door import check_fit_start
+from infgrpo.training.preflight.files import write_trained
+from infgrpo.training.preflight.fit_start import move_reward_models
 from infgrpo.training.preflight.trainer_check import check_sharded_settings, check_tensor_parallel
 from infgrpo.training.run_state import (
     gather_rng_state,
@@ -200,22 +201,17 @@ class GRPOModule(L.LightningModule):
             sampler.disable_cuda_graphs()
 
     def on_fit_start(self) -> None:
-        """Moves the frozen reference (if any) to the module's device, checks every prompt against the context,
-        and learns the data-parallel ranks. On a CPU, warns once when the weights' dtype has no native support
-        there (see infgrpo.runtime.hardware)."""
+        """Moves the frozen reference (if any) to the module's device, runs the preflight's checks for the Python API
+        (every prompt against the context, ...), moves reward models and learns the data-parallel ranks. On a CPU,
+        warns once when the weights' dtype has no native support there (see infgrpo.runtime.hardware)."""
         q = self.settings.quantization
         slow = slow_cpu_dtype(q.bnb_4bit_compute_dtype if q.load_in_4bit else self.settings.policy.dtype, cpu_flags())
         if self.device.type == "cpu" and slow:
             rank_zero_warn(f"[infgrpo] {slow}")
         if self.ref_model is not None:
             self.ref_model.to(self.device)
-        check_data_prompts(self.policy, self.trainer.datamodule, self.settings.sampler.max_new_tokens)
-        prepare_rewards(self.settings.rewards.functions, self.trainer.datamodule, self.device, self.policy.dtype)
-        if self.settings.output_dir:  # python -m infgrpo.fit checked it already; the Python API has not
-            path = resolve_output_dir(self.settings.output_dir, self.trainer.default_root_dir)
-            check_writable_folder("output_dir", self.settings.output_dir, path)
-        if self.judged is not None:
-            self.judged.check(self.trainer.datamodule)
+        check_fit_start(self)  # the preflight's steps for the Python API (infgrpo.training.preflight.door.STEPS)
+        move_reward_models(self.settings.rewards.functions, self.device, self.policy.dtype)
         self.setup_ranks()
 
     def setup_ranks(self) -> None:

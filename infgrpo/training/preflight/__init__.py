@@ -1,13 +1,17 @@
 """Checks that run before the model loads, so that a bad setting costs one line, not a loaded model and a traceback.
 
-Most run in the command line (``GRPOCLI.before_instantiate_classes`` in :mod:`infgrpo.fit`), in this order: the
-TRL names and the ``--config`` files before parsing (:mod:`~infgrpo.trl.names`,
-:mod:`~infgrpo.training.preflight.files`), the trainer's flags
-(:mod:`~infgrpo.training.preflight.trainer_check`), ``--ckpt_path`` and the resume
-(:mod:`~infgrpo.training.preflight.checkpoints`, :mod:`~infgrpo.training.preflight.resume_check`), the run's
-folders, the model's config and the data's first rows (:mod:`~infgrpo.training.preflight.model_data`,
-:mod:`~infgrpo.training.preflight.data_check`), and the warnings for settings that do nothing
-(:mod:`~infgrpo.training.preflight.no_effect`). The Python API runs what it can when fit starts, before the first
-step (:mod:`~infgrpo.training.preflight.fit_start`). Each reads settings, files or a model's config, never the
-weights; the settings' own checks are :func:`~infgrpo.training.hparams.check_settings`'s.
+The order is code: :data:`~infgrpo.training.preflight.door.STEPS`, one :class:`~infgrpo.training.preflight.door.Step`
+per check, each naming what it reads and how the two doors run it. The command line calls
+:func:`~infgrpo.training.preflight.door.check_arguments` on its words and
+:func:`~infgrpo.training.preflight.door.check_command_line` on the parsed config (both from :mod:`infgrpo.fit`);
+the Python API calls :func:`~infgrpo.training.preflight.door.check_fit_start` from ``GRPOModule.on_fit_start``,
+before the first step. A step one door cannot run says there why, and where that door meets the rule instead. A
+new check is one ``Step`` in ``STEPS``; its rule goes in the module of what it reads (trainer flags:
+:mod:`~infgrpo.training.preflight.trainer_check`; ``--ckpt_path``: :mod:`~infgrpo.training.preflight.checkpoints`
+and :mod:`~infgrpo.training.preflight.resume_check`; folders and config files:
+:mod:`~infgrpo.training.preflight.files`; the model's config and the data's first rows:
+:mod:`~infgrpo.training.preflight.model_data` and :mod:`~infgrpo.training.preflight.data_check`; what fit start
+reads: :mod:`~infgrpo.training.preflight.fit_start`; settings that do nothing:
+:mod:`~infgrpo.training.preflight.no_effect`). Each reads settings, files or a model's config, never the
+weights; a setting's check by itself belongs to its group (:func:`~infgrpo.training.hparams.check_settings`).
 """

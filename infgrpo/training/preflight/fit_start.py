@@ -1,7 +1,8 @@
-"""What ``GRPOModule.on_fit_start`` checks and prepares against the data module, before the first step.
+"""What the Python API checks against the loaded model and the data module as fit starts, before the first step.
 
-    check_data_prompts(policy, trainer.datamodule, max_new_tokens)
-    prepare_rewards({"trl.rewards:accuracy_reward": 1.0}, trainer.datamodule, device, torch.bfloat16)
+    check_data_prompts(policy, trainer.datamodule, max_new_tokens)   # a step of preflight.door's STEPS
+    check_reward_rows({"trl.rewards:accuracy_reward": 1.0}, trainer.datamodule)   # likewise
+    move_reward_models({"trl.rewards:accuracy_reward": 1.0}, device, torch.bfloat16)   # GRPOModule.on_fit_start
 
 Every prompt of a run is checked against the model's context here, not when its batch comes up: a prompt whose
 length plus ``sampler.max_new_tokens`` exceeds the context would otherwise stop the run at the step that draws it
@@ -42,13 +43,16 @@ def check_data_prompts(model: PreTrainedModel, datamodule: Any, max_new_tokens: 
             ) from err
 
 
-def prepare_rewards(functions: dict[str, float], datamodule: Any, device: torch.device, dtype: torch.dtype) -> None:
-    """Raises a ConfigError naming the reward and the column its rows lack; moves every reward model to ``device``
-    in ``dtype``."""
+def check_reward_rows(functions: dict[str, float], datamodule: Any) -> None:
+    """Raises a ConfigError naming the reward and the column the training rows (the first 64) lack."""
     items = getattr(datamodule, "train_items", None)
     if items:
         columns = dict.fromkeys(k for item in items[:64] for k in item["meta"])
         check_reward_columns(functions, columns, "the training rows")
+
+
+def move_reward_models(functions: dict[str, float], device: torch.device, dtype: torch.dtype) -> None:
+    """Moves every reward model among ``functions`` to ``device`` in ``dtype``."""
     from infgrpo.rewards.reward_model import RewardModel
 
     for name in functions:

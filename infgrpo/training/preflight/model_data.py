@@ -1,16 +1,16 @@
 """The command line's checks that read more than the settings, run before the model loads: the model and the data.
 
-    check_before_loading(config, settings)   # in GRPOCLI.before_instantiate_classes; ConfigError names the field
+    check_before_loading(config, settings)   # a step of preflight.door's STEPS; ConfigError names the field
     check_stop_tokens_of(PolicyConfig("tiny"), [999999])   # ConfigError: ... vocab_size=103 ...
 
 :func:`~infgrpo.training.hparams.check_settings` and :func:`~infgrpo.data.datamodule.check_data_settings` check
 each setting by itself. Some settings are only wrong for the model or the data they meet; Lightning, peft, the
 sampler or the data module found those after the model loaded (a traceback, seconds to minutes in). Here they
-are found from what costs little to read: the trainer's ``max_steps``, the model's config (no weights; a model
-built on the ``meta`` device for the LoRA targets), and the first rows of the data with the tokenizer
-(:mod:`infgrpo.data.first_rows`). The Python API keeps its own checks where the objects are used
-(``GRPOModule.on_fit_start`` checks every prompt against the context by the same rule,
-:func:`~infgrpo.sampler.model_support.context_overflow`).
+are found from what costs little to read: the trainer's ``max_steps`` (:func:`check_max_steps`, a step of its own,
+which the Python API runs too), the model's config (no weights; a model built on the ``meta`` device for the LoRA
+targets), and the first rows of the data with the tokenizer (:mod:`infgrpo.data.first_rows`). The Python API
+checks where the objects are used (as fit starts, every prompt against the context by the same rule,
+:func:`~infgrpo.sampler.model_support.context_overflow`; see :data:`~infgrpo.training.preflight.door.STEPS`).
 
 ``model.sampler.stop_token_ids`` are checked against the model's vocabulary (:func:`check_stop_tokens_of`): only
 the model's config is read (``AutoConfig``: ``config.json`` or a GGUF file's metadata, no weights), and only when
@@ -65,9 +65,8 @@ def check_context(config: PretrainedConfig, max_new_tokens: int, prompts: list[t
 
 
 def check_before_loading(config: Any, settings: ModuleSettings) -> None:
-    """The checks of the module docstring, on the parsed ``config`` (trainer, data) and the checked ``settings``;
-    the first failure is a ConfigError naming ``trainer.<field>``, ``model.<group>.<field>`` or ``data.<field>``."""
-    check_max_steps(config["trainer"].get("max_steps"))
+    """The checks of the module docstring but ``max_steps``, on the parsed ``config`` (data) and the checked
+    ``settings``; the first failure is a ConfigError naming ``model.<group>.<field>`` or ``data.<field>``."""
     policy = settings.policy
     model_config = load_model_config(policy.model_name_or_path, policy.gguf_file)
     check_lora_targets(model_config, settings.lora)

@@ -1,6 +1,6 @@
-"""Settings the command line takes and that then do nothing: a warning each, before the model loads.
+"""Settings that are taken and then do nothing: a warning each, before the model loads (the Python API: as fit starts).
 
-    warn_no_effect(settings, config["data"])   # in GRPOCLI.before_instantiate_classes
+    warn_no_effect(settings, config["data"])   # a step of preflight.door's STEPS (both doors)
 
 The pattern of :mod:`infgrpo.training.settings_checks` (which the settings' own check calls), for what it does not
 cover:

@@ -1,6 +1,6 @@
 """Lightning Trainer flags that a GRPO run cannot take, refused before the model loads.
 
-    check_trainer_flags(config["trainer"])   # in GRPOCLI.before_instantiate_classes; ConfigError names the flag
+    check_trainer_flags(config["trainer"])   # a step of preflight.door's STEPS; ConfigError names the flag
     world_size(config["trainer"])            # data-parallel processes the flags ask for (devices x num_nodes)
 
 ``GRPOModule`` steps its optimizer itself (Lightning's manual optimization): once a step, over the whole rollout,
