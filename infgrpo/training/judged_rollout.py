@@ -7,7 +7,7 @@
 moment its last queued sample ends (every sample so far: a group that grows is judged again), says whether it has
 a spread (``dynamic_sampling.criterion``), picks the samples a grown group trains on
 (:func:`~infgrpo.algo.down_sample.max_variance_subset` of its rewards) and keeps the scores and its picks, so the
-step's :class:`~infgrpo.training.scoring.Scores` are those the judge computed, of the rows it chose: never a second
+step's :class:`~infgrpo.scoring.Scores` are those the judge computed, of the rows it chose: never a second
 scoring, and nothing mapped back from the sampler.
 See :mod:`infgrpo.training.dynamic` (what a step means with dynamic sampling) and
 :mod:`infgrpo.training.adaptive` (adaptive groups, and the combination).
@@ -27,9 +27,9 @@ from infgrpo.rewards import correct_answers
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import AdaptiveSummary, DynamicSpec, DynamicSummary, MicroGroupSampler, Rollouts
 from infgrpo.sampler.schedule.sequence import Sequence
+from infgrpo.scoring import Scorer, Scores
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.dynamic import DynamicSamplingConfig, judge, resolve_criterion
-from infgrpo.training.scoring import Scorer, Scores
 from infgrpo.training.settings_checks import check_judged_batch
 
 WARN_AFTER = 3  # consecutive capped steps before the warning

@@ -24,7 +24,7 @@ from infgrpo.algo.advantages import nanstd
 from infgrpo.rewards import correct_rows
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import Rollouts
-from infgrpo.training.scoring import BatchScores, Scores
+from infgrpo.scoring import BatchScores, Scores
 
 SCHEDULE_METRICS = (
     "bubble_fraction",

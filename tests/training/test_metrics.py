@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from infgrpo.runtime.ranks import Ranks
+from infgrpo.scoring import BatchScores
 from infgrpo.training.metrics import step_metrics
-from infgrpo.training.scoring import BatchScores
 
 NAN = float("nan")
 
