@@ -31,7 +31,7 @@ import torch
 from benchmarks.harness import Benchmark
 from benchmarks.table import markdown_table, ratio
 from infgrpo.runtime.seeds import derive_seed
-from infgrpo.sampler.engine.dynamic import DynamicSpec
+from infgrpo.sampler.engine.plan import DynamicSpec
 
 SCHEMES = ("rounds", "continuous")
 JOBS = {  # model -> (data module settings, reward)

@@ -23,7 +23,7 @@ import torch
 
 from infgrpo.registry import Registry
 from infgrpo.rewards.returns import abbreviated
-from infgrpo.sampler.engine.dynamic import Scheme
+from infgrpo.sampler.engine.plan import Scheme
 from infgrpo.scoring import Scores
 from infgrpo.settings import ConfigError, check_types
 

@@ -62,7 +62,7 @@ def take_scores(scores: Scores, rows: list[int]) -> Scores:
 
 class GroupJudge:
     """Scores each ended group of one rollout and remembers it, and the samples it picked of a grown group (see the
-    module docstring; the engine's :class:`~infgrpo.sampler.engine.adaptive.Judge`).
+    module docstring; the engine's :class:`~infgrpo.sampler.engine.plan.Judge`).
 
     ``items`` grows as the rollout draws prompts (position -> the data module's item).
     """
