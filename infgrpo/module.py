@@ -288,7 +288,7 @@ class GRPOModule(L.LightningModule):
         self.updater.observe(self.phase_memory.rise("update"), update)
         times = (rollouts.stats["wall_time_s"], self.phase_memory.seconds("update"))
         metrics = step_metrics(
-            batch_scores, rollouts.stats, update.metrics(), times, self.ranks, lr, self.phase_memory.metrics(),
+            batch_scores, rollouts, update.metrics(), times, self.ranks, lr, self.phase_memory.metrics(),
             s.group_size, s.rewards.accuracy,
         )  # fmt: skip
         metrics.update(scores.metrics)  # what the rewards logged (log_metric), this rank's mean

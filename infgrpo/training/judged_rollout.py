@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -60,6 +61,17 @@ def take_scores(scores: Scores, rows: list[int]) -> Scores:
     )  # fmt: skip
 
 
+@dataclass
+class JudgedAdaptiveSummary(AdaptiveSummary):
+    """What adaptive groups did (the engine's :class:`~infgrpo.sampler.AdaptiveSummary`) and what the judge's rewards
+    say of it (``adaptive/<field>`` too, summed over ranks), with an accuracy reward (``rewards.accuracy``)."""
+
+    prompts_without_right_at_g: int
+    """Prompts whose first ``group_size`` samples held no right answer."""
+    right_answers_found: int
+    """The right answers the later samples of those prompts found."""
+
+
 class GroupJudge:
     """Scores each ended group of one rollout and remembers it, and the samples it picked of a grown group (see the
     module docstring; the engine's :class:`~infgrpo.sampler.engine.plan.Judge`).
@@ -98,18 +110,21 @@ class GroupJudge:
         first = list(range(group_size))
         return concat_scores([take_scores(self.scored[p], self.picked.get(p, first)) for p in positions])
 
-    def found(self, positions: list[int], group_size: int, accuracy: str | None) -> dict[str, float]:
-        """``adaptive/*`` from the rewards: of the prompts whose first ``group_size`` samples held no right answer,
-        how many, and the right answers their later samples found."""
+    def found(
+        self, grew: AdaptiveSummary, positions: list[int], group_size: int, accuracy: str | None
+    ) -> AdaptiveSummary:
+        """``grew`` with what the rewards of ``positions`` say (:class:`JudgedAdaptiveSummary`): of the prompts whose
+        first ``group_size`` samples held no right answer, how many, and the right answers their later samples
+        found; ``grew`` as it is without an ``accuracy`` reward."""
         if accuracy is None:
-            return {}
+            return grew
         none_at_g = found = 0
         for p in positions:
             values = self.scored[p].parts[accuracy]
             if correct_answers(values[:group_size]).sum() == 0:
                 none_at_g += 1
                 found += int(correct_answers(values[group_size:]).sum())
-        return {"adaptive/prompts_without_right_at_g": none_at_g, "adaptive/right_answers_found": found}
+        return JudgedAdaptiveSummary(**asdict(grew), prompts_without_right_at_g=none_at_g, right_answers_found=found)
 
 
 class JudgedRollout:
@@ -166,7 +181,7 @@ class JudgedRollout:
             rollouts = self.sampler.sample(prompts, self.g, seed, prompt_offset=offset, ranks=ranks, adaptive=grow)
             chosen = list(range(len(batch)))
         if rollouts.adaptive is not None:
-            rollouts.stats.update(judge.found(chosen, self.g, self.accuracy))
+            rollouts.adaptive = judge.found(rollouts.adaptive, chosen, self.g, self.accuracy)
             self.warn_if_never_rescued(rollouts.adaptive)
         return rollouts, judge.trained(chosen, self.g), [items[i] for i in chosen]
 
