@@ -5,8 +5,8 @@
 
 Every value is of the *global* batch (identical on every rank): rewards and lengths over every rank's
 rows, times and decode steps of the slowest rank, slot utilization averaged over ranks; what dynamic sampling and
-adaptive groups found (``dynamic/*``, ``adaptive/*``) as their typed summaries on the rollout reduce themselves over
-ranks (:meth:`~infgrpo.sampler.DynamicSummary.reduce`, :meth:`~infgrpo.sampler.AdaptiveSummary.reduce`). The
+adaptive groups found (``dynamic/*``, ``adaptive/*``) as the rollout's typed summaries reduce it over ranks
+(:meth:`~infgrpo.sampler.DynamicSummary.reduce`, :meth:`~infgrpo.sampler.AdaptiveSummary.reduce`). The
 rollout's schedule and length-prediction telemetry (:data:`SCHEDULE_METRICS`) is this rank's. The module logs
 them as ``train/<key>``. :class:`StepRecord` keeps the step's batch, rollout and scores for what reads them
 after the step (a callback, benchmarks).
