@@ -62,9 +62,9 @@ def run(args: argparse.Namespace) -> dict:
     from infgrpo import MicroGroupSampler, SamplerConfig
     from infgrpo.rewards import correct_answers
     from infgrpo.sampler import DynamicSpec
+    from infgrpo.scoring import Scorer
     from infgrpo.training.adaptive import AdaptiveGroupsConfig
     from infgrpo.training.judged_rollout import GroupJudge
-    from infgrpo.training.scoring import Scorer
 
     model, tok, items, reward = setup(args)
     g, b = args.group_size, args.prompts

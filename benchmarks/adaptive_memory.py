@@ -61,9 +61,9 @@ def hardest(items: list[dict], model: str, n: int) -> list[dict]:
 def run_one(cfg: dict) -> dict:
     """One rollout at ``cfg['cap']`` samples a prompt at most, measured in this process."""
     from infgrpo import MicroGroupSampler, SamplerConfig
+    from infgrpo.scoring import Scorer
     from infgrpo.training.adaptive import AdaptiveGroupsConfig
     from infgrpo.training.judged_rollout import GroupJudge
-    from infgrpo.training.scoring import Scorer
 
     args = SimpleNamespace(model=cfg["model"], prompts=cfg["prompts"])
     model, tok, items, reward = setup(args)

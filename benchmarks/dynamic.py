@@ -31,7 +31,7 @@ import torch
 from benchmarks.harness import Benchmark
 from benchmarks.table import markdown_table, ratio
 from infgrpo.runtime.seeds import derive_seed
-from infgrpo.sampler.engine.dynamic import DynamicSpec
+from infgrpo.sampler.engine.plan import DynamicSpec
 
 SCHEMES = ("rounds", "continuous")
 JOBS = {  # model -> (data module settings, reward)
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> dict:
     """Every step with both schemes, alternating; rows of per-step counts and the summary per scheme."""
     from infgrpo import MicroGroupSampler, SamplerConfig
     from infgrpo.sampler import Rollouts
-    from infgrpo.training.scoring import score_rollouts
+    from infgrpo.scoring import score_rollouts
 
     model, tok, items, reward = setup(args)
     cap = args.cap or 4 * args.prompts

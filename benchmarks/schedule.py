@@ -81,7 +81,7 @@ def tiny_rollouts(warmup: int, batches: int, seed: int = 0) -> dict:
             start = time.perf_counter()
             feed = FixedBatch(prompts, G, seed=1000 + k, predicted_lengths=preds)
             st = engine.run(feed)
-            seqs = feed.sequences()
+            seqs = feed.initial()
             decode_s += time.perf_counter() - start if policy == "fifo" and k >= warmup else 0.0
             lengths = [len(s) for s in seqs]
             per_seq = [preds[i // G] for i in range(len(seqs))]

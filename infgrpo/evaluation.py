@@ -5,16 +5,14 @@
 
 :func:`score_heldout` is the one scoring path: ``GRPOModule.validation_step`` and :func:`evaluate`
 (tutorials, ``bench train-tiny``) both call it. Rewards get ``completion_lengths`` and
-``max_completion_length`` (the sampler's ``max_new_tokens``) as in training; failed rewards follow
-``on_error`` (``rewards.on_error``) and are left out of the means (NaN under ``skip``). The keywords are named as
-the settings are (``accuracy``: ``rewards.accuracy``); infgrpo 0.1's ``accuracy_reward=`` and
-``reward_on_error=`` still work, with a DeprecationWarning, until infgrpo 0.3.
+``max_completion_length`` (the sampler's ``max_new_tokens``) as in training, through the same
+:class:`~infgrpo.scoring.Scorer`; failed rewards follow ``on_error`` (``rewards.on_error``) and are left out of the
+means (NaN under ``skip``). The keywords are named as the settings are (``accuracy``: ``rewards.accuracy``).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +20,10 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from infgrpo.rewards import RewardScores, TrainerState, correct_rows, score_rewards
+from infgrpo.rewards import correct_rows
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
+from infgrpo.scoring import Scorer, Scores
 from infgrpo.settings import ConfigError, check_types
 
 
@@ -42,60 +41,18 @@ class EvaluationConfig:
             raise ConfigError(f"temperature={self.temperature!r} must be a finite number >= 0 (0 = greedy)")
 
 
-OLD_KEYWORDS = {"accuracy_reward": "accuracy", "reward_on_error": "on_error"}
-"""infgrpo 0.1's keywords of :func:`evaluate` and :func:`score_heldout`, and their names since 0.2 (the settings'
-``rewards.accuracy`` and ``rewards.on_error``); accepted with a DeprecationWarning until infgrpo 0.3."""
-
-
-def renamed_keywords(function: str, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """``new`` (the keywords by their 0.2 names) with the values given under 0.1 names in ``old``, each with a
-    DeprecationWarning; a TypeError, as Python's, for a keyword that is neither."""
-    for name, value in old.items():
-        if name not in OLD_KEYWORDS or OLD_KEYWORDS[name] not in new:
-            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
-        warnings.warn(
-            f"{function}({name}=...) is {function}({OLD_KEYWORDS[name]}=...) since infgrpo 0.2 (the setting "
-            f"rewards.{OLD_KEYWORDS[name]}); the old name goes in 0.3",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        new[OLD_KEYWORDS[name]] = value
-    return new
-
-
 def score_heldout(
-    sampler: MicroGroupSampler,
-    tokenizer: PreTrainedTokenizerBase,
-    items: list[dict],
-    rewards: dict[str, float],
-    on_error: str = "raise",
-    batch_size: int = 128,
-    trainer_state: TrainerState | None = None,
-    **old: Any,
-) -> tuple[RewardScores, list[int]]:
-    """The rewards of one completion per item, and their lengths (at most ``batch_size`` decode at once, on
-    the slots :meth:`~infgrpo.sampler.MicroGroupSampler.generate_one` plans).
+    sampler: MicroGroupSampler, scorer: Scorer, items: list[dict], batch_size: int = 128
+) -> tuple[Scores, list[int]]:
+    """The scores of one completion per item, and their lengths (at most ``batch_size`` decode at once, on the
+    slots :meth:`~infgrpo.sampler.MicroGroupSampler.generate_one` plans): the completions decoded, then ``scorer``.
 
     ``items`` are ``{"prompt_ids": list[int], "meta": dict}`` (and ``"prompt"``: the prompt as the dataset gave
-    it, the rewards' ``prompts``) as produced by the data module. ``on_error``: what a failed reward gives
-    (``rewards.on_error``: ``raise``, ``zero`` or ``skip``).
+    it, the rewards' ``prompts``) as produced by the data module.
     """
-    on_error = renamed_keywords("score_heldout", old, {"on_error": on_error})["on_error"]
     adapt_threads(sampler.model, rows=min(batch_size, len(items)))  # CPU threads: work size, free cores
     out = sampler.generate_one([it["prompt_ids"] for it in items], batch_size=batch_size)
-    texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
-    scores = score_rewards(
-        rewards,
-        texts,
-        [it["meta"] for it in items],
-        on_error,
-        completion_lengths=out.lengths,
-        max_completion_length=sampler.config.max_new_tokens,
-        prompts=[it.get("prompt", it["meta"].get("prompt")) for it in items],
-        completion_ids=[list(ids) for ids in out.completion_ids],
-        trainer_state=trainer_state,
-    )
-    return scores, out.lengths
+    return scorer(out, items), out.lengths
 
 
 def evaluate(
@@ -109,7 +66,6 @@ def evaluate(
     batch_size: int = 128,
     on_error: str = "raise",
     group_by: Callable[[dict], str] | None = None,
-    **old: Any,
 ) -> dict[str, Any]:
     """Mean reward (and accuracy: the share whose reward ``accuracy`` is >= 1) over ``items``, and the mean length.
 
@@ -117,12 +73,9 @@ def evaluate(
     prompts decode at once, each on its own slot. ``group_by(meta)`` names each item's kind (e.g. the task of a
     mixed dataset): the result then also has ``accuracy_by``, ``{kind: [right, items]}``.
     """
-    given = renamed_keywords("evaluate", old, {"accuracy": accuracy, "on_error": on_error})
-    accuracy, on_error = given["accuracy"], given["on_error"]
     cfg = SamplerConfig(num_slots=batch_size, max_new_tokens=max_new_tokens, temperature=temperature, keep_pool=False)
-    scores, lengths = score_heldout(
-        MicroGroupSampler(model, tokenizer, cfg), tokenizer, items, rewards, on_error, batch_size
-    )
+    scorer = Scorer(tokenizer, rewards, on_error, max_new_tokens)
+    scores, lengths = score_heldout(MicroGroupSampler(model, tokenizer, cfg), scorer, items, batch_size)
     result = {"reward": scores.total.nanmean().item(), "completion_length": sum(lengths) / len(lengths)}
     correct = correct_rows(scores.parts, accuracy)
     if correct is not None:

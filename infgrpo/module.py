@@ -5,7 +5,7 @@
     GRPOModule(lora={"r": 16}, objective={"loss_type": "dapo"}, optimizer={"learning_rate": 3e-4})  # mappings do
 
 One training step reads like docs/architecture.md's step, hop by hop: rollout (:class:`~infgrpo.MicroGroupSampler`,
-no gradients) -> scores (:mod:`infgrpo.training.scoring`) -> group advantages (:mod:`infgrpo.algo`) -> update
+no gradients) -> scores (:mod:`infgrpo.scoring`) -> group advantages (:mod:`infgrpo.algo`) -> update
 (:class:`~infgrpo.update.runner.PolicyUpdate`: ``num_iterations`` optimizer steps over token-budget
 micro-batches) -> metrics (:mod:`infgrpo.training.metrics`). Under DDP each rank samples its contiguous
 share of the global batch with streams keyed by the *global* prompt index (the completions one process
@@ -39,6 +39,7 @@ from infgrpo.runtime.seeds import derive_seed
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.sampler.engine.finite import NonFiniteLogitsError
+from infgrpo.scoring import Scorer, Scores, trainer_state
 from infgrpo.trainer.policy_sharding import PolicySharding
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.collapse import CollapseWatch
@@ -59,7 +60,6 @@ from infgrpo.training.run_state import (
     restore_stream_position,
     trainer_ranks,
 )
-from infgrpo.training.scoring import Scorer, Scores, trainer_state
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import check_chunked_head
 from infgrpo.update.runner import PolicyUpdate
@@ -259,7 +259,7 @@ class GRPOModule(L.LightningModule):
         self.updater.observe(self.phase_memory.rise("update"), update)
         times = (rollouts.stats["wall_time_s"], self.phase_memory.seconds("update"))
         metrics = step_metrics(
-            batch_scores, rollouts.stats, update.metrics(), times, self.ranks, lr, self.phase_memory.metrics(),
+            batch_scores, rollouts, update.metrics(), times, self.ranks, lr, self.phase_memory.metrics(),
             s.group_size, s.rewards.accuracy,
         )  # fmt: skip
         metrics.update(scores.metrics)  # what the rewards logged (log_metric), this rank's mean
@@ -311,13 +311,10 @@ class GRPOModule(L.LightningModule):
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         """Decodes one completion per held-out prompt (``evaluation.temperature``) and accumulates reward and
         accuracy."""
-        rewards = self.settings.rewards
-        scores, _ = score_heldout(
-            self.eval_sampler, self.tokenizer, batch, rewards.functions, rewards.on_error, len(batch), self.progress()
-        )
+        scores, _ = score_heldout(self.eval_sampler, self.scorer, batch, len(batch))  # the training's scorer
         if not scores.total.isnan().all():  # failed rewards (NaN under skip) left out
             self.val_reward.update(scores.total[~scores.total.isnan()])
-        correct = correct_rows(scores.parts, rewards.accuracy)
+        correct = correct_rows(scores.parts, self.settings.rewards.accuracy)
         if correct is not None and correct.numel():
             self.val_accuracy.update(correct)
 

@@ -33,12 +33,9 @@ def test_accuracy_by_kind_counts_right_answers_and_leaves_failed_values_out():
     assert accuracy_by(items, values, lambda meta: meta["kind"]) == {"a": [1, 1], "b": [1, 2]}
 
 
-def test_the_0_1_keywords_still_work_with_a_deprecation_warning_until_0_3(tiny_model, tokenizer, prompts):
+def test_the_0_1_keywords_are_refused_since_0_3_as_python_refuses_an_unknown_keyword(tiny_model, tokenizer, prompts):
     items = [{"prompt_ids": p, "meta": {"prompt": tokenizer.decode(p)}} for p in prompts[:2]]
     kwargs = dict(rewards={"overlong": 1.0}, max_new_tokens=4, batch_size=2)
-    want = evaluate(tiny_model, tokenizer, items, accuracy="overlong", on_error="skip", **kwargs)
-    with pytest.warns(DeprecationWarning, match=r"evaluate\(accuracy_reward=...\) is evaluate\(accuracy=...\)"):
-        got = evaluate(tiny_model, tokenizer, items, accuracy_reward="overlong", reward_on_error="skip", **kwargs)
-    assert got == want and "accuracy" in got
-    with pytest.raises(TypeError, match="unexpected keyword argument 'accuracy_rewards'"):
-        evaluate(tiny_model, tokenizer, items, accuracy_rewards="overlong", **kwargs)
+    for old in ({"accuracy_reward": "overlong"}, {"reward_on_error": "skip"}):
+        with pytest.raises(TypeError, match=f"unexpected keyword argument '{next(iter(old))}'"):
+            evaluate(tiny_model, tokenizer, items, **old, **kwargs)

@@ -98,7 +98,7 @@ def dynamic(out: str) -> None:
     from infgrpo.policy.load import load_policy, load_tokenizer
     from infgrpo.rewards.synthetic import synthetic_reward
     from infgrpo.runtime.threads import set_threads
-    from infgrpo.sampler.engine.dynamic import DynamicSpec
+    from infgrpo.sampler.engine.plan import DynamicSpec
 
     set_threads(1)
     tok, model = load_tokenizer("tiny"), load_policy("tiny").eval()

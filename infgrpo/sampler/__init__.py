@@ -3,7 +3,7 @@
 Three rooms and a facade; imports run facade -> {engine, hf} -> schedule:
 
 - the facade: ``sampler.py`` (:class:`MicroGroupSampler`: length prediction, the engine or a baseline, the
-  out-of-memory back-off), ``feed_plan.py`` (which feed a rollout gets), ``config.py`` (:class:`SamplerConfig`),
+  out-of-memory back-off), ``feeds.py`` (which feed a rollout gets), ``config.py`` (:class:`SamplerConfig`),
   ``pool_sizing.py`` (``num_slots: auto``), ``rollouts.py`` (:class:`Rollouts`, what every decoder returns) and
   ``model_support.py`` (which models the engine runs, stop tokens, K/V bytes), the last two shared by the rooms;
 - ``engine/``: the device side -- the one decode loop and its feeds, the slot pool, the static decode step;
@@ -12,8 +12,8 @@ Three rooms and a facade; imports run facade -> {engine, hf} -> schedule:
 """
 
 from infgrpo.sampler.config import SamplerConfig
-from infgrpo.sampler.engine.adaptive import AdaptiveSpec, AdaptiveSummary
-from infgrpo.sampler.engine.dynamic import DynamicSpec, DynamicSummary
+from infgrpo.sampler.engine.plan import AdaptiveSpec, DynamicSpec
+from infgrpo.sampler.engine.summaries import AdaptiveSummary, DynamicSummary
 from infgrpo.sampler.rollouts import Rollouts
 from infgrpo.sampler.sampler import MicroGroupSampler
 

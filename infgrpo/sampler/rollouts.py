@@ -10,8 +10,7 @@ import torch
 from infgrpo.sampler.schedule.sequence import Sequence
 
 if TYPE_CHECKING:
-    from infgrpo.sampler.engine.adaptive import AdaptiveSummary
-    from infgrpo.sampler.engine.dynamic import DynamicSummary
+    from infgrpo.sampler.engine.summaries import AdaptiveSummary, DynamicSummary
 
 
 @dataclass

@@ -27,13 +27,14 @@ from infgrpo.runtime.oom import first_line, retry_on_oom
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler.config import SamplerConfig
-from infgrpo.sampler.engine.adaptive import AdaptiveSpec, check_grow_scheme
-from infgrpo.sampler.engine.dynamic import DynamicSpec, InformativeRate, Replay
+from infgrpo.sampler.engine.adaptive import check_grow_scheme
+from infgrpo.sampler.engine.dynamic import InformativeRate
 from infgrpo.sampler.engine.engine import Engine, EngineStats
-from infgrpo.sampler.engine.feed import Feed, FeedPlan, FixedBatch
+from infgrpo.sampler.engine.feed import Feed, FixedBatch
+from infgrpo.sampler.engine.plan import AdaptiveSpec, DynamicSpec, FeedPlan, Replay
 from infgrpo.sampler.engine.pool_keeper import PoolKeeper
 from infgrpo.sampler.engine.rescue_rates import RescueRates
-from infgrpo.sampler.feed_plan import make_feed
+from infgrpo.sampler.feeds import make_feed
 from infgrpo.sampler.hf.baselines import BASELINES, generation_kwargs
 from infgrpo.sampler.hf.request import DecodeRequest
 from infgrpo.sampler.model_support import check_engine_support, check_prompts, kv_bytes_per_token, stop_token_ids
@@ -245,7 +246,7 @@ class MicroGroupSampler:
         """One engine run of a fixed batch on ``num_slots`` slots, no length prediction, as :class:`Rollouts`."""
         feed = FixedBatch(prompt_ids, group_size, seed)
         stats = self.engine.run(feed, num_slots)
-        rollouts = Rollouts.from_sequences(prompt_ids, group_size, feed.sequences())
+        rollouts = Rollouts.from_sequences(prompt_ids, group_size, feed.initial())  # every sequence, prompt-major
         rollouts.stats = stats.to_stats(rollouts.lengths)
         return rollouts
 

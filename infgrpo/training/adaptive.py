@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from infgrpo.sampler import AdaptiveSpec
-from infgrpo.sampler.engine.adaptive import Judge, Rule, check_prompt_cap
+from infgrpo.sampler.engine.adaptive import check_prompt_cap
+from infgrpo.sampler.engine.plan import Judge, Rule
 from infgrpo.settings import ConfigError, check_types
 
 DownSample = Literal["max_variance"]

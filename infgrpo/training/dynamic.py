@@ -23,9 +23,9 @@ import torch
 
 from infgrpo.registry import Registry
 from infgrpo.rewards.returns import abbreviated
-from infgrpo.sampler.engine.dynamic import Scheme
+from infgrpo.sampler.engine.plan import Scheme
+from infgrpo.scoring import Scores
 from infgrpo.settings import ConfigError, check_types
-from infgrpo.training.scoring import Scores
 
 CRITERIA = Registry("dynamic_sampling.criterion")
 """Whether a scored group carries a gradient: ``criterion(scores) -> bool`` on the group's :class:`Scores`."""

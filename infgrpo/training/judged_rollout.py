@@ -7,7 +7,7 @@
 moment its last queued sample ends (every sample so far: a group that grows is judged again), says whether it has
 a spread (``dynamic_sampling.criterion``), picks the samples a grown group trains on
 (:func:`~infgrpo.algo.down_sample.max_variance_subset` of its rewards) and keeps the scores and its picks, so the
-step's :class:`~infgrpo.training.scoring.Scores` are those the judge computed, of the rows it chose: never a second
+step's :class:`~infgrpo.scoring.Scores` are those the judge computed, of the rows it chose: never a second
 scoring, and nothing mapped back from the sampler.
 See :mod:`infgrpo.training.dynamic` (what a step means with dynamic sampling) and
 :mod:`infgrpo.training.adaptive` (adaptive groups, and the combination).
@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -27,9 +28,9 @@ from infgrpo.rewards import correct_answers
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import AdaptiveSummary, DynamicSpec, DynamicSummary, MicroGroupSampler, Rollouts
 from infgrpo.sampler.schedule.sequence import Sequence
+from infgrpo.scoring import Scorer, Scores
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.dynamic import DynamicSamplingConfig, judge, resolve_criterion
-from infgrpo.training.scoring import Scorer, Scores
 from infgrpo.training.settings_checks import check_judged_batch
 
 WARN_AFTER = 3  # consecutive capped steps before the warning
@@ -60,9 +61,20 @@ def take_scores(scores: Scores, rows: list[int]) -> Scores:
     )  # fmt: skip
 
 
+@dataclass
+class JudgedAdaptiveSummary(AdaptiveSummary):
+    """What adaptive groups did (the engine's :class:`~infgrpo.sampler.AdaptiveSummary`) and what the judge's rewards
+    say of it (``adaptive/<field>`` too, summed over ranks), with an accuracy reward (``rewards.accuracy``)."""
+
+    prompts_without_right_at_g: int
+    """Prompts whose first ``group_size`` samples held no right answer."""
+    right_answers_found: int
+    """The right answers the later samples of those prompts found."""
+
+
 class GroupJudge:
     """Scores each ended group of one rollout and remembers it, and the samples it picked of a grown group (see the
-    module docstring; the engine's :class:`~infgrpo.sampler.engine.adaptive.Judge`).
+    module docstring; the engine's :class:`~infgrpo.sampler.engine.plan.Judge`).
 
     ``items`` grows as the rollout draws prompts (position -> the data module's item).
     """
@@ -98,18 +110,21 @@ class GroupJudge:
         first = list(range(group_size))
         return concat_scores([take_scores(self.scored[p], self.picked.get(p, first)) for p in positions])
 
-    def found(self, positions: list[int], group_size: int, accuracy: str | None) -> dict[str, float]:
-        """``adaptive/*`` from the rewards: of the prompts whose first ``group_size`` samples held no right answer,
-        how many, and the right answers their later samples found."""
+    def found(
+        self, grew: AdaptiveSummary, positions: list[int], group_size: int, accuracy: str | None
+    ) -> AdaptiveSummary:
+        """``grew`` with what the rewards of ``positions`` say (:class:`JudgedAdaptiveSummary`): of the prompts whose
+        first ``group_size`` samples held no right answer, how many, and the right answers their later samples
+        found; ``grew`` as it is without an ``accuracy`` reward."""
         if accuracy is None:
-            return {}
+            return grew
         none_at_g = found = 0
         for p in positions:
             values = self.scored[p].parts[accuracy]
             if correct_answers(values[:group_size]).sum() == 0:
                 none_at_g += 1
                 found += int(correct_answers(values[group_size:]).sum())
-        return {"adaptive/prompts_without_right_at_g": none_at_g, "adaptive/right_answers_found": found}
+        return JudgedAdaptiveSummary(**asdict(grew), prompts_without_right_at_g=none_at_g, right_answers_found=found)
 
 
 class JudgedRollout:
@@ -166,7 +181,7 @@ class JudgedRollout:
             rollouts = self.sampler.sample(prompts, self.g, seed, prompt_offset=offset, ranks=ranks, adaptive=grow)
             chosen = list(range(len(batch)))
         if rollouts.adaptive is not None:
-            rollouts.stats.update(judge.found(chosen, self.g, self.accuracy))
+            rollouts.adaptive = judge.found(rollouts.adaptive, chosen, self.g, self.accuracy)
             self.warn_if_never_rescued(rollouts.adaptive)
         return rollouts, judge.trained(chosen, self.g), [items[i] for i in chosen]
 

@@ -1,13 +1,13 @@
 """The metrics of one GRPO step, built in one place from what the step produced.
 
-    metrics = step_metrics(batch, rollouts.stats, update.metrics(), times, ranks, lr, memory, G, "synthetic")
+    metrics = step_metrics(batch, rollouts, update.metrics(), times, ranks, lr, memory, G, "synthetic")
     # {"reward": .., "accuracy": .., "time/rollout_s": .., "rollout/decode_steps": .., "loss": .., ...}
 
 Every value is of the *global* batch (identical on every rank): rewards and lengths over every rank's
-rows, times and decode steps of the slowest rank, slot utilization averaged over ranks; dynamic sampling's
-counts (``dynamic/prompts_drawn``, ``groups_kept``, ``groups_dropped``, ``dropped_tokens``, ``wasted_tokens``,
-...) summed over ranks, its ``informative_rate`` over every rank's judged groups. The rollout's
-schedule and length-prediction telemetry (:data:`SCHEDULE_METRICS`) is this rank's. The module logs
+rows, times and decode steps of the slowest rank, slot utilization averaged over ranks; what dynamic sampling and
+adaptive groups found (``dynamic/*``, ``adaptive/*``) as the rollout's typed summaries reduce it over ranks
+(:meth:`~infgrpo.sampler.DynamicSummary.reduce`, :meth:`~infgrpo.sampler.AdaptiveSummary.reduce`). The
+rollout's schedule and length-prediction telemetry (:data:`SCHEDULE_METRICS`) is this rank's. The module logs
 them as ``train/<key>``. :class:`StepRecord` keeps the step's batch, rollout and scores for what reads them
 after the step (a callback, benchmarks).
 """
@@ -24,7 +24,7 @@ from infgrpo.algo.advantages import nanstd
 from infgrpo.rewards import correct_rows
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import Rollouts
-from infgrpo.training.scoring import BatchScores, Scores
+from infgrpo.scoring import BatchScores, Scores
 
 SCHEDULE_METRICS = (
     "bubble_fraction",
@@ -41,10 +41,6 @@ SCHEDULE_METRICS = (
 """Keys of ``Rollouts.stats`` logged as ``rollout/<key>`` (when the sampler reports them)."""
 
 
-MEANS = ("_mean", "budget_used")
-"""``adaptive/*`` statistics averaged over ranks (the others are counts, summed; ``*_max`` the largest)."""
-
-
 def progress_bar(metrics: dict[str, float]) -> dict[str, float]:
     """What the progress bar shows of a step's metrics: the reward and the CUDA memory peaks."""
     bar = {"reward": metrics["reward"]}
@@ -54,7 +50,7 @@ def progress_bar(metrics: dict[str, float]) -> dict[str, float]:
 
 def step_metrics(
     batch: BatchScores,
-    rollout_stats: dict[str, Any],
+    rollouts: Rollouts,
     update: dict[str, float],
     times: tuple[float, float],
     ranks: Ranks,
@@ -63,13 +59,14 @@ def step_metrics(
     group_size: int,
     accuracy: str | None,
 ) -> dict[str, float]:
-    """The step's metrics (see the module docstring); ``times`` = this rank's (rollout, update) seconds.
+    """The step's metrics (see the module docstring) of this rank's ``rollouts`` and every rank's ``batch`` scores;
+    ``times`` = this rank's (rollout, update) seconds.
 
     ``update``: the update's metrics (:meth:`~infgrpo.update.runner.UpdateResult.metrics`); ``memory``: the
     phases' CUDA peaks (``memory/*``, empty elsewhere); ``lr``: the rate of the step's first optimizer step;
     ``accuracy``: the reward whose value >= 1 counts as right (``rewards.accuracy``; None: no accuracy).
     """
-    st = rollout_stats
+    st = rollouts.stats
     local = [times[0], times[1], float(st["decode_steps"]), st["slot_utilization"]]
     per_rank = ranks.gather(torch.tensor([local], dtype=torch.float64))  # (world, 4)
     metrics: dict[str, Any] = {
@@ -95,19 +92,9 @@ def step_metrics(
     for key in SCHEDULE_METRICS:  # this rank's schedule and length-prediction telemetry
         if key in st:
             metrics[f"rollout/{key}"] = float(st[key])
-    dynamic = sorted(k for k in st if k.startswith("dynamic/"))  # dynamic sampling: summed over ranks
-    if dynamic:
-        sums = ranks.sum(torch.tensor([float(st[k]) for k in dynamic], dtype=torch.float64)).tolist()
-        metrics.update(dict(zip(dynamic, sums, strict=True)))
-        judged = metrics["dynamic/groups_kept"] + metrics["dynamic/groups_dropped"]
-        metrics["dynamic/informative_rate"] = metrics["dynamic/groups_kept"] / judged if judged else 0.0
-        metrics["dynamic/capped"] = metrics["dynamic/capped"] / ranks.world_size  # the share of capped ranks
-    adaptive = sorted(k for k in st if k.startswith("adaptive/"))  # adaptive groups: over ranks
-    if adaptive:
-        table = ranks.gather(torch.tensor([[float(st[k]) for k in adaptive]], dtype=torch.float64))  # (world, K)
-        for j, key in enumerate(adaptive):
-            col = table[:, j]
-            metrics[key] = col.max() if key.endswith("_max") else col.mean() if key.endswith(MEANS) else col.sum()
+    for summary in (rollouts.dynamic, rollouts.adaptive):  # what the rollout found, each reduced as it says
+        if summary is not None:
+            metrics.update(summary.reduce(ranks))
     if len(batch.parts) > 1:
         for name, values in batch.parts.items():
             metrics[f"rewards/{name}"] = values.nanmean()

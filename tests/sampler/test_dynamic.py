@@ -10,7 +10,8 @@ import torch
 from infgrpo import MicroGroupSampler, SamplerConfig
 from infgrpo.data.datamodule import encode_prompt, load_rows
 from infgrpo.rewards.synthetic import synthetic_reward
-from infgrpo.sampler.engine.dynamic import DynamicSpec, InformativeRate
+from infgrpo.sampler.engine.dynamic import InformativeRate
+from infgrpo.sampler.engine.plan import DynamicSpec
 from tests.sampler.test_oom_backoff import memory_limit
 
 G = 4

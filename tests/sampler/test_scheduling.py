@@ -22,7 +22,7 @@ def run_engine(model, policy, preds, num_slots=3, group_size=5, max_new=12, seed
     engine = Engine(model, cfg, stop_ids=[2], pad_id=0)
     feed = FixedBatch(PROMPTS, group_size, seed, preds)
     stats = engine.run(feed)
-    return feed.sequences(), stats
+    return feed.initial(), stats
 
 
 @pytest.fixture(scope="module")

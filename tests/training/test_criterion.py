@@ -8,9 +8,9 @@ import torch
 from infgrpo.assets import resolve_model_path
 from infgrpo.policy.load import load_tokenizer
 from infgrpo.sampler.schedule.sequence import Sequence
+from infgrpo.scoring import Scorer, Scores
 from infgrpo.training.dynamic import CriterionError, judge, resolve_criterion
 from infgrpo.training.judged_rollout import GroupJudge
-from infgrpo.training.scoring import Scorer, Scores
 
 
 def says_no(scores):

@@ -42,22 +42,25 @@ Who gets the next samples (``rule``), asked each time free slots would otherwise
 
 The update trains on ``group_size`` samples of every prompt (:meth:`Extensions.rows`): all of them when the group
 did not grow, else ``judge.select``'s choice (the caller's PODS rule: the subset of largest reward variance).
+
+The spec and the :class:`~infgrpo.sampler.engine.plan.Judge` protocol are pure data in
+:mod:`infgrpo.sampler.engine.plan`, the counts (:class:`~infgrpo.sampler.engine.summaries.AdaptiveSummary`) in
+:mod:`infgrpo.sampler.engine.summaries`; :class:`GrowingFeed` says what growth asks of a feed, so this module
+imports none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from infgrpo.sampler.engine.plan import AdaptiveSpec
 from infgrpo.sampler.engine.rescue_rates import RescueRates, rescue_chance
+from infgrpo.sampler.engine.summaries import AdaptiveSummary
 from infgrpo.sampler.schedule.sequence import Sequence
 from infgrpo.settings import ConfigError
 
 if TYPE_CHECKING:
-    from infgrpo.sampler.engine.feed import Feed
-
-Rule = Literal["uniform", "value", "value_or_draw"]
+    from infgrpo.sampler.schedule.scheduler import Scheduler
 
 
 def check_prompt_cap(max_samples_per_prompt: int, group_size: int) -> None:
@@ -79,60 +82,21 @@ def check_grow_scheme(scheme: str) -> None:
         )
 
 
-class Judge(Protocol):
-    """The caller's judge of ended groups: it scores them (the engine knows no rewards)."""
+class GrowingFeed(Protocol):
+    """What :class:`Extensions` asks of the feed whose groups grow (a :class:`~infgrpo.sampler.engine.feed.Feed`)."""
 
-    def spread(self, i: int, group: list[Sequence]) -> bool:
-        """Whether the ended samples of prompt ``i`` (every one so far, in sample order) have a reward spread."""
+    group_size: int
+    groups: list[list[Sequence]]
+    sched: Scheduler | None
 
-    def level(self, i: int) -> Hashable:
-        """The reward level prompt ``i`` stalled at (the key of its rescue prior)."""
+    def add_samples(self, i: int, k: int) -> list[Sequence]:
+        """``k`` more samples of prompt ``i`` (not queued)."""
 
-    def select(self, i: int, group: list[Sequence], m: int) -> list[int]:
-        """The ``m`` samples (indices into ``group``) of a grown group with a spread that the step trains on."""
+    def given_up(self, i: int) -> None:
+        """Prompt ``i``'s stalled group will not grow."""
 
-
-@dataclass
-class AdaptiveSpec:
-    """How adaptive groups grow, and who judges them (see the module docstring)."""
-
-    judge: Judge
-    """Says whether an ended group has a spread, the level it stalled at, and which samples of a grown group train."""
-    max_samples_per_prompt: int
-    """Most samples of one prompt (>= the group size)."""
-    max_samples_per_step: int
-    """Most samples decoded in the rollout, the first samples of every prompt included."""
-    rule: Rule = "value"
-    extend_by: int = 0
-    """Samples an extension adds (0: the group size)."""
-
-    def max_sequences(self, prompts: int) -> int:
-        """The most sequences a rollout of at most ``prompts`` prompts can hold."""
-        return min(prompts * self.max_samples_per_prompt, self.max_samples_per_step)
-
-
-@dataclass
-class AdaptiveSummary:
-    """What adaptive groups did in a rollout (``Rollouts.adaptive``; also logged as ``adaptive/<field>``)."""
-
-    samples_per_prompt_mean: float
-    samples_per_prompt_max: int
-    groups_stalled: int
-    """Groups without a spread at ``group_size``."""
-    groups_extended: int
-    groups_rescued: int
-    """Stalled groups that found a spread by extension."""
-    extension_samples: int
-    """Samples beyond the first ``group_size`` of each prompt."""
-    extension_tokens: int
-    budget_used: float
-    """Samples fed / ``max_samples_per_step``."""
-    cancelled_samples: int
-    cancelled_tokens: int
-
-    def stats(self) -> dict[str, Any]:
-        """The counters as ``adaptive/<field>`` statistics."""
-        return {f"adaptive/{k}": v for k, v in asdict(self).items()}
+    def draw_value(self) -> float | None:
+        """What a fresh prompt is worth now (informative groups per decoded token), or None when none can be drawn."""
 
 
 class Extensions:
@@ -148,7 +112,7 @@ class Extensions:
     def __init__(self, spec: AdaptiveSpec, rates: RescueRates | None = None) -> None:
         self.spec = spec
         self.rates = rates if rates is not None else RescueRates()
-        self.feed: Feed | None = None
+        self.feed: GrowingFeed | None = None
         self.extend_by = spec.extend_by
         self.stalled: list[int] = []  # groups waiting for an extension, in stall order
         self.spread: dict[int, bool] = {}  # each ended group's last judgement
@@ -157,7 +121,7 @@ class Extensions:
         self.pending: dict[int, int] = {}  # prompt -> samples of its running extension (its judgement counts them)
         self.counts: dict[str, tuple[int, int]] = {}  # level -> (extension samples drawn, extensions that found)
 
-    def attach(self, feed: Feed) -> None:
+    def attach(self, feed: GrowingFeed) -> None:
         """The feed whose groups grow; a ConfigError when a prompt's cap cannot hold its first group."""
         check_prompt_cap(self.spec.max_samples_per_prompt, feed.group_size)
         self.feed, self.extend_by = feed, self.spec.extend_by or feed.group_size

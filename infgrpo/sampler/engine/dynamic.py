@@ -27,75 +27,23 @@ the loss keeps the normalization of a full batch (``capped``).
 With adaptive groups (``grow``, continuous scheme only; :mod:`infgrpo.sampler.engine.adaptive`) a group without
 spread is extended first; one still without spread when it cannot grow (its cap, or the budget) is dropped and
 its place goes to a new prompt, while the step's sample budget holds a whole group.
+
+The spec and the plan are pure data in :mod:`infgrpo.sampler.engine.plan`, the counts
+(:class:`~infgrpo.sampler.engine.summaries.DynamicSummary`) in :mod:`infgrpo.sampler.engine.summaries`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from infgrpo.sampler.engine.feed import Feed, FeedPlan
-from infgrpo.sampler.schedule.sequence import Sequence
+from infgrpo.sampler.engine.feed import Feed
+from infgrpo.sampler.engine.summaries import DynamicSummary
 
 if TYPE_CHECKING:
     from infgrpo.sampler.engine.adaptive import Extensions
-
-Scheme = Literal["continuous", "rounds"]
-
-
-@dataclass
-class DynamicSpec:
-    """What a dynamic rollout must find, and how it judges a group."""
-
-    target_groups: int
-    """Informative groups the step needs (its batch size)."""
-    max_prompts: int
-    """Most prompts drawn in one rollout (>= ``target_groups``)."""
-    keep: Callable[[int, list[Sequence]], bool]
-    """``keep(position, group)``: whether the finished group of the ``position``-th prompt drawn is informative."""
-    informative_rate: float = 0.5
-    """The expected share of informative groups, for admission (the sampler learns it across steps)."""
-    scheme: Scheme = "continuous"
-    round_size: int = 0
-    """Prompts a round (``rounds``; default: ``target_groups``)."""
-
-
-@dataclass
-class DynamicSummary:
-    """What a dynamic rollout found (``Rollouts.dynamic``; also logged as ``dynamic/<field>``)."""
-
-    prompts_drawn: int
-    groups_kept: int
-    groups_dropped: int
-    groups_trained: int
-    informative_rate: float
-    """Kept / judged in this rollout."""
-    dropped_tokens: int
-    wasted_tokens: int
-    """Tokens of cancelled sequences and of informative groups trimmed past the target."""
-    capped: bool
-    """Fewer informative groups than the target: the step also trains on dropped ones."""
-    cancelled_sequences: int
-
-    def stats(self) -> dict[str, Any]:
-        """The counters as ``dynamic/<field>`` statistics (``capped`` as 0.0 / 1.0, a loggable number)."""
-        return {f"dynamic/{k}": float(v) if isinstance(v, bool) else v for k, v in asdict(self).items()}
-
-
-class Replay:
-    """A prompt source that can be read again from its start: an out-of-memory retry of a dynamic rollout draws the
-    same prompts in the same order, then goes on with the source."""
-
-    def __init__(self, source: Iterator[list[int]]) -> None:
-        self.source, self.seen = source, []
-
-    def rewind(self) -> Iterator[list[int]]:
-        """An iterator over the prompts drawn so far, then the source's next ones (recorded as they come)."""
-        yield from list(self.seen)
-        for prompt in self.source:
-            self.seen.append(prompt)
-            yield prompt
+    from infgrpo.sampler.engine.plan import FeedPlan
 
 
 @dataclass
@@ -130,7 +78,7 @@ class DrawAndJudge(Feed):
     when it ends, the rollout over once ``spec.target_groups`` groups were kept.
 
     Args:
-        plan: the rollout (:class:`~infgrpo.sampler.engine.feed.FeedPlan`): its ``source`` (prompts' token ids,
+        plan: the rollout (:class:`~infgrpo.sampler.engine.plan.FeedPlan`): its ``source`` (prompts' token ids,
             drawn in order, read from the start), ``dynamic`` spec (the target, the cap and the judge),
             ``max_prompt_len`` (a longer drawn prompt is an error), and the random streams.
         predict: a drawn prompt's predicted completion length (for the length-aware refill policies), or None.

@@ -2,7 +2,7 @@
 
     engine = Engine(model, SamplerConfig(num_slots=16, max_new_tokens=256), stop_ids=[eos], pad_id=0)
     feed = FixedBatch(prompts, group_size=64, seed=0)
-    stats = engine.run(feed)                     # feed.sequences(): the completions, prompt-major
+    stats = engine.run(feed)                     # feed.groups: the completions, by prompt
 
 One rollout reads schedule -> prefill -> decode -> postprocess, whatever decides what enters the pool::
 

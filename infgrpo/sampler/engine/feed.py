@@ -32,7 +32,6 @@ before its own work at admission, and trains on the samples it selects; a stalle
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from infgrpo.sampler.engine.counter_rng import stream_key
@@ -40,28 +39,8 @@ from infgrpo.sampler.schedule.scheduler import Scheduler
 from infgrpo.sampler.schedule.sequence import Sequence
 
 if TYPE_CHECKING:
-    from infgrpo.sampler.engine.adaptive import AdaptiveSpec, Extensions
-    from infgrpo.sampler.engine.dynamic import DynamicSpec, DynamicSummary, Replay
-
-
-@dataclass
-class FeedPlan:
-    """One rollout's work: ``prompts`` (a fixed batch) or ``source`` under ``dynamic`` (drawn as slots free up)."""
-
-    group_size: int
-    seed: int
-    prompt_offset: int = 0
-    """The global index of the first prompt (sample j of the i-th prompt draws from (seed, prompt_offset + i, j))."""
-    prompts: list[list[int]] | None = None
-    """The fixed batch's prompts (token ids)."""
-    source: Replay | None = None
-    """Dynamic sampling: the prompts to draw from (read again from its start by a retry)."""
-    dynamic: DynamicSpec | None = None
-    """Dynamic sampling: the target, the cap, the judge and the scheme."""
-    max_prompt_len: int = 0
-    """Dynamic sampling: the longest prompt ``source`` may yield."""
-    adaptive: AdaptiveSpec | None = None
-    """Adaptive groups: stalled groups grow (not with the ``rounds`` scheme)."""
+    from infgrpo.sampler.engine.adaptive import Extensions
+    from infgrpo.sampler.engine.summaries import DynamicSummary
 
 
 class Feed:
@@ -207,7 +186,3 @@ class FixedBatch(Feed):
     def initial(self) -> list[Sequence]:
         """Every sequence, prompt-major."""
         return [s for group in self.groups for s in group]
-
-    def sequences(self) -> list[Sequence]:
-        """Every sequence, prompt-major (the rollout's entries)."""
-        return self.initial()

@@ -1,4 +1,5 @@
-"""Scoring a rollout: decode, reward, and gather what the batch-wide statistics need from every rank.
+"""Scoring a rollout (training's, or the held-out evaluation's): decode, reward, and gather what the batch-wide
+statistics need from every rank.
 
     scorer = Scorer(tokenizer, {"synthetic": 1.0}, on_error="raise", max_completion_length=max_new_tokens)
     scores = scorer(rollouts, items)   # this rank, (N,): score_rollouts with the run's reward settings
@@ -62,8 +63,9 @@ class Scores(BatchScores):
 class Scorer:
     """How a run scores a rollout: the completions decoded by ``tokenizer`` and rewarded by ``rewards``.
 
-    Built once by ``GRPOModule`` from ``model.rewards`` and the sampler's ``max_new_tokens``; the plain rollout
-    and dynamic sampling's judge of each ended group (:mod:`infgrpo.training.dynamic`) both call it.
+    Built once by ``GRPOModule`` from ``model.rewards`` and the sampler's ``max_new_tokens``; the plain rollout,
+    dynamic sampling's judge of each ended group (:mod:`infgrpo.training.dynamic`) and the held-out evaluation
+    (:func:`~infgrpo.evaluation.score_heldout`) all call it.
     """
 
     tokenizer: PreTrainedTokenizerBase

@@ -7,7 +7,7 @@ import torch
 
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import Rollouts
-from infgrpo.training.scoring import score_rollouts
+from infgrpo.scoring import score_rollouts
 
 
 def length_reward(completions, ok, completion_ids, log_extra, log_metric, **kwargs):

@@ -4,7 +4,7 @@
     plan = FeedPlan(8, 0, source=Replay(it), dynamic=spec, max_prompt_len=96, adaptive=grow)  # sample_dynamic()
     feed = make_feed(plan, looks, rates)         # a new feed for each attempt: an out-of-memory retry starts over
 
-The plan is :class:`~infgrpo.sampler.engine.feed.FeedPlan`. The feeds (:mod:`infgrpo.sampler.engine.feed`) are
+The plan is :class:`~infgrpo.sampler.engine.plan.FeedPlan`. The feeds (:mod:`infgrpo.sampler.engine.feed`) are
 :class:`~infgrpo.sampler.engine.feed.FixedBatch` (these prompts x G),
 :class:`~infgrpo.sampler.engine.dynamic.DrawAndJudge` (dynamic sampling, ``continuous``) and
 :class:`~infgrpo.sampler.engine.dynamic.Rounds` (verl's ``rounds``); adaptive groups are a component of the first
@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 from infgrpo.sampler.engine.adaptive import Extensions
 from infgrpo.sampler.engine.dynamic import DrawAndJudge, Rounds
-from infgrpo.sampler.engine.feed import Feed, FeedPlan, FixedBatch
+from infgrpo.sampler.engine.feed import Feed, FixedBatch
 from infgrpo.sampler.engine.rescue_rates import RescueRates
 
 if TYPE_CHECKING:
+    from infgrpo.sampler.engine.plan import FeedPlan
     from infgrpo.sampler.schedule.length_predictor import Looks
 
 
