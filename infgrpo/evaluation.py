@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+from torchmetrics import MeanMetric
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from infgrpo.rewards import correct_rows
@@ -39,6 +40,38 @@ class EvaluationConfig:
         check_types(self)
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ConfigError(f"temperature={self.temperature!r} must be a finite number >= 0 (0 = greedy)")
+
+
+def evaluation_sampler_config(sampler: SamplerConfig, evaluation: EvaluationConfig) -> SamplerConfig:
+    """The held-out sampler's settings: the training sampler's but ``evaluation.temperature``, FIFO refill, no
+    length predictor and no pool kept between calls."""
+    return replace(sampler, temperature=evaluation.temperature, refill="fifo", length_predictor="none", keep_pool=False)
+
+
+class HeldoutMeans(torch.nn.Module):
+    """``val/reward`` and ``val/accuracy`` of a validation epoch: the means over its held-out completions (failed
+    rewards, NaN under ``skip``, left out), reduced over ranks by torchmetrics when computed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reward, self.accuracy = MeanMetric(), MeanMetric()
+
+    def update(self, scores: Scores, accuracy: str | None) -> None:
+        """Adds one batch's (N,) totals, and its rows' correctness under the reward ``accuracy`` (None: none)."""
+        if not scores.total.isnan().all():
+            self.reward.update(scores.total[~scores.total.isnan()])
+        correct = correct_rows(scores.parts, accuracy)
+        if correct is not None and correct.numel():
+            self.accuracy.update(correct)
+
+    def compute(self, accuracy: str | None) -> dict[str, torch.Tensor]:
+        """``{"reward": mean, "accuracy": mean}`` (no accuracy without an accuracy reward), then starts afresh."""
+        means = {"reward": self.reward.compute()}
+        if accuracy is not None:
+            means["accuracy"] = self.accuracy.compute()
+        self.reward.reset()
+        self.accuracy.reset()
+        return means
 
 
 def score_heldout(

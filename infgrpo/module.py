@@ -15,24 +15,20 @@ would draw); batch-wide quantities are gathered over :class:`~infgrpo.runtime.ra
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
-from torchmetrics import MeanMetric
 
 from infgrpo.algo import ADVANTAGES, Objective
 from infgrpo.callbacks.completion_table import CompletionTable
-from infgrpo.evaluation import EvaluationConfig, score_heldout
+from infgrpo.evaluation import EvaluationConfig, HeldoutMeans, evaluation_sampler_config, score_heldout
 from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig, load_kwargs
-from infgrpo.policy.load import frozen_reference, load_policy, load_tokenizer, resolve_output_dir
+from infgrpo.policy.load import frozen_reference, load_policy, load_tokenizer
 from infgrpo.policy.source import check_model_source
-from infgrpo.rewards import TrainerState, correct_rows
+from infgrpo.rewards import TrainerState
 from infgrpo.rewards.config import RewardConfig
-from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
 from infgrpo.runtime.memory import PhaseMemory
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.seeds import derive_seed
@@ -48,22 +44,15 @@ from infgrpo.training.dynamic import DynamicSamplingConfig
 from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
 from infgrpo.training.judged_rollout import JudgedRollout
 from infgrpo.training.metrics import StepRecord, progress_bar, step_metrics
-from infgrpo.training.optim import OptimizerConfig, adamw_with_schedule, run_optimizer_steps
+from infgrpo.training.optim import OptimizerConfig, adamw_for_run
 from infgrpo.training.preflight.door import check_fit_start
-from infgrpo.training.preflight.files import write_trained
-from infgrpo.training.preflight.fit_start import move_reward_models
-from infgrpo.training.preflight.trainer_check import check_sharded_settings, check_tensor_parallel
-from infgrpo.training.run_state import (
-    gather_rng_state,
-    gather_stream_positions,
-    restore_rng_state,
-    restore_stream_position,
-    trainer_ranks,
-)
+from infgrpo.training.preflight.files import write_output_dir
+from infgrpo.training.preflight.fit_start import move_reward_models, warn_slow_cpu_dtype
+from infgrpo.training.preflight.trainer_check import check_sharded_mesh
+from infgrpo.training.run_state import RunState, trainer_ranks
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import check_chunked_head
 from infgrpo.update.runner import PolicyUpdate
-from infgrpo.update.shared_prompt.check import resolve_share_prompt
 from infgrpo.upgrade_checkpoint import upgrade_hint
 
 
@@ -140,29 +129,24 @@ class GRPOModule(L.LightningModule):
         self._ref: list = [frozen_reference(self.policy)] if s.objective.beta > 0 and s.lora.r == 0 else []
         # 3) the samplers (evaluation: the training settings but its temperature, FIFO, no pool kept)
         self.sampler = MicroGroupSampler(self.policy, self.tokenizer, s.sampler)
-        eval_cfg = dataclasses.replace(
-            s.sampler, temperature=s.evaluation.temperature, refill="fifo", length_predictor="none", keep_pool=False
+        self.eval_sampler = MicroGroupSampler(
+            self.policy, self.tokenizer, evaluation_sampler_config(s.sampler, s.evaluation)
         )
-        self.eval_sampler = MicroGroupSampler(self.policy, self.tokenizer, eval_cfg)
         # 4) the update, and the state of a run
-        temperature = s.sampler.temperature if s.sampler.temperature > 0 else 1.0
-        shared = resolve_share_prompt(self.policy, s.update.share_prompt)  # probed on the loaded model
-        self.updater = PolicyUpdate(
-            s.update, s.objective, temperature=temperature, max_completion_length=s.sampler.max_new_tokens,
-            pad_id=self.sampler.pad_id, share_prompt=shared,
-        )  # fmt: skip
+        self.updater = PolicyUpdate.for_run(self.policy, s.update, s.objective, s.sampler, self.sampler.pad_id)
         self.scorer = Scorer(
             self.tokenizer, s.rewards.functions, s.rewards.on_error, s.sampler.max_new_tokens, self.progress
         )
         judging = s.dynamic_sampling.enabled or s.adaptive_groups.enabled  # groups judged as they end
         args = (s.dynamic_sampling, s.adaptive_groups, self.sampler, self.scorer, s.group_size, s.rewards.accuracy)
         self.judged = JudgedRollout(*args) if judging else None
-        self.val_reward, self.val_accuracy = MeanMetric(), MeanMetric()
+        self.heldout = HeldoutMeans()  # val/reward and val/accuracy of each validation epoch
         self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
         self.sharding = PolicySharding()  # unsharded: a no-op; configure_model makes it from a sharding strategy
         self.phase_memory = PhaseMemory()  # peaks (CUDA) and windows of the rollout and the update; CPU: trims the heap
         self.last_step: StepRecord | None = None  # read by the CompletionTable callback and benchmarks
         self.collapse = CollapseWatch(s.optimizer, s.rewards)  # warns once: entropy and reward spread at 0, no reward
+        self._resume = RunState()  # a resumed checkpoint's random states and streams (on_load_checkpoint)
         self.rescued_to: Path | None = None  # where the model went when output_dir failed at the end (fit: exit 1)
 
     @classmethod
@@ -192,10 +176,7 @@ class GRPOModule(L.LightningModule):
         mesh = self._device_mesh
         if mesh is None or self.sharding.active:
             return
-        names, s = mesh.mesh_dim_names or (), self.settings
-        if "tensor_parallel" in names:
-            check_tensor_parallel(mesh["tensor_parallel"].size(), "trainer.strategy.tensor_parallel_size")
-        check_sharded_settings(type(self.trainer.strategy).__name__, s.quantization.load_in_4bit, s.sampler.cuda_graphs)
+        check_sharded_mesh(mesh, self.trainer.strategy, self.settings)
         self.sharding = PolicySharding.shard(mesh, self.policy, self.ref_model, self.sampler.pad_id)
         for sampler in (self.sampler, self.eval_sampler):  # the gathered weights move between steps: no graphs
             sampler.disable_cuda_graphs()
@@ -204,10 +185,7 @@ class GRPOModule(L.LightningModule):
         """Moves the frozen reference (if any) to the module's device, runs the preflight's checks for the Python API
         (every prompt against the context, ...), moves reward models and learns the data-parallel ranks. On a CPU,
         warns once when the weights' dtype has no native support there (see infgrpo.runtime.hardware)."""
-        q = self.settings.quantization
-        slow = slow_cpu_dtype(q.bnb_4bit_compute_dtype if q.load_in_4bit else self.settings.policy.dtype, cpu_flags())
-        if self.device.type == "cpu" and slow:
-            rank_zero_warn(f"[infgrpo] {slow}")
+        warn_slow_cpu_dtype(self.settings.policy, self.settings.quantization, self.device)
         if self.ref_model is not None:
             self.ref_model.to(self.device)
         check_fit_start(self)  # the preflight's steps for the Python API (infgrpo.training.preflight.door.STEPS)
@@ -289,19 +267,14 @@ class GRPOModule(L.LightningModule):
         self.sharding.after_zero_grad()
 
     def on_train_end(self) -> None:
-        """Writes the trained adapter (LoRA) or model to ``output_dir`` (relative: under the run's root),
-        when set, from global rank 0, and prints where it went; if that write fails, into the run's version folder
-        (``rescued_to``; see infgrpo.training.preflight.files). Every rank takes part: ``trainer.log_dir`` is a
-        broadcast under DDP, and the ranks wait for the write before they leave."""
-        if not self.settings.output_dir:
-            return
-        rescue = Path(self.trainer.log_dir or self.trainer.default_root_dir)  # a collective: on every rank
-        state = self.sharding.full_state()  # sharded: a collective, rank 0 gets the full state; else None
-        if self.trainer.is_global_zero:
-            path = resolve_output_dir(self.settings.output_dir, self.trainer.default_root_dir)
-            what = "adapter" if self.settings.lora.r else "model"
-            self.rescued_to = write_trained(self.policy, self.tokenizer, path, rescue, what, state)
-        self.trainer.strategy.barrier("output_dir")
+        """Writes the trained adapter (LoRA) or model to ``output_dir`` (relative: under the run's root), when set,
+        from global rank 0, and prints where it went; if that write fails, into the run's version folder
+        (``rescued_to``; see :func:`~infgrpo.training.preflight.files.write_output_dir`)."""
+        if self.settings.output_dir:
+            what, full_state = "adapter" if self.settings.lora.r else "model", self.sharding.full_state
+            self.rescued_to = write_output_dir(
+                self.trainer, self.policy, self.tokenizer, self.settings.output_dir, what, full_state
+            )
 
     # -- evaluation -------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
@@ -312,42 +285,26 @@ class GRPOModule(L.LightningModule):
         """Decodes one completion per held-out prompt (``evaluation.temperature``) and accumulates reward and
         accuracy."""
         scores, _ = score_heldout(self.eval_sampler, self.scorer, batch, len(batch))  # the training's scorer
-        if not scores.total.isnan().all():  # failed rewards (NaN under skip) left out
-            self.val_reward.update(scores.total[~scores.total.isnan()])
-        correct = correct_rows(scores.parts, self.settings.rewards.accuracy)
-        if correct is not None and correct.numel():
-            self.val_accuracy.update(correct)
+        self.heldout.update(scores, self.settings.rewards.accuracy)
 
     def on_validation_epoch_end(self) -> None:
         """Logs ``val/reward`` and ``val/accuracy`` (reduced over ranks by torchmetrics), then resets them."""
-        self.log("val/reward", self.val_reward.compute(), prog_bar=False)
-        if self.settings.rewards.accuracy is not None:
-            self.log("val/accuracy", self.val_accuracy.compute(), prog_bar=True)
-        self.val_reward.reset()
-        self.val_accuracy.reset()
+        for key, mean in self.heldout.compute(self.settings.rewards.accuracy).items():
+            self.log(f"val/{key}", mean, prog_bar=key == "accuracy")
         self.sharding.end_evaluation()  # sharded: back to 1/N of the parameters
 
     # -- optimization and checkpoints -------------------------------------------------------
     def configure_optimizers(self) -> dict[str, Any]:
         """AdamW over the trainable parameters and the rate's schedule (the update steps both after each optimizer
-        step)."""
-        o, params = self.settings.optimizer, [p for p in self.policy.parameters() if p.requires_grad]
-        total = run_optimizer_steps(self.trainer, self.settings.update.num_iterations)
-        total = total if o.lr_scheduler_type != "constant" else None
-        opt, sched = adamw_with_schedule(
-            params, o.learning_rate, o.weight_decay, o.warmup_steps, o.lr_scheduler_type, total
-        )
-        return {"optimizer": opt, "lr_scheduler": sched}
+        step; see :func:`~infgrpo.training.optim.adamw_for_run`)."""
+        return adamw_for_run(self.policy, self.settings.optimizer, self.trainer, self.settings.update.num_iterations)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Adds the sampler's state (rollout count, length predictor) as ``infgrpo_sampler``, the update's
-        (adaptive entropy coefficient) as ``infgrpo_update``, and every rank's torch random state (dropout
-        masks) as ``infgrpo_rng`` (all ranks call this hook)."""
+        """Adds the sampler's state (rollout count, length predictor) as ``infgrpo_sampler``, the update's (adaptive
+        entropy coefficient) as ``infgrpo_update``, and every rank's :class:`~infgrpo.training.run_state.RunState`."""
         checkpoint["infgrpo_sampler"] = self.sampler.state_dict()
         checkpoint["infgrpo_update"] = self.updater.state_dict()
-        checkpoint["infgrpo_rng"] = gather_rng_state(self.ranks, self.device)
-        datamodule = self._trainer.datamodule if self._trainer is not None else None
-        checkpoint["infgrpo_stream"] = gather_stream_positions(datamodule, self.ranks)
+        RunState.write(checkpoint, self.ranks, self.device, getattr(self._trainer, "datamodule", None))
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Restores the sampler's state; keeps the random states for :meth:`on_train_start`.
@@ -361,8 +318,7 @@ class GRPOModule(L.LightningModule):
             self.sampler.load_state_dict(checkpoint["infgrpo_sampler"])
         if "infgrpo_update" in checkpoint:
             self.updater.load_state_dict(checkpoint["infgrpo_update"])
-        self._pending_rng = checkpoint.get("infgrpo_rng")
-        self._pending_stream = checkpoint.get("infgrpo_stream")
+        self._resume = RunState.read(checkpoint)  # restored when training starts
 
     def on_train_start(self) -> None:
         """Restores this rank's random state from a resumed checkpoint, so dropout continues exactly.
@@ -370,6 +326,5 @@ class GRPOModule(L.LightningModule):
         Runs after :meth:`on_fit_start` (which seeds each rank); with another number of ranks than the
         checkpoint's, the freshly seeded states are kept.
         """
-        restore_rng_state(getattr(self, "_pending_rng", None), self.ranks, self.device)
-        restore_stream_position(getattr(self, "_pending_stream", None), self.trainer.datamodule, self.ranks)
-        self._pending_rng = self._pending_stream = None
+        self._resume.restore(self.ranks, self.device, self.trainer.datamodule)
+        self._resume = RunState()

@@ -113,3 +113,16 @@ def adamw_with_schedule(
     """AdamW over ``params`` and a ``LambdaLR`` of :func:`lr_factor` (step it after each optimizer step)."""
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(schedule, warmup_steps, total_steps))
+
+
+def adamw_for_run(policy: torch.nn.Module, o: OptimizerConfig, trainer: Any, num_iterations: int) -> dict[str, Any]:
+    """Lightning's ``configure_optimizers`` answer for a run: AdamW over ``policy``'s trainable parameters and the
+    schedule of ``o``, whose length is the run's optimizer steps (:func:`run_optimizer_steps`; none for
+    ``constant``)."""
+    params = [p for p in policy.parameters() if p.requires_grad]
+    total = run_optimizer_steps(trainer, num_iterations)  # always: it sets up the training data's batches
+    total = total if o.lr_scheduler_type != "constant" else None
+    opt, sched = adamw_with_schedule(
+        params, o.learning_rate, o.weight_decay, o.warmup_steps, o.lr_scheduler_type, total
+    )
+    return {"optimizer": opt, "lr_scheduler": sched}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -94,3 +95,33 @@ def restore_stream_position(positions: list[int] | None, datamodule: Any, ranks:
     if positions is None or not hasattr(datamodule, "prompt_stream") or len(positions) != ranks.world_size:
         return
     datamodule.stream, datamodule.stream_start = None, positions[ranks.rank]
+
+
+@dataclass
+class RunState:
+    r"""What a checkpoint adds to Lightning's for each rank: its random state and its stream position.
+
+    :meth:`write` runs on every rank (the gathers are collectives); a resumed run :meth:`read`\ s the checkpoint when
+    Lightning loads it and :meth:`restore`\ s once training starts, after fit start has seeded each rank.
+    """
+
+    rng: dict[str, torch.Tensor] | None = None
+    """Every rank's torch random state (``infgrpo_rng``)."""
+    stream: list[int] | None = None
+    """Every rank's count of prompts drawn from the stream (``infgrpo_stream``)."""
+
+    @staticmethod
+    def write(checkpoint: dict[str, Any], ranks: Ranks, device: torch.device, datamodule: Any) -> None:
+        """Adds ``infgrpo_rng`` and ``infgrpo_stream`` to ``checkpoint``."""
+        checkpoint["infgrpo_rng"] = gather_rng_state(ranks, device)
+        checkpoint["infgrpo_stream"] = gather_stream_positions(datamodule, ranks)
+
+    @classmethod
+    def read(cls, checkpoint: dict[str, Any]) -> RunState:
+        """The states ``checkpoint`` holds (None where it holds none)."""
+        return cls(checkpoint.get("infgrpo_rng"), checkpoint.get("infgrpo_stream"))
+
+    def restore(self, ranks: Ranks, device: torch.device, datamodule: Any) -> None:
+        """This rank continues the checkpoint's random state and stream (nothing on another number of ranks)."""
+        restore_rng_state(self.rng, ranks, device)
+        restore_stream_position(self.stream, datamodule, ranks)

@@ -40,10 +40,11 @@ from infgrpo.algo.zero_advantage import resolve_skip, trained_rows
 from infgrpo.runtime.oom import first_line, retry_on_oom
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
-from infgrpo.sampler import Rollouts
+from infgrpo.sampler import Rollouts, SamplerConfig
 from infgrpo.update.budget import UpdateSizer
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.shared_prompt.batching import prepare_shared_microbatches
+from infgrpo.update.shared_prompt.check import resolve_share_prompt
 from infgrpo.update.step import (
     Batch,
     GradientStep,
@@ -138,6 +139,19 @@ class PolicyUpdate:
         self.sizer = UpdateSizer(update.token_budget, update.update_memory, update.logit_chunk_tokens)
         self.token_budget_cap: int | None = None  # after an out-of-memory retry: the budget that fit
         self.entropy_coef = AdaptiveEntropyCoef.from_objective(objective)  # None unless adaptive
+
+    @classmethod
+    def for_run(
+        cls, policy: PreTrainedModel, update: UpdateConfig, objective: Objective, sampler: SamplerConfig, pad_id: int
+    ) -> PolicyUpdate:
+        """The update of a run on the loaded ``policy``: log-probs at the sampler's temperature (1.0 for greedy),
+        ``max_new_tokens`` as ``dr_grpo``'s normalizer, ``update.share_prompt`` resolved on the model."""
+        temperature = sampler.temperature if sampler.temperature > 0 else 1.0
+        shared = resolve_share_prompt(policy, update.share_prompt)  # probed on the loaded model
+        return cls(
+            update, objective, temperature=temperature, max_completion_length=sampler.max_new_tokens, pad_id=pad_id,
+            share_prompt=shared,
+        )  # fmt: skip
 
     def run(
         self,

@@ -3,6 +3,7 @@
     config_file_problem(["--config", "run.yaml"])   # 'run.yaml line 2: a tab indents it; ...', or None
     check_writable_folder("model.output_dir", "adapter", Path("runs/tiny/adapter"))   # ConfigError if it cannot be
     rescued = write_trained(policy, tokenizer, Path("runs/tiny/adapter"), rescue=Path("runs/tiny/grpo/version_0"))
+    rescued = write_output_dir(trainer, policy, tokenizer, "adapter", "adapter", lambda: None)  # every rank
 
 jsonargparse reports a YAML error as ``Problems parsing config: ... in "<unicode string>", line 2``: no file name,
 and a tab (the most common cause) is "a character that cannot start any token". :func:`config_file_problem` names
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +87,27 @@ def write_trained(
         return target
     print(f"[infgrpo] wrote the trained {what} to {path.resolve()}")
     return None
+
+
+def write_output_dir(
+    trainer: Any,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    output_dir: str,
+    what: str,
+    full_state: Callable[[], dict | None],
+) -> Path | None:
+    """``GRPOModule.on_train_end``'s write: :func:`write_trained` of ``model`` to ``output_dir`` (relative: under
+    the run's root) from global rank 0, rescued into the run's version folder; every rank calls it (``log_dir`` is a
+    broadcast under DDP) and waits for the write. ``full_state()``: the full state of a sharded model (a collective:
+    rank 0 gets it), else None."""
+    rescue = Path(trainer.log_dir or trainer.default_root_dir)  # a collective: on every rank
+    state, rescued = full_state(), None
+    if trainer.is_global_zero:
+        path = resolve_output_dir(output_dir, trainer.default_root_dir)
+        rescued = write_trained(model, tokenizer, path, rescue, what, state)
+    trainer.strategy.barrier("output_dir")
+    return rescued
 
 
 def check_run_folders(config: Any) -> None:

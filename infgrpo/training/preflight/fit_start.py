@@ -3,6 +3,7 @@
     check_data_prompts(policy, trainer.datamodule, max_new_tokens)   # a step of preflight.door's STEPS
     check_reward_rows({"trl.rewards:accuracy_reward": 1.0}, trainer.datamodule)   # likewise
     move_reward_models({"trl.rewards:accuracy_reward": 1.0}, device, torch.bfloat16)   # GRPOModule.on_fit_start
+    warn_slow_cpu_dtype(PolicyConfig(dtype="bfloat16"), QuantizationConfig(), device)    # likewise
 
 Every prompt of a run is checked against the model's context here, not when its batch comes up: a prompt whose
 length plus ``sampler.max_new_tokens`` exceeds the context would otherwise stop the run at the step that draws it
@@ -19,10 +20,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from transformers import PreTrainedModel
 
+from infgrpo.policy.config import PolicyConfig, QuantizationConfig
 from infgrpo.rewards import resolve_reward
 from infgrpo.rewards.signature import check_reward_columns
+from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
 from infgrpo.sampler.model_support import check_prompts
 
 
@@ -59,3 +63,12 @@ def move_reward_models(functions: dict[str, float], device: torch.device, dtype:
         fn = resolve_reward(name)
         if isinstance(fn, RewardModel):
             fn.to(device, dtype)
+
+
+def warn_slow_cpu_dtype(policy: PolicyConfig, quantization: QuantizationConfig, device: torch.device) -> None:
+    """Warns once (rank 0) when the weights' compute dtype has no native support on this CPU (see
+    :func:`~infgrpo.runtime.hardware.slow_cpu_dtype`); nothing on other devices."""
+    q = quantization
+    slow = slow_cpu_dtype(q.bnb_4bit_compute_dtype if q.load_in_4bit else policy.dtype, cpu_flags())
+    if device.type == "cpu" and slow:
+        rank_zero_warn(f"[infgrpo] {slow}")

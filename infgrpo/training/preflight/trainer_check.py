@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from infgrpo.settings import ConfigError
+from infgrpo.training.hparams import ModuleSettings
 
 SUPPORTED = (
     "infgrpo trains data parallel with trainer.strategy: ddp, or sharded with trainer.strategy: fsdp2 (FSDP2 through "
@@ -104,6 +105,15 @@ def check_tensor_parallel(size: Any, key: str) -> None:
             f"{key}={size!r} is not supported: infgrpo shards data parallel only (FSDP2); set it to 1 and "
             "data_parallel_size to the number of processes, or use trainer.strategy: fsdp2, which does"
         )
+
+
+def check_sharded_mesh(mesh: Any, strategy: Any, settings: ModuleSettings) -> None:
+    """``GRPOModule.configure_model``'s check (the Python API's) of a sharding ``strategy``'s device mesh: a
+    tensor-parallel size of 1, then :func:`check_sharded_settings`."""
+    if "tensor_parallel" in (mesh.mesh_dim_names or ()):
+        check_tensor_parallel(mesh["tensor_parallel"].size(), "trainer.strategy.tensor_parallel_size")
+    name, s = type(strategy).__name__, settings
+    check_sharded_settings(name, s.quantization.load_in_4bit, s.sampler.cuda_graphs)
 
 
 def check_sharded_policy(trainer: Mapping[str, Any], load_in_4bit: bool, cuda_graphs: str = "auto") -> None:
