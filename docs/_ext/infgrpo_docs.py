@@ -5,6 +5,9 @@
   docstring written under it in the source (read by Sphinx's own source analyzer, as autodoc reads them).
 - ``.. infgrpo-modules:: infgrpo.sampler`` — one ``automodule`` section per module of a package, found by
   walking the package, so a new module joins the reference without editing a page.
+- ``.. infgrpo-import-map::`` — the floors of docs/architecture.md, drawn as written and checked against the
+  package's imports (:mod:`import_map`): a room that is gone, a module in no room, an import up a floor or a
+  circle of imports is a warning, so the build (``-W``) fails until the map and the code agree.
 - References to a name through the package that re-exports it (``infgrpo.MicroGroupSampler``,
   ``infgrpo.sampler.SamplerConfig``) resolve to where the object is documented (its defining module).
 - Objects documented on a page of their own (the public names, the settings groups) are left out of the
@@ -18,11 +21,14 @@ import importlib
 import inspect
 import pkgutil
 import typing
+from pathlib import Path
 
 from docutils import nodes
 from docutils.statemachine import StringList
+from import_map import parse_floors, problems
 from sphinx.application import Sphinx
 from sphinx.pycode import ModuleAnalyzer
+from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
 from sphinx.util.typing import stringify_annotation
@@ -36,6 +42,7 @@ PUBLIC_PAGE = {
     "infgrpo.trainer.fsdp2.FSDP2Strategy",
 }
 """Objects the API page (``api/index.md``) documents; the module sections skip them."""
+logger = logging.getLogger(__name__)
 
 
 def groups() -> dict[str, type]:
@@ -132,6 +139,23 @@ class ModuleSections(SettingsReference):
         return self.parse(lines)
 
 
+class ImportMap(SphinxDirective):
+    """``.. infgrpo-import-map::`` with one floor a line (rooms, then three spaces and what they are), top first."""
+
+    has_content = True
+
+    def run(self) -> list[nodes.Node]:
+        """The floors as a literal block; one warning for each place the package's imports differ from them."""
+        package = Path(importlib.import_module("infgrpo").__file__).parent
+        for module in package.rglob("*.py"):
+            self.env.note_dependency(str(module))
+        for problem in problems(package, parse_floors(list(self.content))):
+            logger.warning(f"docs/architecture.md's map: {problem}", location=self.get_location())
+        lines = [line.rstrip() for line in self.content if line.strip()]
+        text = "\n".join([lines[0], *(f"  -> {line}" for line in lines[1:])])
+        return [nodes.literal_block(text, text)]
+
+
 def skip_documented_elsewhere(app, what, name, obj, skip, options):
     """autodoc-skip-member: leave out of module sections what a page of its own documents."""
     if what == "module" and canonical(obj) in PUBLIC_PAGE | {canonical(c) for c in groups().values()}:
@@ -221,6 +245,7 @@ def setup(app: Sphinx) -> dict:
     plain_attribute_docstrings(app)
     app.add_directive("infgrpo-settings", SettingsReference)
     app.add_directive("infgrpo-modules", ModuleSections)
+    app.add_directive("infgrpo-import-map", ImportMap)
     app.connect("autodoc-skip-member", skip_documented_elsewhere)
     app.connect("missing-reference", resolve_in_code)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
@@ -45,8 +45,15 @@ from infgrpo.training.preflight.trainer_check import check_sharded_policy, check
 from infgrpo.training.settings_checks import check_judged_batch
 from infgrpo.trl.names import trl_keys
 
-if TYPE_CHECKING:
-    from infgrpo.module import GRPOModule
+
+class FitStart(Protocol):
+    """What the Python API's steps read of the module as fit starts (``GRPOModule``, which imports this door)."""
+
+    settings: ModuleSettings
+    trainer: Any
+    """Lightning's trainer, its ``datamodule`` set."""
+    policy: Any
+    judged: Any
 
 
 @dataclass
@@ -78,7 +85,7 @@ class Step:
     name: str
     reads: str
     command_line: Callable[[CommandLine], None]
-    python_api: Callable[[GRPOModule], None] | str
+    python_api: Callable[[FitStart], None] | str
     """Run by :func:`check_fit_start` with the module, whose ``trainer`` and ``trainer.datamodule`` are set."""
     before_parsing: bool = False
     """The command line runs it on the words, before parsing (:func:`check_arguments`)."""
@@ -131,20 +138,20 @@ def data_settings_of(run: CommandLine) -> None:
     check_system_prompt(run.data)
 
 
-def output_folder(module: GRPOModule) -> None:
+def output_folder(module: FitStart) -> None:
     """``output_dir`` can be written, under the trainer's root when relative."""
     if module.settings.output_dir:
         path = resolve_output_dir(module.settings.output_dir, module.trainer.default_root_dir)
         check_writable_folder("output_dir", module.settings.output_dir, path)
 
 
-def judged_batch(module: GRPOModule) -> None:
+def judged_batch(module: FitStart) -> None:
     """The data module can stream prompts, and the cap and budget of judged rollouts hold its batch."""
     if module.judged is not None:
         module.judged.check(module.trainer.datamodule)
 
 
-def every_prompt(module: GRPOModule) -> None:
+def every_prompt(module: FitStart) -> None:
     """Every training and held-out prompt fits the model's context; the rows hold what the rewards read."""
     s, datamodule = module.settings, module.trainer.datamodule
     check_data_prompts(module.policy, datamodule, s.sampler.max_new_tokens)
@@ -275,7 +282,7 @@ def check_command_line(config: Any) -> ModuleSettings:
     return run.settings
 
 
-def check_fit_start(module: GRPOModule) -> None:
+def check_fit_start(module: FitStart) -> None:
     """The Python API's steps on ``module`` as fit starts (its trainer and data module set), in order."""
     for step in STEPS:
         if callable(step.python_api):
