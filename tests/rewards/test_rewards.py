@@ -159,6 +159,6 @@ def test_zero_scores_a_failed_reward_zero_and_counts_it():
     assert scores.total.tolist() == [1.0, 0.0] and scores.failed.tolist() == [False, True]
 
 
-def test_unknown_reward_on_error_names_the_valid_choices():
-    with pytest.raises(ValueError, match="reward_on_error='ignore' is not known; valid: raise, zero, skip"):
+def test_unknown_on_error_names_its_key_and_the_valid_choices():
+    with pytest.raises(ValueError, match=r"rewards\.on_error='ignore' is not known; valid: raise, zero, skip"):
         compute_rewards({"synthetic": 1.0}, ["a"], META[:1], on_error="ignore")
