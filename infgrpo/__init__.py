@@ -75,4 +75,4 @@ __all__ = [
     "SamplerConfig",
     "UpdateConfig",
 ]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
