@@ -50,7 +50,7 @@ from infgrpo.runtime.sharding import (
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
 from infgrpo.sampler.engine.finite import NonFiniteLogitsError
-from infgrpo.settings import ConfigError
+from infgrpo.settings import ConfigError, InfgrpoWarning
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.collapse import CollapseWatch
 from infgrpo.training.divergence import check_update, rollout_divergence
@@ -229,7 +229,7 @@ class GRPOModule(L.LightningModule):
         q = self.settings.quantization
         slow = slow_cpu_dtype(q.bnb_4bit_compute_dtype if q.load_in_4bit else self.settings.policy.dtype, cpu_flags())
         if self.device.type == "cpu" and slow:
-            rank_zero_warn(f"[infgrpo] {slow}")
+            rank_zero_warn(f"[infgrpo] {slow}", category=InfgrpoWarning)
         if self.ref_model is not None:
             self.ref_model.to(self.device)
         check_data_prompts(self.policy, self.trainer.datamodule, self.settings.sampler.max_new_tokens)
