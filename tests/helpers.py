@@ -15,6 +15,12 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qw
 
 from infgrpo.policy.load import load_policy
 
+ALLOW_OBJECTIVE_WARNINGS = pytest.mark.filterwarnings(
+    r"ignore:\[infgrpo\] (loss_type|importance_sampling_level|delta)=:infgrpo.settings.InfgrpoWarning"
+)
+"""For tests that build, on purpose, the combinations ``Objective`` accepts with a warning (as TRL does): ignores
+those warnings, and only those (a test that wants one asserts it with ``pytest.warns``)."""
+
 
 def random_model(arch: str, dtype: torch.dtype = torch.float32, vocab: int = 103, seed: int = 0, **config):
     """A freshly initialized tiny model of the given architecture (eos id 2, pad id 0); ``config`` overrides."""

@@ -13,6 +13,7 @@ from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.algo import Objective
 from infgrpo.data import PromptDataModule
 from infgrpo.sampler import Rollouts
+from infgrpo.settings import InfgrpoWarning
 from infgrpo.update import LossConfig, accumulate_policy_gradients, completion_logprobs, prepare_microbatches
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.runner import PolicyUpdate
@@ -193,7 +194,7 @@ def test_auto_turns_sharing_off_with_a_reason_where_it_cannot_be_exact():
     assert share_prompt_reason(plain) is None and resolve_share_prompt(plain, "auto") is True
     windowed = random_model("qwen3", use_sliding_window=True, sliding_window=8, max_window_layers=1)
     assert "sliding-window" in share_prompt_reason(windowed)
-    with pytest.warns(UserWarning, match="share_prompt: off, because the model has sliding-window"):
+    with pytest.warns(InfgrpoWarning, match="share_prompt: off, because the model has sliding-window"):
         assert resolve_share_prompt(windowed, "auto") is False
     with pytest.raises(ValueError, match="share_prompt='on' cannot be exact for this model: the model has sliding"):
         resolve_share_prompt(windowed, "on")
