@@ -16,6 +16,7 @@ from infgrpo.sampler import AdaptiveSpec, DynamicSpec
 from infgrpo.sampler.engine.dynamic import InformativeRate
 from infgrpo.sampler.engine.rescue_rates import RescueRates, rescue_chance
 from infgrpo.settings import InfgrpoWarning
+from tests.helpers import ALLOW_02_REWARDS
 from tests.sampler.test_oom_backoff import memory_limit
 
 G, CAP = 4, 24
@@ -222,6 +223,7 @@ def same_reward_for_all(completions, metadata, **info):
     return [0.5] * len(completions)
 
 
+@ALLOW_02_REWARDS
 def test_a_reward_that_never_varies_warns_once_after_three_steps_of_extensions_without_a_rescue(tmp_path):
     from infgrpo import GRPOModule
     from infgrpo.data import PromptDataModule
