@@ -204,6 +204,7 @@ class SeenPrompts(L.Callback):
         self.seen.append((trainer.current_epoch, tuple(b["meta"]["prompt"] for b in batch)))
 
 
+@pytest.mark.slow  # over 20 s on a busy 2-core machine
 def test_resume_from_an_end_of_epoch_checkpoint_continues_with_the_next_epoch(tmp_path):
     # 8 prompts, 2 a step: 4 steps an epoch; ModelCheckpoint saves at each epoch's end
     import json

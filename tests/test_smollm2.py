@@ -82,6 +82,7 @@ def test_engine_greedy_equals_hf_generate_on_smollm2(smollm2):
         assert out.completion_ids[2 * i] == out.completion_ids[2 * i + 1] == want, tok.decode(want)
 
 
+@pytest.mark.slow  # over 20 s on a busy 2-core machine
 @ALLOW_02_REWARDS
 @needs_smollm2
 def test_two_grpo_steps_on_smollm2_with_a_reasoning_gym_task(tmp_path):

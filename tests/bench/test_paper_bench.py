@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from benchmarks import decode_step, gpu_tests, paper
 
 
