@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the names load when first used (below): `import infgrpo.sam
     from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig
     from infgrpo.rewards.config import RewardConfig
     from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
+    from infgrpo.settings import InfgrpoWarning
     from infgrpo.trainer.fsdp2 import FSDP2Strategy
     from infgrpo.training.adaptive import AdaptiveGroupsConfig
     from infgrpo.training.dynamic import DynamicSamplingConfig
@@ -30,6 +31,7 @@ HOMES = {
     "EvaluationConfig": "infgrpo.evaluation",
     "FSDP2Strategy": "infgrpo.trainer.fsdp2",
     "GRPOModule": "infgrpo.module",
+    "InfgrpoWarning": "infgrpo.settings",
     "LoRAConfig": "infgrpo.policy.config",
     "PolicyConfig": "infgrpo.policy.config",
     "QuantizationConfig": "infgrpo.policy.config",
@@ -63,6 +65,7 @@ __all__ = [
     "FSDP2Strategy",
     "EvaluationConfig",
     "GRPOModule",
+    "InfgrpoWarning",
     "LoRAConfig",
     "LoggingConfig",
     "MicroGroupSampler",
@@ -75,4 +78,4 @@ __all__ = [
     "SamplerConfig",
     "UpdateConfig",
 ]
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -6,6 +6,7 @@ Every group of ``GRPOModule`` (``PolicyConfig``, ``SamplerConfig``, ``Objective`
 number``. :func:`build_group` makes a group from a mapping or copies an instance and puts the group's key in
 front (``sampler.temperature=...``); the command line puts ``model.`` in front of that. :func:`config_paths`
 names the config files a command line gives (``-c`` / ``--config``), for the checks that read them before parsing.
+Every warning infgrpo issues is an :class:`InfgrpoWarning` (a ``UserWarning``), defined here with the error.
 
     check_types(config)                          # TypeError-free: ConfigError naming the field and its type
     build_group(SamplerConfig, {"top_p": 2}, "sampler")   # ConfigError: sampler.top_p=2 must be in (0, 1]
@@ -27,6 +28,18 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """An invalid setting; the message starts with its (dotted) key, the value, and says what is valid."""
+
+
+class InfgrpoWarning(UserWarning):
+    """The category of every warning infgrpo issues (``[infgrpo] ...``): a setting that is off or has no effect, a
+    retry after running out of memory, a run that looks collapsed. A ``UserWarning``, so filters on that still apply;
+    ``warnings.filterwarnings("ignore", category=InfgrpoWarning)`` silences infgrpo's alone, and the test suite
+    turns them into errors unless a test expects them."""
+
+
+class InfgrpoFutureWarning(InfgrpoWarning, FutureWarning):
+    """Something infgrpo still serves but will remove, the version named in the message; shown by default, as
+    Python's ``FutureWarning`` is, and caught by filters on either class."""
 
 
 @contextlib.contextmanager
@@ -53,7 +66,7 @@ def resolve_auto(
     if setting == "on":
         raise refuse(why)
     if warning:
-        warnings.warn(f"[infgrpo] {warning}: off, because {why}", stacklevel=stacklevel + 1)
+        warnings.warn(f"[infgrpo] {warning}: off, because {why}", InfgrpoWarning, stacklevel=stacklevel + 1)
     return False
 
 

@@ -23,6 +23,20 @@ from transformers import (
 
 from infgrpo.policy.load import load_policy
 
+ALLOW_OBJECTIVE_WARNINGS = pytest.mark.filterwarnings(
+    r"ignore:\[infgrpo\] (loss_type|importance_sampling_level|delta)=:infgrpo.settings.InfgrpoWarning"
+)
+"""For tests that build, on purpose, the combinations ``Objective`` accepts with a warning (as TRL does): ignores
+those warnings, and only those (a test that wants one asserts it with ``pytest.warns``)."""
+ALLOW_SKIP_OFF = pytest.mark.filterwarnings(
+    r"ignore:\[infgrpo\] update\.skip_zero_advantage. off, because:infgrpo.settings.InfgrpoWarning"
+)
+"""For tests whose objective (a KL term, an entropy bonus) turns ``update.skip_zero_advantage: auto`` off, which it
+says once with a warning."""
+ALLOW_02_REWARDS = pytest.mark.filterwarnings("ignore::infgrpo.settings.InfgrpoFutureWarning")
+"""For tests whose rewards are written in infgrpo 0.2's ``fn(completions, metadata, **info)``, served with a warning
+until 0.4 (tests/rewards/test_trl_rewards.py asserts the warning)."""
+
 
 def random_model(
     arch: str, dtype: torch.dtype = torch.float32, vocab: int = 103, seed: int = 0, num_labels: int = 0, **config

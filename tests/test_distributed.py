@@ -24,6 +24,8 @@ import torch
 
 from infgrpo.fit import main
 
+pytestmark = pytest.mark.slow  # spawns processes or runs whole fits: `pytest -m "not slow"` leaves it out
+
 ROOT = Path(__file__).resolve().parents[1]
 GLOBAL_BATCH = 4
 CASES = {"grpo-group": ("grpo", "group"), "dapo-batch": ("dapo", "batch")}  # loss_type, scale_rewards

@@ -8,7 +8,11 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
+
 from infgrpo.training.hparams import GROUPS
+
+pytestmark = pytest.mark.slow  # builds the docs site in a process of its own; `pytest -m "not slow"` skips it
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,8 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
+
+pytestmark = pytest.mark.slow  # spawns processes or runs whole fits: `pytest -m "not slow"` leaves it out
 
 ROOT = Path(__file__).resolve().parents[1]
 

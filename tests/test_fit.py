@@ -8,6 +8,8 @@ import pytest
 
 from infgrpo.fit import main
 
+pytestmark = pytest.mark.slow  # spawns processes or runs whole fits: `pytest -m "not slow"` leaves it out
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 QUICK = [

@@ -10,7 +10,7 @@ from infgrpo.algo import Objective
 from infgrpo.data import PromptDataModule
 from infgrpo.rewards import RewardError
 from infgrpo.update import LossConfig
-from tests.helpers import merged, save_base, trainer
+from tests.helpers import ALLOW_02_REWARDS, ALLOW_SKIP_OFF, merged, save_base, trainer
 
 SMALL = dict(
     group_size=4, sampler=SamplerConfig(num_slots=4, max_new_tokens=24), optimizer=OptimizerConfig(learning_rate=1e-3)
@@ -50,6 +50,7 @@ def test_bad_config_is_rejected_before_loading(kwargs, match):
         GRPOModule(**kwargs)
 
 
+@ALLOW_SKIP_OFF
 def test_reference_policy_is_loaded_only_when_needed():
     assert GRPOModule(objective={"beta": 0.0}).ref_model is None
     full = GRPOModule(objective={"beta": 0.04})
@@ -97,6 +98,7 @@ def test_logged_learning_rate_is_the_one_the_step_used(tmp_path):
     assert t.callback_metrics["train/lr"].item() == pytest.approx(1e-3 * 2 / 4)
 
 
+@ALLOW_02_REWARDS
 @pytest.mark.parametrize("mask", [False, True])
 def test_mask_truncated_completions_leaves_cut_completions_out_of_the_loss(tmp_path, tokenizer, mask):
 
@@ -123,6 +125,7 @@ def parity(completions, metadata):
     return [float(zlib.crc32(c.encode()) % 2) for c in completions]
 
 
+@ALLOW_SKIP_OFF
 def test_num_iterations_takes_several_optimizer_steps_per_rollout(tmp_path):
     module = GRPOModule(**SMALL, update={"num_iterations": 2}, objective={"beta": 0.04, "epsilon_high": 0.28})
     t = trainer(tmp_path, 4)
@@ -130,6 +133,7 @@ def test_num_iterations_takes_several_optimizer_steps_per_rollout(tmp_path):
     assert t.global_step == 4 and module.sampler.calls == 2
 
 
+@ALLOW_02_REWARDS
 def test_reward_that_raises_stops_with_the_function_name(tmp_path):
     module = GRPOModule(**SMALL, rewards={"functions": {f"{__name__}:boom": 1.0}, "accuracy": None})
     with pytest.raises(RewardError, match=r"reward 'tests.test_module:boom' raised KeyError"):
@@ -200,6 +204,7 @@ class SeenPrompts(L.Callback):
         self.seen.append((trainer.current_epoch, tuple(b["meta"]["prompt"] for b in batch)))
 
 
+@pytest.mark.slow  # over 20 s on a busy 2-core machine
 def test_resume_from_an_end_of_epoch_checkpoint_continues_with_the_next_epoch(tmp_path):
     # 8 prompts, 2 a step: 4 steps an epoch; ModelCheckpoint saves at each epoch's end
     import json
@@ -230,6 +235,7 @@ def test_resume_from_an_end_of_epoch_checkpoint_continues_with_the_next_epoch(tm
     assert resumed == straight[4:]
 
 
+@ALLOW_SKIP_OFF
 def test_kl_bias_correction_is_on_by_default_as_in_trl_1_16():
     # one default for the module and the update's LossConfig (they used to disagree: True vs False)
     assert inspect.signature(GRPOModule).parameters["objective"].default.kl_bias_correction is True

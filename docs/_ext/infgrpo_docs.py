@@ -38,6 +38,7 @@ PUBLIC_PAGE = {
     "infgrpo.sampler.sampler.MicroGroupSampler",
     "infgrpo.sampler.rollouts.Rollouts",
     "infgrpo.data.datamodule.PromptDataModule",
+    "infgrpo.settings.InfgrpoWarning",
     "infgrpo.evaluation.evaluate",
     "infgrpo.trainer.fsdp2.FSDP2Strategy",
 }

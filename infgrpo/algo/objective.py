@@ -24,7 +24,7 @@ from typing import Literal
 
 from infgrpo.algo.advantages import ADVANTAGES, ScaleRewards
 from infgrpo.algo.kl import KL_ESTIMATORS
-from infgrpo.settings import ConfigError, check_types
+from infgrpo.settings import ConfigError, InfgrpoWarning, check_types
 
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
 ImportanceSamplingLevel = Literal["token", "sequence"]
@@ -158,9 +158,10 @@ class Objective:
             _finite("delta", self.delta, "None or a number > 0 (the cap of the unclipped ratio)", lambda v: v > 0)
             if self.delta <= 1 + self.epsilon_high:
                 warnings.warn(
-                    f"delta={self.delta} is not above 1 + epsilon_high={1 + self.epsilon_high}: the two-sided clip "
-                    "then also caps ratios the ordinary clip would leave alone (INTELLECT-2 recommends delta > 1 + "
-                    "epsilon_high)",
+                    f"[infgrpo] delta={self.delta} is not above 1 + epsilon_high={1 + self.epsilon_high}: the "
+                    "two-sided clip then also caps ratios the ordinary clip would leave alone (INTELLECT-2 recommends "
+                    "delta > 1 + epsilon_high)",
+                    InfgrpoWarning,
                     stacklevel=3,
                 )
         if self.off_policy_mask_threshold is not None:
@@ -203,25 +204,31 @@ class Objective:
         level = self.importance_sampling_level
         if self.loss_type == "luspo" and level != "sequence":
             warnings.warn(
-                "loss_type='luspo' is meant with importance_sampling_level='sequence' (the LUSPO paper's setup)",
+                "[infgrpo] loss_type='luspo' is meant with importance_sampling_level='sequence' (the LUSPO paper's "
+                "setup)",
+                InfgrpoWarning,
                 stacklevel=4,
             )
         if self.loss_type == "vespo" and level != "token":
             warnings.warn(
-                "loss_type='vespo' computes sequence-level weights itself; importance_sampling_level should be "
-                "'token' (the default)",
+                "[infgrpo] loss_type='vespo' computes sequence-level weights itself; importance_sampling_level should "
+                "be 'token' (the default)",
+                InfgrpoWarning,
                 stacklevel=4,
             )
         if level == "sequence" and self.loss_type in TOKEN_SUM_LOSSES:
             warnings.warn(
-                f"importance_sampling_level='sequence' with loss_type={self.loss_type!r} sums per-token terms, which "
-                "weights each sequence by its length; GSPO's setup is loss_type='grpo'",
+                f"[infgrpo] importance_sampling_level='sequence' with loss_type={self.loss_type!r} sums per-token "
+                "terms, which weights each sequence by its length; GSPO's setup is loss_type='grpo'",
+                InfgrpoWarning,
                 stacklevel=4,
             )
         if self.loss_type == "cispo" and self.epsilon_high <= 1:
             warnings.warn(
-                f"loss_type='cispo' caps the importance weight at epsilon_high={self.epsilon_high} itself (not at "
-                "1 + epsilon_high), which scales down every on-policy token; ScaleRL recommends epsilon_high=5.0",
+                f"[infgrpo] loss_type='cispo' caps the importance weight at epsilon_high={self.epsilon_high} itself "
+                "(not at 1 + epsilon_high), which scales down every on-policy token; ScaleRL recommends "
+                "epsilon_high=5.0",
+                InfgrpoWarning,
                 stacklevel=4,
             )
 

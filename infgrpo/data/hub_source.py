@@ -12,11 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
-
 from infgrpo.data.local_files import FILE_TYPES
-from infgrpo.policy.source import hub_offline
+from infgrpo.runtime.hub import hub_offline, is_hub_id
 from infgrpo.settings import ConfigError
 
 VALID = (
@@ -44,12 +41,7 @@ def check_hub_source(path: str) -> None:
     """Raises a ConfigError naming ``data.path`` when ``path`` (no local file or folder) cannot be a hub dataset
     name, or the hub is offline and no copy of it is cached."""
     local = Path(path).expanduser()
-    looks_like_path = path.startswith((".", "/", "~")) or path.count("/") > 1 or local.suffix in FILE_TYPES
-    try:
-        validate_repo_id(path)
-    except HFValidationError:
-        looks_like_path = True
-    if looks_like_path:
+    if not is_hub_id(path, tuple(FILE_TYPES)):
         raise ConfigError(
             f"data.path={path!r} is neither a local file/folder (looked at {local.resolve()}) nor a hub dataset "
             f"name; {VALID}"

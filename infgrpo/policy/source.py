@@ -11,16 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from infgrpo.runtime.hub import hub_offline, is_hub_id
 from infgrpo.settings import ConfigError
 
 FIELD = "model.policy.model_name_or_path"
-
-
-def hub_offline() -> bool:
-    """Whether huggingface_hub is offline (``HF_HUB_OFFLINE``, read as the library reads it)."""
-    import os
-
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 def check_model_source(name: str, gguf_file: str | None = None, field: str = FIELD) -> None:
@@ -29,17 +23,10 @@ def check_model_source(name: str, gguf_file: str | None = None, field: str = FIE
     none of the places loading looks (:func:`check_gguf_file`)."""
     check_gguf_file(name, gguf_file, field.rpartition(".")[0])
     from huggingface_hub import try_to_load_from_cache
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
 
     if name in ("tiny", "smollm2") or Path(name).expanduser().exists():
         return
-    looks_like_path = name.startswith((".", "/", "~")) or name.endswith(".gguf") or name.count("/") > 1
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        looks_like_path = True
-    if looks_like_path:
+    if not is_hub_id(name, (".gguf",)):
         raise ConfigError(
             f"{field}={name!r} is neither an existing folder (looked at {Path(name).expanduser().resolve()}) nor a "
             "Hugging Face hub id ('name' or 'org/name'); valid: a model folder, a .gguf file, a hub id, 'tiny' or "

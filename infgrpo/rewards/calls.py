@@ -34,6 +34,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infgrpo.settings import InfgrpoFutureWarning
+
 EXCLUDED_COLUMNS = ("prompt", "completion", "completion_ids")
 """Columns TRL does not pass by name (the prompt reaches the function as ``prompts``)."""
 PASSED = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
@@ -191,7 +193,7 @@ def call_args(name: str, fn: Callable[..., Any], inputs: RewardInputs, log: Rewa
             f"[infgrpo] reward {name!r} takes (completions, metadata, ...), infgrpo 0.2's convention, served until "
             "0.4; port it to TRL's: fn(completions, **kwargs), with dataset columns by name (metadata[i]['answer'] "
             "-> answer[i]), prompts, completion_ids and trainer_state",
-            FutureWarning,
+            InfgrpoFutureWarning,
             stacklevel=3,
         )
     info = {"completion_lengths": inputs.completion_lengths, "max_completion_length": inputs.max_completion_length}

@@ -40,7 +40,7 @@ import torch
 
 from infgrpo.registry import Registry, check_choice, choices
 from infgrpo.rewards.async_calls import run_concurrently
-from infgrpo.rewards.calls import RewardInputs, RewardLog, TrainerState, call_args, is_async, named_only
+from infgrpo.rewards.calls import RewardInputs, RewardLog, TrainerState, call_args, is_async
 from infgrpo.rewards.returns import RewardError, reward_values
 from infgrpo.rewards.sources import resolve_source
 
@@ -50,14 +50,9 @@ OnError = Literal["raise", "zero", "skip"]
 """What a failed reward does (``rewards.on_error``; see the module docstring)."""
 
 
-def check_on_error(on_error: str, field: str = "reward_on_error") -> str:
+def check_on_error(on_error: str, field: str = "rewards.on_error") -> str:
     """Validates ``on_error`` (raise, zero or skip) and returns it."""
     return check_choice(field, on_error, choices(OnError))
-
-
-def info_for(fn: RewardFn, info: dict) -> dict:
-    """The entries of ``info`` that ``fn`` takes: all with ``**info``, else those it names."""
-    return named_only(fn, info)
 
 
 def resolve_reward(name: str) -> RewardFn:

@@ -43,6 +43,7 @@ from infgrpo.sampler.rollouts import Rollouts
 from infgrpo.sampler.schedule.length_predictor import LengthPredictor, Looks, pool_over_ranks
 from infgrpo.sampler.schedule.schedule_metrics import prediction_stats
 from infgrpo.sampler.stop_tokens import check_stop_token_ids, model_vocab_size
+from infgrpo.settings import InfgrpoWarning
 
 T = TypeVar("T")
 
@@ -293,6 +294,7 @@ class MicroGroupSampler:
         warnings.warn(
             f"[infgrpo] the rollout ran out of device memory with {slots} slots ({first_line(message)}); "
             f"retrying with {smaller}. Set {field} to {smaller} or less to skip this.",
+            InfgrpoWarning,
             stacklevel=4,  # the sampler's method that asked for the rollout
         )
         self.slot_cap = smaller

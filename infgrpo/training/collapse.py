@@ -27,6 +27,7 @@ from typing import Any
 from lightning.pytorch.utilities import rank_zero_warn
 
 from infgrpo.rewards.config import RewardConfig
+from infgrpo.settings import InfgrpoWarning
 from infgrpo.training.optim import OptimizerConfig
 
 ENTROPY_BELOW = 1e-3
@@ -123,4 +124,4 @@ class CollapseWatch:
         """:meth:`observe` and :meth:`observe_unscorable`, warning on rank zero when either fires."""
         for message in (self.observe(metrics, step), self.observe_unscorable(metrics, step)):
             if message is not None:
-                rank_zero_warn(message)
+                rank_zero_warn(message, category=InfgrpoWarning)

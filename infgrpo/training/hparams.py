@@ -26,7 +26,7 @@ from infgrpo.rewards.config import RewardConfig
 from infgrpo.runtime.seeds import run_seed
 from infgrpo.runtime.threads import Threads, check_threads
 from infgrpo.sampler import SamplerConfig
-from infgrpo.settings import ConfigError, build_group, check_types
+from infgrpo.settings import ConfigError, InfgrpoWarning, build_group, check_types
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.compat_v01 import check_rewards_mapping, moved_hint
 from infgrpo.training.dynamic import DynamicSamplingConfig
@@ -146,6 +146,7 @@ def resumed_seed(settings: ModuleSettings, given: bool, saved: Mapping[str, Any]
         warnings.warn(
             f"[infgrpo] seed={settings.seed} differs from the checkpoint's {seed}: the resumed rollouts draw other "
             "completions than the interrupted run would have",
+            InfgrpoWarning,
             stacklevel=3,
         )
         return settings

@@ -29,6 +29,7 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import AdaptiveSummary, DynamicSpec, DynamicSummary, MicroGroupSampler, Rollouts
 from infgrpo.sampler.schedule.sequence import Sequence
 from infgrpo.scoring import Scorer, Scores
+from infgrpo.settings import InfgrpoWarning
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.dynamic import DynamicSamplingConfig, judge, resolve_criterion
 from infgrpo.training.settings_checks import check_judged_batch
@@ -194,6 +195,7 @@ class JudgedRollout:
                 f"only {found.informative_rate:.0%} of the groups had a reward spread in the last step "
                 "(a reward that never varies on these prompts, or a task too hard or too easy for the model); "
                 "those steps trained on dropped groups, which carry no gradient",
+                InfgrpoWarning,
                 stacklevel=3,
             )
 
@@ -212,5 +214,6 @@ class JudgedRollout:
                 "never vary on these prompts (check the reward function), or the task is far too hard for the model; "
                 f"lower adaptive_groups.max_samples_per_prompt={self.adaptive.max_samples_per_prompt} (or turn "
                 "adaptive groups off) to stop spending samples on them",
+                InfgrpoWarning,
                 stacklevel=3,
             )

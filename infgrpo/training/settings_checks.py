@@ -36,6 +36,7 @@ from typing import Any
 from infgrpo.algo import Objective
 from infgrpo.sampler import SamplerConfig
 from infgrpo.sampler.engine.adaptive import check_grow_scheme
+from infgrpo.settings import InfgrpoWarning
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.dynamic import DynamicSamplingConfig
 
@@ -84,7 +85,7 @@ def warn_ignored(built: Mapping[str, Any], group_size: int) -> None:
     Python's default filter shows a message once although the command line checks the settings before the module
     checks them again."""
     for message in ignored_settings(built, group_size):
-        warnings.warn(f"[infgrpo] {message}", UserWarning, stacklevel=1)
+        warnings.warn(f"[infgrpo] {message}", InfgrpoWarning, stacklevel=1)
 
 
 def check_judged_rollout(built: Mapping[str, Any], group_size: int) -> None:
@@ -129,6 +130,6 @@ def warn_filtered_behaviour_logprobs(sampler: SamplerConfig, objective: Objectiv
             f"taken after the filtering, so objective.rollout_correction={objective.rollout_correction!r} and "
             f"objective.off_policy_mask_threshold={objective.off_policy_mask_threshold!r} see the truncation as a "
             "mismatch (decoder 'engine' reports the unfiltered tempered log-probs the update recomputes)",
-            UserWarning,
+            InfgrpoWarning,
             stacklevel=3,
         )

@@ -41,6 +41,7 @@ from infgrpo.runtime.oom import first_line, retry_on_oom
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler import Rollouts, SamplerConfig
+from infgrpo.settings import InfgrpoWarning
 from infgrpo.update.budget import UpdateSizer
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.shared_prompt.batching import prepare_shared_microbatches
@@ -368,6 +369,7 @@ class PolicyUpdate:
         warnings.warn(
             f"[infgrpo] the update ran out of device memory with micro-batches of up to {size} tokens ({first}); "
             f"retrying with half. Set model.update.token_budget to {size // 2} or less to skip this.",
+            InfgrpoWarning,
             stacklevel=4,
         )
         return max(1, size // 2)

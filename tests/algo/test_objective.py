@@ -8,6 +8,7 @@ import torch
 
 from infgrpo.algo import LossNorm, Objective, entropy_threshold, high_entropy_mask, objective_loss, reduce_means
 from infgrpo.runtime.ranks import Ranks
+from infgrpo.settings import InfgrpoWarning
 from tests.algo.thread_ranks import run_ranks
 
 
@@ -100,7 +101,7 @@ def test_combinations_trl_refuses_are_refused():
     ],
 )
 def test_combinations_trl_warns_about_warn(settings, message):
-    with pytest.warns(UserWarning, match=message):
+    with pytest.warns(InfgrpoWarning, match=message):
         Objective(**settings)
 
 

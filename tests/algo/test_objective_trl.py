@@ -23,6 +23,9 @@ from infgrpo.algo import (  # noqa: E402
     reduce_means,
 )
 from tests.algo.trl_reference import TRLLoss, reference_importance_sampling_ratio  # noqa: E402
+from tests.helpers import ALLOW_OBJECTIVE_WARNINGS  # noqa: E402
+
+pytestmark = ALLOW_OBJECTIVE_WARNINGS  # loss types x levels: the combinations TRL accepts with a warning too
 
 N, C, MAX_LEN = 6, 7, 9
 LENGTHS = [7, 1, 4, 6, 2, 5]

@@ -39,6 +39,7 @@ def job(*argv: str) -> dict:
     return job_of(BENCH.parser().parse_args(list(argv)))
 
 
+@pytest.mark.slow  # over 20 s on a busy 2-core machine
 def test_both_trainers_train_on_the_same_prompts_and_are_evaluated_by_the_same_code(tmp_path, capsys):
     out, png = tmp_path / "learn.json", tmp_path / "learn.png"
     argv = [*TINY, "--steps", "2", "--eval-size", "8", "--threads", "1", "--lr-schedule", "linear", "--eval-every", "1"]
@@ -212,6 +213,7 @@ def test_training_memory_keeps_the_largest_phase_peak_it_was_shown():
     assert ("cuda_max_allocated_bytes" in result) == torch.cuda.is_available()
 
 
+@pytest.mark.slow  # over 20 s on a busy 2-core machine
 def test_a_clock_stops_each_run_and_the_variants_train_with_dynamic_sampling_and_without_the_skip(tmp_path):
     argv = [*TINY, "--trainers", "infgrpo", "--variants", "plain", "dynamic", "--steps", "40", "--minutes", "0.03"]
     result = main([*argv, "--eval-size", "8", "--threads", "1", "--png", str(tmp_path / "clock.png")])
@@ -260,6 +262,7 @@ def test_chain_sum_answers_fall_in_four_kinds_and_the_table_shows_each_runs_accu
 TRL_FORMAT = ["--model", "tiny", "--task", "chain_sum", "--format", "trl", "--prompts", "2", "--group-size", "2"]
 
 
+@pytest.mark.slow  # over 20 s on a busy 2-core machine
 def test_format_trl_both_trainers_read_one_conversational_jsonl_and_trls_own_accuracy_reward(tmp_path, monkeypatch):
     from trl.rewards import accuracy_reward
 

@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from benchmarks.rollout import decoder_table, main
 
 
+@pytest.mark.slow  # over 20 s on a busy 2-core machine
 def test_rollout_benchmark_runs_each_decoder_in_a_fresh_process_and_the_engine_at_each_decode_width(tmp_path, capsys):
     # one run, 4 child processes (the paper benchmark's part a runs hf_micro and the engine at two pool sizes)
     out = tmp_path / "r.json"

@@ -7,6 +7,7 @@ import pytest
 from benchmarks.step import main, measure_step, recipe_kwargs
 
 
+@pytest.mark.slow  # over 20 s on a busy 2-core machine
 def test_step_benchmark_runs_both_logprob_paths_in_fresh_processes(tmp_path, capsys):
     out = tmp_path / "s.json"
     args = ["--model", "tiny", "--variants", "float-lora", "--logit-chunk-tokens", "16", "0", "--prompts", "2"]

@@ -8,6 +8,7 @@ import pytest
 from benchmarks.update import main
 
 
+@pytest.mark.slow  # over 20 s on a busy 2-core machine
 def test_shared_and_unshared_updates_run_side_by_side_on_the_same_rollout(tmp_path):
     result = main(
         ["--model", "tiny", "--prompt-lengths", "24", "--completion-lengths", "6", "--group-sizes", "4",

@@ -14,6 +14,7 @@ import torch
 
 from infgrpo import MicroGroupSampler, SamplerConfig
 from infgrpo.sampler.engine.graph_capture import GraphRuntime, capture_graph
+from infgrpo.settings import InfgrpoWarning
 from tests.helpers import random_model
 
 pytestmark = pytest.mark.gpu
@@ -77,7 +78,7 @@ def test_a_rollout_whose_capture_fails_runs_eagerly_and_the_next_one_does_not_tr
     sampler = MicroGroupSampler(model, 2, SamplerConfig(num_slots=4, keep_pool=False, **CFG))
     handle = model.register_forward_pre_hook(hook, with_kwargs=True)
     try:
-        with pytest.warns(UserWarning, match="without CUDA graphs: capturing it failed"):
+        with pytest.warns(InfgrpoWarning, match="without CUDA graphs: capturing it failed"):
             first = sampler.sample(PROMPTS, 5, seed=3)  # keep_pool false: released (empty_cache) afterwards
         assert_device_as_before(stream)
         assert first.stats["graph_captures"] == 0 and first.stats["graph_fallback"]
@@ -106,7 +107,7 @@ def test_out_of_memory_while_capturing_halves_the_slots_then_captures(phase, gra
     sampler = MicroGroupSampler(model, 2, SamplerConfig(num_slots=4, cuda_graphs=graphs, **CFG))
     handle = model.register_forward_pre_hook(hook, with_kwargs=True)
     try:
-        with pytest.warns(UserWarning, match="out of device memory with 4 slots .*retrying with 2"):
+        with pytest.warns(InfgrpoWarning, match="out of device memory with 4 slots .*retrying with 2"):
             got = sampler.sample(PROMPTS, 5, seed=3)
     finally:
         handle.remove()

@@ -17,7 +17,14 @@ from infgrpo.sampler.engine.slot_pool import pool_width
 from infgrpo.sampler.model_support import kv_bytes_per_token, kv_dtype, kv_shape
 from infgrpo.sampler.pool_sizing import plan_pool, pool_shape
 from infgrpo.update import collate, completion_logprobs
-from tests.helpers import dequantized_reference, random_model, save_base, trained_4bit_lora
+from tests.helpers import (
+    ALLOW_02_REWARDS,
+    ALLOW_SKIP_OFF,
+    dequantized_reference,
+    random_model,
+    save_base,
+    trained_4bit_lora,
+)
 
 
 def length_reward(completions, metadata):
@@ -30,6 +37,8 @@ def logprobs_of(model, prompts, completions):
         return completion_logprobs(model, mb)
 
 
+@ALLOW_SKIP_OFF
+@ALLOW_02_REWARDS
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
 def test_4bit_lora_rollout_step_and_adapter_roundtrip(arch, tokenizer, tmp_path):
     base = save_base(arch, tokenizer, tmp_path / "base")

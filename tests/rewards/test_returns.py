@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from infgrpo.rewards import RewardError, compute_rewards, score_rewards
+from tests.helpers import ALLOW_02_REWARDS
 
 META = [{"answer": "a"}, {"answer": "b"}]
 CONTRACT = re.escape("must return a list of floats (or None per row), one per completion")
@@ -41,6 +42,7 @@ def one_none(completions, metadata):
     return [None, 1]
 
 
+@ALLOW_02_REWARDS
 @pytest.mark.parametrize("on_error", ["raise", "zero", "skip"])
 def test_strings_name_the_reward_the_value_and_the_contract_in_every_mode(on_error):
     message = rf"reward '.*:verdicts' returned str 'yes' for completion 0 .*; it {CONTRACT}"
@@ -51,11 +53,13 @@ def test_strings_name_the_reward_the_value_and_the_contract_in_every_mode(on_err
 @pytest.mark.parametrize(
     "fn,what", [("one_float", "float 1.0"), ("nothing", "NoneType None"), ("a_string", "str '10'")]
 )
+@ALLOW_02_REWARDS
 def test_a_scalar_or_none_instead_of_a_list_is_named_as_such(fn, what):
     with pytest.raises(RewardError, match=rf"reward '.*:{fn}' returned {what}; it {CONTRACT}"):
         compute_rewards({f"{__name__}:{fn}": 1.0}, ["a", "b"], META, on_error="skip")
 
 
+@ALLOW_02_REWARDS
 def test_numpy_and_tensor_numbers_and_none_per_row_are_the_contract():
     total, _ = compute_rewards({f"{__name__}:numbers_of_every_kind": 1.0}, ["a", "b"], META)
     assert total.tolist() == [0.5, 2.0]
@@ -65,6 +69,7 @@ def test_numpy_and_tensor_numbers_and_none_per_row_are_the_contract():
     assert scores.total.tolist() == [0.0, 1.0] and scores.failed.tolist() == [True, False]
 
 
+@ALLOW_02_REWARDS
 def test_a_nan_reward_names_the_key_the_cli_takes():
     with pytest.raises(RewardError, match=r"Set rewards\.on_error: skip"):
         compute_rewards({f"{__name__}:one_none": 1.0}, ["a", "b"], META)

@@ -3,6 +3,7 @@ import math
 import pytest
 
 from infgrpo.rewards import RewardError, check_rewards, compute_rewards, resolve_reward, score_rewards
+from tests.helpers import ALLOW_02_REWARDS
 
 
 def boom(completions, metadata):
@@ -26,12 +27,14 @@ def test_synthetic_reward_exact_match():
     assert parts["synthetic"].tolist() == [1.0, 0.0]
 
 
+@ALLOW_02_REWARDS
 def test_weighted_sum_and_user_callable_by_import_path():
     total, parts = compute_rewards({"synthetic": 2.0, f"{__name__}:length_bonus": 0.5}, ["cba", "1 2 3"], META)
     assert total.tolist() == pytest.approx([2.0 + 0.5 * 0.3, 2.0 + 0.5 * 0.5])
     assert set(parts) == {"synthetic", f"{__name__}:length_bonus"}
 
 
+@ALLOW_02_REWARDS
 def test_raising_reward_names_the_function():
     with pytest.raises(RewardError, match=r"reward '.*:boom' raised RuntimeError: parser exploded"):
         compute_rewards({f"{__name__}:boom": 1.0}, ["a", "b"], META)
@@ -39,6 +42,7 @@ def test_raising_reward_names_the_function():
     assert total.tolist() == [0.0, 0.0]
 
 
+@ALLOW_02_REWARDS
 def test_nan_reward_names_the_function_and_sample():
     with pytest.raises(RewardError, match=r"reward '.*nan_on_second' returned nan for sample 1 .*'1 2'"):
         compute_rewards({f"{__name__}:nan_on_second": 1.0}, ["a", "1 2"], META)
@@ -104,6 +108,7 @@ def everything(completions, metadata, **info):
     return [float(len(info))] * len(completions)
 
 
+@ALLOW_02_REWARDS
 def test_reward_functions_receive_the_extras_they_name():
     kw = dict(completion_lengths=[3, 5], max_completion_length=8)
     rewards = {f"{__name__}:{f}": 1.0 for f in ("brevity", "budget_used", "everything")}
@@ -135,6 +140,7 @@ def none_on_second(completions, metadata):
     return [1.0, None] + [0.0] * (len(completions) - 2)
 
 
+@ALLOW_02_REWARDS
 def test_skip_keeps_a_failed_reward_nan_and_counts_it():
     scores = score_rewards({f"{__name__}:none_on_second": 1.0}, ["a", "b", "c"], META + META[:1], on_error="skip")
     total, parts, failed = scores.total, scores.parts, scores.failed
@@ -159,6 +165,6 @@ def test_zero_scores_a_failed_reward_zero_and_counts_it():
     assert scores.total.tolist() == [1.0, 0.0] and scores.failed.tolist() == [False, True]
 
 
-def test_unknown_reward_on_error_names_the_valid_choices():
-    with pytest.raises(ValueError, match="reward_on_error='ignore' is not known; valid: raise, zero, skip"):
+def test_unknown_on_error_names_its_key_and_the_valid_choices():
+    with pytest.raises(ValueError, match=r"rewards\.on_error='ignore' is not known; valid: raise, zero, skip"):
         compute_rewards({"synthetic": 1.0}, ["a"], META[:1], on_error="ignore")

@@ -13,7 +13,7 @@ from trl.rewards import (
 
 from infgrpo.rewards import RewardError, TrainerState, register_reward, score_rewards
 from infgrpo.rewards.config import RewardConfig
-from infgrpo.settings import ConfigError
+from infgrpo.settings import ConfigError, InfgrpoFutureWarning
 
 TEXTS = [
     r"<think>3 and 4</think> The answer is \boxed{7}.",
@@ -143,6 +143,6 @@ def old_style(completions, metadata, **info):
 
 
 def test_infgrpo_02_rewards_are_served_with_a_warning_saying_how_to_port():
-    with pytest.warns(FutureWarning, match="infgrpo 0.2's convention, served until 0.4; port it to TRL's"):
+    with pytest.warns(InfgrpoFutureWarning, match="infgrpo 0.2's convention, served until 0.4; port it to TRL's"):
         scores = score({f"{__name__}:old_style": 1.0})
     assert scores.total.tolist() == [0.0, 1.0, 2.0, 3.0]

@@ -7,6 +7,7 @@ import torch
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
 from infgrpo.runtime.hardware import check_accelerator, cpu_flags, slow_cpu_dtype
+from infgrpo.settings import InfgrpoWarning
 from tests.test_fit import cli_error
 
 X86 = "processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\nmodel name\t: x\n"
@@ -60,6 +61,6 @@ def test_a_bf16_cpu_run_warns_once_naming_float32(tmp_path):
         max_steps=1, accelerator="cpu", default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
         enable_model_summary=False, limit_val_batches=0, enable_checkpointing=False,
     )  # fmt: skip
-    with pytest.warns(UserWarning, match=r"model.policy.dtype=bfloat16 on a CPU without native bfloat16") as record:
+    with pytest.warns(InfgrpoWarning, match=r"model.policy.dtype=bfloat16 on a CPU without native bfloat16") as record:
         trainer.fit(module, PromptDataModule(path="tiny", batch_size=2, eval_size=0))
     assert sum("native bfloat16" in str(w.message) for w in record) == 1

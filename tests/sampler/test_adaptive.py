@@ -15,6 +15,8 @@ from infgrpo.rewards.synthetic import synthetic_reward
 from infgrpo.sampler import AdaptiveSpec, DynamicSpec
 from infgrpo.sampler.engine.dynamic import InformativeRate
 from infgrpo.sampler.engine.rescue_rates import RescueRates, rescue_chance
+from infgrpo.settings import InfgrpoWarning
+from tests.helpers import ALLOW_02_REWARDS
 from tests.sampler.test_oom_backoff import memory_limit
 
 G, CAP = 4, 24
@@ -153,7 +155,7 @@ def test_out_of_memory_retries_with_half_the_slots_and_trains_on_the_same_rows(t
     )
     handle = memory_limit(tiny_model, 8)  # the length predictor looks at the 8 prompts in one forward
     try:
-        with pytest.warns(UserWarning, match="retrying with"):
+        with pytest.warns(InfgrpoWarning, match="retrying with"):
             got = sampler(tiny_model, tokenizer, num_slots=32).sample(
                 task[1], G, seed=3, adaptive=Judge(tokenizer, task[0]).spec()
             )
@@ -221,6 +223,7 @@ def same_reward_for_all(completions, metadata, **info):
     return [0.5] * len(completions)
 
 
+@ALLOW_02_REWARDS
 def test_a_reward_that_never_varies_warns_once_after_three_steps_of_extensions_without_a_rescue(tmp_path):
     from infgrpo import GRPOModule
     from infgrpo.data import PromptDataModule
@@ -232,7 +235,7 @@ def test_a_reward_that_never_varies_warns_once_after_three_steps_of_extensions_w
         adaptive_groups={"enabled": True, "max_samples_per_prompt": 4},
     )  # fmt: skip
     with pytest.warns(
-        UserWarning, match=r"none found a reward spread \(rescue rate 0 of \d+\).*max_samples_per_prompt=4"
+        InfgrpoWarning, match=r"none found a reward spread \(rescue rate 0 of \d+\).*max_samples_per_prompt=4"
     ):
         trainer(tmp_path, 3, enable_checkpointing=False).fit(
             module, PromptDataModule(path="tiny", batch_size=2, eval_split=None)

@@ -12,6 +12,7 @@ from infgrpo.data.datamodule import encode_prompt, load_rows
 from infgrpo.rewards.synthetic import synthetic_reward
 from infgrpo.sampler.engine.dynamic import InformativeRate
 from infgrpo.sampler.engine.plan import DynamicSpec
+from infgrpo.settings import InfgrpoWarning
 from tests.sampler.test_oom_backoff import memory_limit
 
 G = 4
@@ -107,7 +108,7 @@ def test_out_of_memory_retries_with_half_the_slots_and_draws_the_same_groups(tin
     _, want = run(tiny_model, tokenizer, task, num_slots=4)
     handle = memory_limit(tiny_model, 4)
     try:
-        with pytest.warns(UserWarning, match="retrying with"):
+        with pytest.warns(InfgrpoWarning, match="retrying with"):
             _, got = run(tiny_model, tokenizer, task, num_slots=16)
     finally:
         handle.remove()

@@ -20,6 +20,7 @@ from infgrpo import MicroGroupSampler, SamplerConfig
 from infgrpo.sampler.engine.decode_step import DecodeStep, StepSettings
 from infgrpo.sampler.engine.graph_capture import MAX_REMEMBERED, CaptureFailures, GraphRuntime, capture_graph
 from infgrpo.sampler.engine.slot_pool import SlotPool
+from infgrpo.settings import InfgrpoWarning
 from tests.helpers import random_model
 
 NOT_PERMITTED = "operation not permitted when stream is capturing"
@@ -169,7 +170,7 @@ def test_another_failure_runs_eagerly_with_one_warning_and_is_not_tried_again(ph
     model, step = step_on(device)
     failing_forward(model, device)
     warning = f"without CUDA graphs: capturing it failed \\(RuntimeError: {NOT_PERMITTED}\\)"
-    with pytest.warns(UserWarning, match=warning):
+    with pytest.warns(InfgrpoWarning, match=warning):
         out = step().copy()
     assert_left_clean(device)
     assert step.graph is None and step.fallback == f"RuntimeError: {NOT_PERMITTED}"
@@ -247,7 +248,7 @@ def test_out_of_memory_while_capturing_halves_the_slots_and_then_captures(phase,
     sampler = sampler_on(model, device, num_slots=8, cuda_graphs=graphs)
     handle = failing_forward(model, device, rows_over=4)  # 8 slots do not fit, 4 do
     try:
-        with pytest.warns(UserWarning, match="out of device memory with 8 slots .*retrying with 4"):
+        with pytest.warns(InfgrpoWarning, match="out of device memory with 8 slots .*retrying with 4"):
             got = sampler.sample(PROMPTS, 4, seed=1)
     finally:
         handle.remove()
@@ -264,7 +265,7 @@ def test_a_failed_capture_is_remembered_across_rebuilt_steps_until_the_model_cha
     sampler = sampler_on(model, device, num_slots=4, keep_pool=False)  # a new pool and step every rollout
     handle = failing_forward(model, device)
     try:
-        with pytest.warns(UserWarning, match="capturing it failed") as seen:
+        with pytest.warns(InfgrpoWarning, match="capturing it failed") as seen:
             first = sampler.sample(PROMPTS, 4, seed=2)
         assert len([w for w in seen if "CUDA graphs" in str(w.message)]) == 1
         assert (first.stats["graph_captures"], first.stats["graph_fallback"]) == (0, f"RuntimeError: {NOT_PERMITTED}")

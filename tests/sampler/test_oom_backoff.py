@@ -5,10 +5,13 @@ CPUs do not raise out-of-memory errors, so a forward pre-hook on the real model 
 the engine, the sampler and the model all run for real; only the allocator's refusal is injected.
 """
 
+import re
+
 import pytest
 import torch
 
 from infgrpo import MicroGroupSampler, SamplerConfig
+from infgrpo.settings import InfgrpoWarning
 
 
 def memory_limit(model, limit):
@@ -28,8 +31,10 @@ def test_rollout_halves_the_slots_until_it_fits_and_gives_the_same_completions(t
     sampler = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(num_slots=16, **cfg))
     handle = memory_limit(tiny_model, 3)
     try:
-        with pytest.warns(UserWarning, match=r"out of device memory with 16 slots .*retrying with 8"):
+        with pytest.warns(InfgrpoWarning, match=r"out of device memory with \d+ slots") as seen:
             got = sampler.sample(prompts, 8, seed=5)
+        retries = [re.search(r"with (\d+) slots .*retrying with (\d+)", str(w.message)).groups() for w in seen]
+        assert retries == [("16", "8"), ("8", "4"), ("4", "2")]
         assert got.stats["oom_retries"] == 3 and got.stats["num_slots"] == 2  # 16 -> 8 -> 4 -> 2
         assert got.completion_ids == expected.completion_ids
         for a, b in zip(got.logprobs, expected.logprobs, strict=True):
@@ -45,8 +50,9 @@ def test_evaluation_backs_off_too(tiny_model, tokenizer, prompts):
     expected = sampler.generate_one(prompts, batch_size=1)
     handle = memory_limit(tiny_model, 1)
     try:
-        with pytest.warns(UserWarning, match="Set data.eval_batch_size to 1 or less"):
+        with pytest.warns(InfgrpoWarning, match=r"Set data\.eval_batch_size to \d or less") as seen:
             got = sampler.generate_one(prompts, batch_size=4)
+        assert [re.search(r"to (\d) or less", str(w.message)).group(1) for w in seen] == ["2", "1"]
     finally:
         handle.remove()
     assert got.completion_ids == expected.completion_ids and got.stats["oom_retries"] == 2
@@ -56,7 +62,7 @@ def test_when_one_slot_does_not_fit_the_error_says_what_to_lower(tiny_model, tok
     sampler = MicroGroupSampler(tiny_model, tokenizer, SamplerConfig(num_slots=2, max_new_tokens=8))
     handle = memory_limit(tiny_model, 0)
     try:
-        with pytest.warns(UserWarning), pytest.raises(torch.OutOfMemoryError) as err:
+        with pytest.warns(InfgrpoWarning), pytest.raises(torch.OutOfMemoryError) as err:
             sampler.sample(prompts, 4)
     finally:
         handle.remove()

@@ -4,7 +4,7 @@ LoRA / 4-bit settings shape other weights than the command's (the checkpoint's v
 import pytest
 import torch
 
-from infgrpo.settings import ConfigError
+from infgrpo.settings import ConfigError, InfgrpoWarning
 from infgrpo.training.hparams import check_settings
 from infgrpo.training.preflight.checkpoints import check_checkpoint_path
 from tests.test_fit import ROOT, cli_error
@@ -31,7 +31,9 @@ def test_the_lora_settings_of_the_checkpoint_are_compared_with_the_runs(tmp_path
     with pytest.raises(ConfigError, match=r"trained with lora.r=0 \(full fine-tuning\), and this run has model.lora.r=8"
                        r": .*\(--model.lora.r 0\)"):  # fmt: skip
         check_checkpoint_path(str(full), check_settings(lora={"r": 8}))
-    check_checkpoint_path(str(full), check_settings(lora={"r": 0, "alpha": 64}))  # alpha shapes no weight
+    with pytest.warns(InfgrpoWarning, match=r"lora.alpha=64 is ignored: lora.r is 0"):
+        full_alpha = check_settings(lora={"r": 0, "alpha": 64})
+    check_checkpoint_path(str(full), full_alpha)  # alpha shapes no weight
     qlora = checkpoint(tmp_path / "q.ckpt", lora={"r": 16}, quantization={"load_in_4bit": True})
     both = r"lora.r=16, quantization.load_in_4bit=True, and this run has model.lora.r=8, model.quantization"
     with pytest.raises(ConfigError, match=both):

@@ -8,6 +8,7 @@ from infgrpo import GRPOModule, OptimizerConfig, SamplerConfig
 from infgrpo.data import PromptDataModule
 from infgrpo.rewards import register_reward
 from infgrpo.rewards.config import RewardConfig
+from infgrpo.settings import InfgrpoWarning
 from infgrpo.training.collapse import CollapseWatch, collapse_message, collapsed, unscorable, unscorable_message
 from tests.helpers import trainer
 
@@ -43,7 +44,7 @@ def test_the_warning_names_the_numbers_and_the_learning_rate():
 
 def test_the_watch_warns_through_lightning_on_rank_zero():
     watch = CollapseWatch(OptimizerConfig())
-    with pytest.warns(UserWarning, match="the policy looks collapsed: steps 1-3"):
+    with pytest.warns(InfgrpoWarning, match="the policy looks collapsed: steps 1-3"):
         for step in (1, 2, 3):
             watch(DEAD, step)
     with warnings.catch_warnings():
@@ -80,6 +81,8 @@ def test_a_run_whose_reward_always_fails_under_skip_warns(tmp_path):
         sampler=SamplerConfig(num_slots=2, max_new_tokens=4),
         rewards=RewardConfig(functions={"unscored": 1.0}, accuracy=None, on_error="skip"),
     )
-    with pytest.warns(UserWarning, match=r"no completion had a reward in steps 1-3: every reward function \(unscored"):
+    with pytest.warns(
+        InfgrpoWarning, match=r"no completion had a reward in steps 1-3: every reward function \(unscored"
+    ):
         trainer(tmp_path, 3).fit(module, PromptDataModule(path="tiny", batch_size=1, eval_size=1))
     assert module.collapse.warned_unscorable

@@ -15,12 +15,13 @@ import torch
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.algo import Objective
 from infgrpo.sampler import Rollouts
+from infgrpo.settings import InfgrpoWarning
 from infgrpo.training.hparams import check_settings
 from infgrpo.update import collate, completion_logprobs
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.runner import PolicyUpdate
 from tests.algo.trl_reference import TRLLoss, reference_importance_sampling_ratio
-from tests.helpers import float64_norms, random_model
+from tests.helpers import ALLOW_OBJECTIVE_WARNINGS, ALLOW_SKIP_OFF, float64_norms, random_model
 
 PROMPTS = [[1, 5, 7, 9], [3, 4], [8, 9, 10, 11, 12]]
 COMPLETIONS = [[20, 21, 22], [30, 31, 32, 33, 34, 35], [40, 41], [42], [50, 51], [52, 53, 54, 55]]
@@ -65,7 +66,7 @@ CASES = {
 }
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
+@ALLOW_OBJECTIVE_WARNINGS
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("budget,share", [(10_000, False), (24, False), (24, True)])
 def test_the_update_equals_trls_loss_and_gradient_on_the_model_float64(case, budget, share):
@@ -116,6 +117,7 @@ def test_entropy_and_the_rollout_mismatch_are_measured_every_step():
     assert st["kl"] == 0.0 and st["entropy_coef"] == 0.0
 
 
+@ALLOW_SKIP_OFF
 def test_the_adaptive_entropy_coefficient_moves_per_step_and_is_checkpointed():
     obj = dict(entropy_coef=0.1, use_adaptive_entropy=True, entropy_target=100.0, entropy_coef_delta=0.02)
     model = random_model("qwen3", torch.float64).train()
@@ -158,7 +160,7 @@ def test_the_modules_objective_defaults_are_the_objectives():
 
 def test_hf_cb_with_truncation_warns_that_corrections_see_filtered_logprobs():
     truncated = SamplerConfig(decoder="hf_cb", top_k=20)
-    with pytest.warns(UserWarning, match="its behaviour log-probs are taken after the filtering"):
+    with pytest.warns(InfgrpoWarning, match="its behaviour log-probs are taken after the filtering"):
         check_settings(sampler=truncated, objective={"rollout_correction": "token_truncate"})
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning without a correction, or without truncation, or with the engine

@@ -17,6 +17,7 @@ from infgrpo.algo import Objective
 from infgrpo.data import PromptDataModule
 from infgrpo.policy.load import load_policy
 from infgrpo.sampler import Rollouts
+from infgrpo.settings import InfgrpoWarning
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import causal_lm_parts
 from infgrpo.update.runner import PolicyUpdate
@@ -71,7 +72,7 @@ def test_update_retries_on_smaller_microbatches_and_trains_identically(tmp_path,
     # otherwise already the frozen old log-probs of num_iterations=2 fail (the rollout is repacked)
     steps = 2 * kw.get("num_iterations", 1)  # two rollouts
     reference, _ = train(tmp_path / "ref", steps, token_budget=4096, **kw)
-    with pytest.warns(UserWarning, match=r"update ran out of device memory with micro-batches of up to \d+ tokens"):
+    with pytest.warns(InfgrpoWarning, match=r"update ran out of device memory with micro-batches of up to \d+ tokens"):
         module, rows = train(tmp_path / "oom", steps, limit=40, only_with_grad=only_with_grad, token_budget=4096, **kw)
     # a micro-batch's budget counts its prompt and completion forwards together, the limit each forward alone
     assert rows[0]["oom_retries"] >= 1 and rows[0]["token_budget"] <= 2 * 40
@@ -86,7 +87,7 @@ def test_update_retries_on_smaller_microbatches_and_trains_identically(tmp_path,
 
 
 def test_when_one_sequence_does_not_fit_the_error_says_what_to_lower(tmp_path):
-    with pytest.warns(UserWarning), pytest.raises(torch.OutOfMemoryError, match="one sequence per micro-batch"):
+    with pytest.warns(InfgrpoWarning), pytest.raises(torch.OutOfMemoryError, match="one sequence per micro-batch"):
         train(tmp_path, 1, limit=8, token_budget=4096)
 
 

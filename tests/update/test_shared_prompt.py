@@ -13,6 +13,7 @@ from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.algo import Objective
 from infgrpo.data import PromptDataModule
 from infgrpo.sampler import Rollouts
+from infgrpo.settings import InfgrpoWarning
 from infgrpo.update import LossConfig, accumulate_policy_gradients, completion_logprobs, prepare_microbatches
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.runner import PolicyUpdate
@@ -27,7 +28,15 @@ from infgrpo.update.shared_prompt.batching import (
 from infgrpo.update.shared_prompt.carry import PromptCarry, carried_prompts
 from infgrpo.update.shared_prompt.check import resolve_share_prompt, share_prompt_reason
 from infgrpo.update.step import frozen_logprobs
-from tests.helpers import dequantized_reference, float64_norms, random_model, trained_4bit_lora, trainer, with_lora
+from tests.helpers import (
+    ALLOW_SKIP_OFF,
+    dequantized_reference,
+    float64_norms,
+    random_model,
+    trained_4bit_lora,
+    trainer,
+    with_lora,
+)
 
 # 3 prompts (ragged) x G=3 completions: ragged, one empty, one of a single token
 PROMPTS = [[1, 5, 7, 9], [3, 4], [8, 9, 10, 11, 12, 13, 14]]
@@ -195,7 +204,7 @@ def test_auto_turns_sharing_off_with_a_reason_where_it_cannot_be_exact():
     assert share_prompt_reason(plain) is None and resolve_share_prompt(plain, "auto") is True
     windowed = random_model("qwen3", use_sliding_window=True, sliding_window=8, max_window_layers=1)
     assert "sliding-window" in share_prompt_reason(windowed)
-    with pytest.warns(UserWarning, match="share_prompt: off, because the model has sliding-window"):
+    with pytest.warns(InfgrpoWarning, match="share_prompt: off, because the model has sliding-window"):
         assert resolve_share_prompt(windowed, "auto") is False
     with pytest.raises(ValueError, match="share_prompt='on' cannot be exact for this model: the model has sliding"):
         resolve_share_prompt(windowed, "on")
@@ -207,6 +216,7 @@ def test_auto_turns_sharing_off_with_a_reason_where_it_cannot_be_exact():
         resolve_share_prompt(plain, "sometimes")
 
 
+@ALLOW_SKIP_OFF
 def test_one_training_step_gives_the_same_parameters_shared_or_not_float64(tmp_path):
     """The whole step on the tiny model: reference (beta) and old-policy (mu = 2) log-probs, two optimizer steps."""
     params, moments = [], []

@@ -10,6 +10,7 @@ from transformers import CohereConfig, CohereForCausalLM, Gemma2Config, Gemma2Fo
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.data import PromptDataModule
 from infgrpo.runtime.memory import PhaseMemory
+from infgrpo.settings import InfgrpoWarning
 from infgrpo.update.budget import CPU_TOKEN_BUDGET, UpdateSizer, per_token_bytes, plan_token_budget, update_shape
 from infgrpo.update.logprobs import causal_lm_parts, check_chunked_head
 from tests.helpers import random_model, trainer
@@ -193,7 +194,7 @@ def test_a_step_after_an_update_out_of_memory_or_the_first_optimizer_state_train
     )  # fmt: skip
     module.phase_memory = DevicePeaks(module, limit, capacity=int(30e6 / 0.7))  # the budget: 0.7 of the device
     steps = Steps()
-    ctx = pytest.warns(UserWarning, match="ran out of device memory") if limit == 40 else contextlib.nullcontext()
+    ctx = pytest.warns(InfgrpoWarning, match="ran out of device memory") if limit == 40 else contextlib.nullcontext()
     with ctx:
         trainer(tmp_path, 2, enable_checkpointing=False, callbacks=[steps]).fit(
             module, PromptDataModule(path="tiny", batch_size=2, eval_split=None)

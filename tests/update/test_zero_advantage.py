@@ -13,11 +13,11 @@ import torch
 from infgrpo.algo import Objective
 from infgrpo.algo.zero_advantage import skip_reason, trained_rows
 from infgrpo.sampler import Rollouts
-from infgrpo.settings import ConfigError
+from infgrpo.settings import ConfigError, InfgrpoWarning
 from infgrpo.training.hparams import check_settings
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.runner import PolicyUpdate
-from tests.helpers import float64_norms, random_model
+from tests.helpers import ALLOW_OBJECTIVE_WARNINGS, float64_norms, random_model
 
 PROMPTS = [[1, 5, 7, 9], [3, 4], [8, 9, 10, 11, 12]]
 G = 4
@@ -59,7 +59,7 @@ def assert_same(a, b):
 LOSS_TYPES = ["grpo", "bnpo", "dapo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"]
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
+@ALLOW_OBJECTIVE_WARNINGS
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 @pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("share", [False, True])
@@ -87,7 +87,7 @@ OPTIONS = {
 }  # fmt: skip
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
+@ALLOW_OBJECTIVE_WARNINGS
 @pytest.mark.parametrize("option", OPTIONS)
 @pytest.mark.parametrize("budget,share", [(10_000, False), (24, False), (24, True)])
 def test_the_skip_trains_to_the_same_parameters_with_every_option(option, budget, share):
@@ -129,7 +129,7 @@ def test_the_skip_is_refused_where_it_is_not_exact():
         PolicyUpdate(UpdateConfig(skip_zero_advantage="on"), Objective(beta=0.04))
     with pytest.raises(ConfigError, match="update.skip_zero_advantage='on' cannot be exact here: objective.beta"):
         check_settings(objective={"beta": 0.04}, update={"skip_zero_advantage": "on"})
-    with pytest.warns(UserWarning, match="update.skip_zero_advantage: off, because objective.beta=0.04"):
+    with pytest.warns(InfgrpoWarning, match="update.skip_zero_advantage: off, because objective.beta=0.04"):
         assert skips(check_settings(objective={"beta": 0.04})) is False
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -59,7 +59,7 @@ from infgrpo.sampler.engine.counter_rng import counter_uniform
 from infgrpo.sampler.engine.graph_capture import CaptureFailures, GraphRuntime, capture_graph, is_memory_error, one_line
 from infgrpo.sampler.engine.sampling import sample_tokens
 from infgrpo.sampler.engine.slot_pool import SlotPool
-from infgrpo.settings import ConfigError
+from infgrpo.settings import ConfigError, InfgrpoWarning
 
 CudaGraphs = Literal["auto", "on", "off"]
 """``SamplerConfig.cuda_graphs``: capture the step on CUDA devices ('auto'), insist on it ('on'), or never."""
@@ -279,6 +279,7 @@ class DecodeStep:
             warnings.warn(
                 f"[infgrpo] the decode step runs without CUDA graphs: capturing it failed ({reason}); not "
                 "retried for this model. Set model.sampler.cuda_graphs: off to skip trying.",
+                InfgrpoWarning,
                 stacklevel=2,
             )
             return

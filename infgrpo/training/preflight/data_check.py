@@ -34,7 +34,7 @@ from infgrpo.data.first_rows import check_first_rows
 from infgrpo.data.in_memory import held_out_count
 from infgrpo.data.local_files import FILE_TYPES, split_file
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
-from infgrpo.settings import ConfigError
+from infgrpo.settings import ConfigError, InfgrpoWarning
 
 GENERATED = 1000
 """Training prompts of a ``reasoning_gym:<task>`` source when ``data.train_size`` is null (the data module's)."""
@@ -111,7 +111,7 @@ def check_skipped_prompts(
             f"[infgrpo] {head} drops all of the first {read} prompts of split {data['train_split']!r} (the shortest "
             f"has {shortest} tokens): only later rows that are short enough will train; raise "
             f"data.max_prompt_length to >= {shortest} to keep them",
-            UserWarning,
+            InfgrpoWarning,
             stacklevel=1,
         )
 

@@ -28,6 +28,7 @@ from infgrpo.rewards import resolve_reward
 from infgrpo.rewards.signature import check_reward_columns
 from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
 from infgrpo.sampler.model_support import check_prompts
+from infgrpo.settings import InfgrpoWarning
 
 
 def check_data_prompts(model: PreTrainedModel, datamodule: Any, max_new_tokens: int) -> None:
@@ -71,4 +72,4 @@ def warn_slow_cpu_dtype(policy: PolicyConfig, quantization: QuantizationConfig, 
     q = quantization
     slow = slow_cpu_dtype(q.bnb_4bit_compute_dtype if q.load_in_4bit else policy.dtype, cpu_flags())
     if device.type == "cpu" and slow:
-        rank_zero_warn(f"[infgrpo] {slow}")
+        rank_zero_warn(f"[infgrpo] {slow}", category=InfgrpoWarning)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
+from infgrpo.settings import InfgrpoWarning
 
 
 def adaptive_no_effect(adaptive: Any, group_size: int) -> list[str]:
@@ -93,4 +94,4 @@ def no_effect(settings: Any, data: Mapping[str, Any]) -> list[str]:
 def warn_no_effect(settings: Any, data: Mapping[str, Any]) -> None:
     """Warns (``[infgrpo] ...``) for each of :func:`no_effect`, from here (``stacklevel=1``: shown once)."""
     for message in no_effect(settings, data):
-        warnings.warn(f"[infgrpo] {message}", UserWarning, stacklevel=1)
+        warnings.warn(f"[infgrpo] {message}", InfgrpoWarning, stacklevel=1)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from infgrpo.settings import ConfigError
+from infgrpo.settings import ConfigError, InfgrpoWarning
 from infgrpo.training.compat_v01 import group_flat_hparams
 from infgrpo.training.preflight.checkpoints import is_distributed_checkpoint
 from infgrpo.training.preflight.data_check import training_rows
@@ -123,7 +123,7 @@ def check_data_position(
             "and data position carry over"
         )
     for message in found:
-        warnings.warn(f"[infgrpo] {where}: {message}", UserWarning, stacklevel=1)
+        warnings.warn(f"[infgrpo] {where}: {message}", InfgrpoWarning, stacklevel=1)
 
 
 def check_resume(ckpt_path: str | None, state: Mapping[str, Any] | None, config: Any, settings: Any) -> None:
