@@ -213,8 +213,10 @@ def test_training_memory_keeps_the_largest_phase_peak_it_was_shown():
     assert ("cuda_max_allocated_bytes" in result) == torch.cuda.is_available()
 
 
-@pytest.mark.slow  # over 20 s on a busy 2-core machine
-def test_a_clock_stops_each_run_and_the_variants_train_with_dynamic_sampling_and_without_the_skip(tmp_path):
+def test_a_clock_stops_each_run_and_the_variants_train_with_dynamic_sampling_and_without_the_skip(
+    tmp_path, children_here
+):
+    children_here(learn, run_one)  # the runs and evaluations here: fresh processes only cost imports (test 1 spawns)
     argv = [*TINY, "--trainers", "infgrpo", "--variants", "plain", "dynamic", "--steps", "40", "--minutes", "0.03"]
     result = main([*argv, "--eval-size", "8", "--threads", "1", "--png", str(tmp_path / "clock.png")])
     plain, dynamic = result["rows"]
@@ -262,17 +264,12 @@ def test_chain_sum_answers_fall_in_four_kinds_and_the_table_shows_each_runs_accu
 TRL_FORMAT = ["--model", "tiny", "--task", "chain_sum", "--format", "trl", "--prompts", "2", "--group-size", "2"]
 
 
-@pytest.mark.slow  # over 20 s on a busy 2-core machine
-def test_format_trl_both_trainers_read_one_conversational_jsonl_and_trls_own_accuracy_reward(tmp_path, monkeypatch):
+def test_format_trl_both_trainers_read_one_conversational_jsonl_and_trls_own_accuracy_reward(tmp_path, children_here):
     from trl.rewards import accuracy_reward
 
     from infgrpo.rewards import score_rewards
 
-    # every child in this process (the wiring is the parent's; fresh processes only cost imports here)
-    def in_process(name: str, configs: list[dict], timeout: float | None = None) -> list[dict]:
-        return [c if "skipped" in c else run_one(json.loads(json.dumps(c))) for c in configs]
-
-    monkeypatch.setattr(learn, "spawn_all", in_process)
+    children_here(learn, run_one)  # every child in this process (the wiring is the parent's)
     argv = [*TRL_FORMAT, "--max-new-tokens", "8", "--steps", "2", "--eval-size", "8", "--threads", "1"]
     result = main(argv)
     cfg = job(*argv)

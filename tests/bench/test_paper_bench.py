@@ -8,7 +8,8 @@ from benchmarks import decode_step, gpu_tests, paper
 
 
 @pytest.mark.slow  # over 20 s on a busy 2-core machine
-def test_paper_suite_small_runs_the_parts_in_the_order_given_and_writes_each_json(tmp_path, capsys):
+def test_paper_suite_small_runs_the_parts_in_the_order_given_and_writes_each_json(tmp_path, capsys, children_here):
+    children_here(paper, paper.run_one)  # its 8 configurations here; the CUDA tests' pytest still runs apart
     argv = ["--small", "--model", "tiny", "--parts", "checks", "b", "a", "c", "--json-dir", str(tmp_path)]
     parts = paper.main([*argv, "--threads", "1"])
     out = capsys.readouterr().out

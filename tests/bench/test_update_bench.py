@@ -5,11 +5,12 @@ Smoke test by design: the figures live in benchmarks/ (python -m benchmarks upda
 
 import pytest
 
+from benchmarks import update
 from benchmarks.update import main
 
 
-@pytest.mark.slow  # over 20 s on a busy 2-core machine
-def test_shared_and_unshared_updates_run_side_by_side_on_the_same_rollout(tmp_path):
+def test_shared_and_unshared_updates_run_side_by_side_on_the_same_rollout(tmp_path, children_here):
+    children_here(update, update.run_one)  # its 4 configurations here: fresh processes only cost imports
     result = main(
         ["--model", "tiny", "--prompt-lengths", "24", "--completion-lengths", "6", "--group-sizes", "4",
          "--token-budgets", "0", "64", "--lora-r", "2", "--threads", "1", "--json", str(tmp_path / "u.json")]
