@@ -3,7 +3,7 @@ out of memory reaches the slot-halving retry, and a failed capture is not tried 
 
 Failures are real CUDA ones: a host read or a device synchronization while capturing (not permitted),
 and a 1 PiB allocation (a real out-of-memory error) while warming up or capturing. The same paths on
-a CPU, with a fake device: ``tests/sampler/test_graph_capture.py``. Run on a lent GPU:
+a CPU, with a fake device: ``tests/sampler/engine/test_graph_capture.py``. Run on a lent GPU:
 ``python -m pytest -m gpu tests/gpu``.
 """
 

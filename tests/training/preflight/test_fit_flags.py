@@ -10,7 +10,7 @@ import pytest
 from infgrpo.training.preflight.trainer_check import world_size
 from tests.helpers import Loaded, refuse_model_load
 from tests.test_fit import ROOT, cli_error
-from tests.test_fit_bad_input import data_folder, own_data
+from tests.training.preflight.test_fit_bad_input import data_folder, own_data
 
 TINY = ["--config", str(ROOT / "configs" / "tiny.yaml"), "--trainer.max_steps", "1"]
 

@@ -8,7 +8,7 @@ import yaml
 from infgrpo.training.hparams import check_settings
 from infgrpo.training.preflight.no_effect import data_no_effect, no_effect
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.yaml"))
 
 
 @pytest.mark.parametrize(

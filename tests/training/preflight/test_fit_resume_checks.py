@@ -14,7 +14,7 @@ from infgrpo.training.preflight.checkpoints import check_checkpoint_name
 from infgrpo.training.preflight.resume_check import check_data_position
 from tests.helpers import Loaded, refuse_model_load
 from tests.test_fit import ROOT, cli_error
-from tests.test_fit_bad_input import own_data
+from tests.training.preflight.test_fit_bad_input import own_data
 
 TINY = ["--config", str(ROOT / "configs" / "tiny.yaml")]
 SAVED_DATA = {"path": "tiny", "config_name": None, "train_split": "train", "train_size": None, "batch_size": 8}

@@ -11,7 +11,7 @@ from infgrpo.rewards.signature import check_reward_call
 from infgrpo.settings import ConfigError
 from infgrpo.training.preflight.model_data import check_context
 from tests.test_fit import ROOT, cli_error
-from tests.test_fit_bad_input import data_folder, own_data
+from tests.training.preflight.test_fit_bad_input import data_folder, own_data
 
 TINY = ["--config", str(ROOT / "configs" / "tiny.yaml"), "--trainer.max_steps", "1"]
 

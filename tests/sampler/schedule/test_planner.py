@@ -1,6 +1,6 @@
 """Tests of the slot planner: its bounds against brute-force optima, validity, edge cases, budgets.
 
-Run: ``python -m pytest tests/sampler/test_planner.py``. The optimum is found here independently, by
+Run: ``python -m pytest tests/sampler/schedule/test_planner.py``. The optimum is found here independently, by
 trying every one of the m^n assignments of small instances.
 """
 
