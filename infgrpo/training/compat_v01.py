@@ -1,6 +1,7 @@
 """Compatibility with infgrpo 0.1, whose ``GRPOModule`` took flat arguments (``loss_type``, ``lora_r``, ...).
 
-**The messages go away in infgrpo 0.3**, with the 56 moved keys: from then on a flat key is an unknown setting. A
+**The messages go away in infgrpo 0.4** (0.3 kept them: see the CHANGELOG), with the 56 moved keys: from then on
+a flat key is an unknown setting, and a 0.1 checkpoint is upgraded by infgrpo 0.3's command. A
 0.1 checkpoint loads through :mod:`infgrpo.upgrade_checkpoint` (a one-off command that moves its hyper-parameters
 into the groups), not through a shim on ``GRPOModule``.
 
