@@ -24,7 +24,7 @@ version = ".".join(release.split(".")[:2])
 
 extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "infgrpo_docs"]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "design"]  # design/: research notes for the next issues, not pages of the site
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence"]
 suppress_warnings = ["myst.header"]  # pages that start below a level-1 title are included ones
