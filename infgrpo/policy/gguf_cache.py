@@ -99,17 +99,13 @@ def discard(folder: Path) -> None:
 
 def write(obj: Any, folder: Path) -> None:
     """``obj.save_pretrained`` into ``folder``, atomically: a temporary sibling renamed into place when its
-    manifest is written. A folder another process completed first wins; a failure only loses the cache."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    for old in folder.parent.glob(".partial-*"):  # left by killed writers
-        try:
-            if now - old.stat().st_mtime > STALE_PARTIAL_S:
-                shutil.rmtree(old, ignore_errors=True)
-        except OSError:
-            pass
-    tmp = Path(tempfile.mkdtemp(prefix=f".partial-{folder.name}-", dir=folder.parent))
+    manifest is written. A folder another process completed first wins; a failure (a read-only cache, a full
+    disk) only loses the cache, with a logged warning."""
+    tmp = None
     try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        sweep(folder.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f".partial-{folder.name}-", dir=folder.parent))
         obj.save_pretrained(tmp)
         (tmp / MANIFEST).write_text(json.dumps({"files": manifest_of(tmp)}, indent=1))
         os.rename(tmp, folder)  # fails if a complete folder is there already: keep that one
@@ -117,7 +113,19 @@ def write(obj: Any, folder: Path) -> None:
         if not is_complete(folder):
             log.warning("could not write the GGUF conversion cache %s: %s", folder, err)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sweep(root: Path) -> None:
+    """Removes the ``.partial-*`` folders in ``root`` older than an hour: left by killed writers."""
+    now = time.time()
+    for old in root.glob(".partial-*"):
+        try:
+            if now - old.stat().st_mtime > STALE_PARTIAL_S:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass  # removed by another process meanwhile
 
 
 def cached_load(cls: Any, folder: str, gguf: str, convert: Callable[[], T], kind: str = "model", **kwargs: Any) -> T:

@@ -87,6 +87,13 @@ def test_a_writer_that_finds_a_complete_folder_keeps_it_and_leaves_no_partial(ca
     assert sorted(p.name for p in cache.iterdir()) == sorted([folder.name, "other"])  # an old partial goes
 
 
+def test_a_cache_that_cannot_be_written_only_costs_the_conversion(cache, gguf, caplog):
+    cache.parent.write_text("a file where the cache folder would be")
+    convert = Conversions()
+    load(gguf, convert), load(gguf, convert)
+    assert convert.calls == 2 and "could not write the GGUF conversion cache" in caplog.text
+
+
 def test_the_key_holds_the_file_the_keywords_and_the_transformers_version(cache, gguf, monkeypatch):
     base = cache_folder(str(gguf), "model", dtype=torch.float32)
     assert base.parent == cache and base.name.startswith("model.Q4_0-model-")
