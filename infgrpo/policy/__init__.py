@@ -7,6 +7,8 @@
 - :mod:`~infgrpo.policy.config`: the groups ``model.policy``, ``model.lora``, ``model.quantization``;
 - :mod:`~infgrpo.policy.load`: loading (hub id, folder, GGUF file; dtype, LoRA via peft, 4-bit via
   bitsandbytes), the frozen KL reference, saving and merging the trained adapter.
+- :mod:`~infgrpo.policy.gguf_cache`: a local GGUF file converted once, later loads reading the saved folder
+  (``INFGRPO_CACHE``).
 """
 
 from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig

@@ -28,7 +28,8 @@ class PolicyConfig:
     a path ending in ``.gguf`` is a GGUF file."""
     gguf_file: str | None = None
     """A GGUF file in the folder (or hub repository) ``model_name_or_path``, loaded dequantized
-    (``pip install -e ".[gguf]"``)."""
+    (``pip install -e ".[gguf]"``); a local file is converted once and cached as a Hugging Face folder
+    (environment variable ``INFGRPO_CACHE``: its place, or ``off``)."""
     dtype: Dtype = "float32"
     """Weights dtype: float32, bfloat16, float16 or float64 (with 4-bit loading: see
     ``quantization.bnb_4bit_compute_dtype``)."""

