@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from infgrpo.fit import main
+from infgrpo.settings import InfgrpoWarning
 
 pytestmark = pytest.mark.slow  # spawns processes or runs whole fits: `pytest -m "not slow"` leaves it out
 
@@ -145,7 +146,8 @@ def test_two_ddp_ranks_equal_one_process_and_resume_on_one(tmp_path, prompts, tw
         torch.testing.assert_close(torch.tensor(p0["history_values"]), torch.tensor(want["history_values"]))
     # 3) the 2-rank checkpoint resumes in one process (4 prompts a step) where the reference went
     resumed = tmp_path / "resumed"
-    main([*args(prompts, resumed, 4, GLOBAL_BATCH, loss_type, scale_rewards), f"--ckpt_path={two / 'last.ckpt'}"])
+    with pytest.warns(InfgrpoWarning, match=r"data\.batch_size=4 differs from the checkpoint's 2"):  # said, not silent
+        main([*args(prompts, resumed, 4, GLOBAL_BATCH, loss_type, scale_rewards), f"--ckpt_path={two / 'last.ckpt'}"])
     assert_close(load(resumed / "step4_rank0.pt"), load(ref / "step4_rank0.pt"), "resumed on 1 rank, step 4")
     assert not (resumed / "step2_rank0.pt").exists()  # it did not redo steps 1-2
 
