@@ -41,7 +41,13 @@ from infgrpo.training.preflight.fit_start import check_data_prompts, check_rewar
 from infgrpo.training.preflight.model_data import check_before_loading, check_max_steps, check_stop_tokens_of
 from infgrpo.training.preflight.no_effect import warn_no_effect
 from infgrpo.training.preflight.resume_check import check_resume
-from infgrpo.training.preflight.trainer_check import check_sharded_policy, check_trainer_flags, world_size
+from infgrpo.training.preflight.trainer_check import (
+    check_graph_device,
+    check_sharded_policy,
+    check_trainer_flags,
+    runs_on_cuda,
+    world_size,
+)
 from infgrpo.training.settings_checks import check_judged_batch
 from infgrpo.trl.names import trl_keys
 
@@ -158,6 +164,23 @@ def every_prompt(module: FitStart) -> None:
     check_reward_rows(s.rewards.functions, datamodule)
 
 
+def graphs_device_of(run: CommandLine) -> None:
+    """``cuda_graphs: on`` needs the run on CUDA: ``trainer.accelerator`` and the machine's GPUs say where it runs."""
+    accelerator = run.config["trainer"].get("accelerator")
+    where = (
+        f"trainer.accelerator={accelerator!r} is no CUDA device"
+        if torch.cuda.is_available()
+        else f"this machine has no CUDA GPU (trainer.accelerator={accelerator!r})"
+    )
+    check_graph_device(run.settings.sampler.cuda_graphs, runs_on_cuda(accelerator, torch.cuda.is_available()), where)
+
+
+def graphs_device(module: FitStart) -> None:
+    """``cuda_graphs: on`` needs the trainer's device to be CUDA (the model is there as fit starts)."""
+    device = module.trainer.strategy.root_device
+    check_graph_device(module.settings.sampler.cuda_graphs, device.type == "cuda", f"the run is on {device}")
+
+
 BEFORE_LOADING = "GRPOModule.__init__ runs it, before it loads the model (fit starts after)"
 LIGHTNING_CHECKPOINT = "trainer.fit(ckpt_path=...) is Lightning's to find and load"
 
@@ -196,6 +219,10 @@ STEPS: tuple[Step, ...] = (
             run.config["trainer"], run.settings.quantization.load_in_4bit, run.settings.sampler.cuda_graphs
         ),
         "GRPOModule.configure_model checks the same rules on the strategy's device mesh, which exists there only",
+    ),
+    Step(
+        "CUDA graphs", "model.sampler.cuda_graphs, against trainer.accelerator and the machine's GPUs",
+        graphs_device_of, graphs_device,
     ),
     Step(
         "data settings", "data: each field, and system_prompt with chat_template",
