@@ -301,7 +301,9 @@ class GRPOModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Adds the sampler's state (rollout count, length predictor) as ``infgrpo_sampler``, the update's (adaptive
-        entropy coefficient) as ``infgrpo_update``, and every rank's :class:`~infgrpo.training.run_state.RunState`."""
+        entropy coefficient) as ``infgrpo_update``, every rank's :class:`~infgrpo.training.run_state.RunState`, and
+        ``trainer.max_steps`` as ``infgrpo_max_steps`` (a resume under another one is told its schedule changes)."""
+        checkpoint["infgrpo_max_steps"] = self.trainer.max_steps
         checkpoint["infgrpo_sampler"] = self.sampler.state_dict()
         checkpoint["infgrpo_update"] = self.updater.state_dict()
         RunState.write(checkpoint, self.ranks, self.device, getattr(self._trainer, "datamodule", None))
