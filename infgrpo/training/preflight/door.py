@@ -38,7 +38,12 @@ from infgrpo.training.preflight.checkpoints import (
 from infgrpo.training.preflight.data_check import check_system_prompt, check_training_data
 from infgrpo.training.preflight.files import check_run_folders, check_writable_folder, config_file_problem
 from infgrpo.training.preflight.fit_start import check_data_prompts, check_reward_rows
-from infgrpo.training.preflight.model_data import check_before_loading, check_max_steps, check_stop_tokens_of
+from infgrpo.training.preflight.model_data import (
+    check_before_loading,
+    check_max_steps,
+    check_reward_models,
+    check_stop_tokens_of,
+)
 from infgrpo.training.preflight.no_effect import warn_no_effect
 from infgrpo.training.preflight.resume_check import check_resume
 from infgrpo.training.preflight.trainer_check import (
@@ -241,6 +246,11 @@ STEPS: tuple[Step, ...] = (
         "model source", "model.policy: model_name_or_path and gguf_file (local, cached, or on the hub)",
         lambda run: check_model_source(run.settings.policy.model_name_or_path, run.settings.policy.gguf_file),
         BEFORE_LOADING,
+    ),
+    Step(
+        "reward models", "model.rewards.functions: each reward model's config.json and tokenizer files (no weights)",
+        lambda run: check_reward_models(run.settings.rewards.functions),
+        lambda module: check_reward_models(module.settings.rewards.functions), prefix="model.rewards.functions: ",
     ),
     Step("checkpoint", "--ckpt_path: its name, and its file's settings", checkpoint_of, LIGHTNING_CHECKPOINT),
     Step(
