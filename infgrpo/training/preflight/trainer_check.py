@@ -79,7 +79,8 @@ def check_strategy(strategy: Any) -> None:
             "rollout's length predictor gets no hidden states; use trainer.strategy: ddp (Lightning launches the "
             "processes first; or torchrun)"
         )
-    if isinstance(strategy, str) and strategy not in StrategyRegistry and base_name(strategy) not in SHARDED:
+    registry_name = isinstance(strategy, str) and "." not in strategy  # a dotted string is a class path
+    if registry_name and strategy not in StrategyRegistry and base_name(strategy) not in SHARDED:
         raise ConfigError(  # Lightning's own list offers names infgrpo refuses (ddp_spawn, deepspeed, fsdp)
             f"trainer.strategy={name!r} is no strategy name: {SUPPORTED}; leave it at auto for one device, or give "
             "a strategy's class path"

@@ -108,8 +108,9 @@ def test_an_unknown_strategy_names_only_what_infgrpo_takes(capsys):
     assert "ddp_spawn" not in line and "deepspeed" not in line  # Lightning's list offers both; infgrpo refuses them
 
 
-def test_float16_weights_under_lora_pass_the_checks():
+def test_float16_weights_under_lora_and_a_strategys_class_path_pass_the_checks():
     assert warnings_of(*TINY, "--model.policy.dtype", "float16", "--model.lora.r", "8") == []
+    assert warnings_of(*TINY, "--trainer.strategy", "lightning.pytorch.strategies.DDPStrategy") == []
 
 
 def test_cuda_graphs_on_needs_the_run_on_cuda():
