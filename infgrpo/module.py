@@ -148,6 +148,7 @@ class GRPOModule(L.LightningModule):
         self.collapse = CollapseWatch(s.optimizer, s.rewards)  # warns once: entropy and reward spread at 0, no reward
         self._resume = RunState()  # a resumed checkpoint's random states and streams (on_load_checkpoint)
         self.rescued_to: Path | None = None  # where the model went when output_dir failed at the end (fit: exit 1)
+        self._output_written = False  # output_dir is written once: at the end, or first thing after a signal
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> GRPOModule:  # noqa: D417
@@ -267,10 +268,17 @@ class GRPOModule(L.LightningModule):
         self.sharding.after_zero_grad()
 
     def on_train_end(self) -> None:
+        """Writes ``output_dir`` (:meth:`write_output`), unless a signal's stop wrote it already."""
+        self.write_output()
+
+    def write_output(self) -> None:
         """Writes the trained adapter (LoRA) or model to ``output_dir`` (relative: under the run's root), when set,
-        from global rank 0, and prints where it went; if that write fails, into the run's version folder
-        (``rescued_to``; see :func:`~infgrpo.training.preflight.files.write_output_dir`)."""
-        if self.settings.output_dir:
+        once, from global rank 0, and prints where it went; if that write fails, into the run's version folder
+        (``rescued_to``; see :func:`~infgrpo.training.preflight.files.write_output_dir`). Every rank calls it: at
+        the end of fit, or as a signal stops the run (:class:`~infgrpo.callbacks.interruption.Interruption`), before
+        the held-out evaluation Lightning runs on a stop, which a scheduler's grace period may cut short."""
+        if self.settings.output_dir and not self._output_written:
+            self._output_written = True
             what, full_state = "adapter" if self.settings.lora.r else "model", self.sharding.full_state
             self.rescued_to = write_output_dir(
                 self.trainer, self.policy, self.tokenizer, self.settings.output_dir, what, full_state
@@ -301,7 +309,9 @@ class GRPOModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Adds the sampler's state (rollout count, length predictor) as ``infgrpo_sampler``, the update's (adaptive
-        entropy coefficient) as ``infgrpo_update``, and every rank's :class:`~infgrpo.training.run_state.RunState`."""
+        entropy coefficient) as ``infgrpo_update``, every rank's :class:`~infgrpo.training.run_state.RunState`, and
+        ``trainer.max_steps`` as ``infgrpo_max_steps`` (a resume under another one is told its schedule changes)."""
+        checkpoint["infgrpo_max_steps"] = self.trainer.max_steps
         checkpoint["infgrpo_sampler"] = self.sampler.state_dict()
         checkpoint["infgrpo_update"] = self.updater.state_dict()
         RunState.write(checkpoint, self.ranks, self.device, getattr(self._trainer, "datamodule", None))

@@ -23,6 +23,7 @@ import torch
 from infgrpo.runtime.atomic_save import atomic_torch_save
 from infgrpo.settings import ConfigError
 from infgrpo.training.compat_v01 import group_flat_hparams, is_flat
+from infgrpo.training.preflight.checkpoints import read_checkpoint
 
 COMMAND = "python -m infgrpo.upgrade_checkpoint"
 
@@ -54,9 +55,12 @@ def upgrade_hint(checkpoint_path: Any) -> Iterator[None]:
 def upgrade(source: str | Path, target: str | Path) -> dict[str, Any]:
     """Writes ``source`` (a 0.1 checkpoint) to ``target`` with its hyper-parameters in the groups; returns them.
 
-    Raises a ValueError when ``source`` has no flat hyper-parameters (already 0.2, or not infgrpo's)."""
-    state = torch.load(Path(source), map_location="cpu", mmap=True, weights_only=True)
-    hparams = state.get("hyper_parameters") if isinstance(state, dict) else None
+    Raises a ValueError when ``source`` is no checkpoint, or one cut short (a ConfigError, as ``--ckpt_path`` says
+    for the same file), or has no flat hyper-parameters (already 0.2, or not infgrpo's)."""
+    if not Path(source).is_file():
+        raise ConfigError(f"{source} is no file (looked at {Path(source).resolve()})")
+    state = read_checkpoint(Path(source), str(source))
+    hparams = state.get("hyper_parameters")
     if not isinstance(hparams, dict) or not is_flat(hparams):
         raise ValueError(f"{source}: no hyper-parameters of infgrpo 0.1 to upgrade (already grouped, or not infgrpo's)")
     state["hyper_parameters"] = group_flat_hparams(hparams)

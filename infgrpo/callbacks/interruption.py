@@ -6,7 +6,8 @@
 
 On SIGINT (Ctrl-C) or SIGTERM (what SLURM, Kubernetes and ``timeout`` send) the step under way finishes, then a
 checkpoint is written (atomically, as every checkpoint of ``python -m infgrpo.fit``) as ``last.ckpt`` in the run's
-checkpoint folder, the run ends (``model.output_dir`` is written as at a normal end), and ``python -m infgrpo.fit``
+checkpoint folder, ``model.output_dir`` is written at once (before the held-out evaluation that Lightning runs on
+a stop, which a scheduler's grace period may cut short), the run ends, and ``python -m infgrpo.fit``
 prints where the checkpoint went with the command that resumes (``--ckpt_path last``) and exits with 128 + the
 signal's number (130, 143), so a scheduler sees the run did not finish. A second Ctrl-C stops at once. Saved at a
 step boundary, the checkpoint resumes to the parameters an uninterrupted run reaches (tested for both signals).
@@ -25,6 +26,8 @@ from types import FrameType
 from typing import Any
 
 import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -64,6 +67,9 @@ class Interruption(L.Callback):
         self.checkpoint = checkpoint_path(trainer)
         self.step = trainer.global_step
         trainer.save_checkpoint(self.checkpoint)  # every rank calls it; rank 0 writes
+        write = getattr(pl_module, "write_output", None)  # GRPOModule: output_dir now, before the evaluation
+        if callable(write):
+            write()
         trainer.should_stop = True
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -83,8 +89,15 @@ class Interruption(L.Callback):
 
 def checkpoint_path(trainer: L.Trainer) -> Path:
     """``last.ckpt`` in the run's ModelCheckpoint folder, else in ``checkpoints/`` of its log folder (where
-    ``--ckpt_path last`` finds it)."""
+    ``--ckpt_path last`` finds it). A ModelCheckpoint with ``save_last`` is told the file is its last checkpoint
+    (``last_model_path``, set before the save, as it sets it itself): its own save of the last checkpoint at the
+    run's end then writes that file again rather than a ``last-v1.ckpt`` beside it, so the stop line and
+    ``--ckpt_path last`` name one file."""
     callback = trainer.checkpoint_callback
+    if isinstance(callback, ModelCheckpoint) and callback.save_last and callback.dirpath:
+        step = {"epoch": torch.tensor(trainer.current_epoch), "step": torch.tensor(trainer.global_step)}
+        callback.last_model_path = callback.format_checkpoint_name(step, callback.CHECKPOINT_NAME_LAST)
+        return Path(callback.last_model_path)
     folder = getattr(callback, "dirpath", None)
     if not folder:
         folder = Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints"

@@ -91,11 +91,21 @@ class QuantizationConfig:
         check_dtype(self.bnb_4bit_compute_dtype, "bnb_4bit_compute_dtype")
 
 
-def check_policy(lora: LoRAConfig, quantization: QuantizationConfig) -> None:
-    """The combinations of the three groups: 4-bit base weights need LoRA (a ConfigError naming both keys)."""
+def check_policy(policy: PolicyConfig, lora: LoRAConfig, quantization: QuantizationConfig) -> None:
+    """The combinations of the three groups (a ConfigError naming the keys): 4-bit base weights need LoRA, and so
+    do float16 weights. Full fine-tuning of float16 weights cannot train: AdamW updates them in float16, where its
+    eps (1e-8) rounds to 0 and values past 65504 overflow, so the first step made non-finite weights (a
+    DivergenceError after the model loaded). With LoRA the float16 weights stay frozen and the adapters train in
+    float32 (peft makes them so), which trains."""
     if quantization.load_in_4bit and lora.r == 0:
         raise ConfigError(
             "quantization.load_in_4bit=True needs LoRA (lora.r > 0): 4-bit base weights cannot be trained directly"
+        )
+    if policy.dtype == "float16" and lora.r == 0:
+        raise ConfigError(
+            "policy.dtype='float16' with lora.r=0 (full fine-tuning) cannot train: AdamW would update float16 "
+            "weights, where its eps rounds to 0 and values past 65504 overflow (non-finite weights at step 1); use "
+            "bfloat16 or float32 weights, or LoRA (lora.r > 0: the adapters train in float32 over float16 weights)"
         )
 
 

@@ -21,7 +21,9 @@ with its own tokenizer (``AutoTokenizer.from_pretrained(id)`` unless one is give
 token pads with its eos token, and the model's ``pad_token_id`` is set to the tokenizer's (the model reads its
 score at the last token that is not the pad token). The text of each row and its score:
 :mod:`infgrpo.rewards.reward_scoring`. Here: whether a name is a reward model (:func:`is_reward_model`, from its
-``config.json`` alone), its loading, and :class:`RewardModel`.
+``config.json`` alone), why an entry that reads as a folder or hub id is none (:func:`not_a_reward_model`), the
+checks of a reward model's files before it loads (:func:`check_reward_model_files`: one label, a tokenizer, a
+vocabulary that holds it), its loading, and :class:`RewardModel`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from infgrpo.rewards.reward_scoring import Completion, Prompt, check_token_budget, reward_texts, score_texts
+from infgrpo.settings import ConfigError
 
 SEQ_CLS_SUFFIX = "ForSequenceClassification"
 """A reward model's architecture (``config.json``'s ``architectures``) ends with this."""
@@ -89,6 +92,93 @@ def is_reward_model(name: str) -> bool:
     return config is not None and _is_seq_cls(config)
 
 
+WHAT_IT_IS = (
+    "a reward model in rewards.functions is the folder, or the hub id in the local Hugging Face cache, of a "
+    f"sequence-classification model (config.json's architectures end in {SEQ_CLS_SUFFIX}) with one label and its "
+    "tokenizer files"
+)
+"""What a reward model entry must be, said by every error of an entry that is none."""
+
+
+PROBE = "hello world"
+"""Text every tokenizer with a vocabulary encodes to ids (an empty one, made without tokenizer files, to none)."""
+
+
+def looks_like_model(name: str) -> bool:
+    """Whether ``name`` (no registry name) reads as a folder or a hub id rather than a reward's name or an import
+    path: it has a ``/`` or names something on disk."""
+    return ":" not in name and ("/" in name or "\\" in name or Path(name).expanduser().exists())
+
+
+def not_a_reward_model(name: str) -> str | None:
+    """Why ``name``, which reads as a folder or hub id (:func:`looks_like_model`), is no reward model, ending with
+    :data:`WHAT_IT_IS`; None when it is one, or reads as neither. Reads ``config.json`` only."""
+    if not looks_like_model(name) or is_reward_model(name):
+        return None
+    config, where = _read_config(name)
+    path = Path(name)
+    if config is not None:
+        archs = _architectures(config)
+        why = f"{where} is a {', '.join(archs)} model" if archs else f"{where} names no architectures"
+    elif path.is_dir():
+        why = f"{where} has no readable config.json"
+    elif path.exists():
+        why = f"{name!r} is a file, not a model's folder"
+    elif "neither" in where:
+        why = f"{name!r} is no folder (and no valid hub id)"
+    else:
+        why = (
+            f"{name!r} is no folder, and as a hub id its config.json is not in the local Hugging Face cache "
+            f"(nothing is downloaded here: huggingface-cli download {name} first)"
+        )
+    return f"{why}; {WHAT_IT_IS}"
+
+
+def _labels_problem(config: Mapping[str, Any], where: str) -> str | None:
+    """Why the head of ``config`` has other than one label (``id2label``, else ``num_labels``, else transformers'
+    default of 2, which a head saved with one label never leaves out); None for one label."""
+    labels = config.get("id2label")
+    count = len(labels) if isinstance(labels, Mapping) else config.get("num_labels", 2)
+    if count == 1:
+        return None
+    said = "config.json id2label" if isinstance(labels, Mapping) else "no id2label: transformers' default"
+    return (
+        f"reward model: {where} has a {count}-label head ({said}); a reward model has one label (it is loaded with "
+        "num_labels=1 and scores with logits[:, 0]), so its head's weights would not fit"
+    )
+
+
+def check_reward_model_files(name: str) -> None:
+    """A ConfigError for the reward model ``name`` (:func:`is_reward_model`) that would fail only once loaded: a head
+    of other than one label, no tokenizer that loads from its files, or a tokenizer with more tokens than the
+    model's ``vocab_size`` (ids past it index out of the embedding). Reads config.json and the tokenizer's files,
+    no weights."""
+    config, where = _read_config(name)
+    if config is None:
+        return
+    problem = _labels_problem(config, where)
+    if problem:
+        raise ConfigError(problem)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        said = None if tokenizer(PROBE, add_special_tokens=False).input_ids else f"it encodes {PROBE!r} to no ids"
+    except Exception as err:  # noqa: BLE001 - whatever transformers says, the files are the problem
+        tokenizer, said = None, str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+    if said is not None:  # without its files transformers makes an empty tokenizer, which fails in the scoring
+        raise ConfigError(
+            f"reward model: {where} has no tokenizer that loads ({said}); a reward model scores with its own "
+            "tokenizer: save it beside the model (tokenizer.save_pretrained)"
+        )
+    text = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+    vocab = text.get("vocab_size")
+    if isinstance(vocab, int) and len(tokenizer) > vocab:
+        raise ConfigError(
+            f"reward model: {where}'s tokenizer has {len(tokenizer)} tokens and its config.json vocab_size={vocab}: "
+            f"ids {vocab} and up index past the model's embedding; give the tokenizer the model was trained with, "
+            "or resize the model's embeddings (model.resize_token_embeddings) and save it again"
+        )
+
+
 def _check_dtype(dtype: str | torch.dtype | None) -> str | torch.dtype | None:
     """None, ``"auto"``, or a floating torch dtype (given as one or by name, e.g. ``"bfloat16"``)."""
     if dtype is None or dtype == "auto":
@@ -113,12 +203,9 @@ def _load_model(name: str, dtype: str | torch.dtype | None) -> PreTrainedModel:
                 f"one ending in {SEQ_CLS_SUFFIX!r} (e.g. Qwen3ForSequenceClassification), with one label "
                 "(it is loaded as AutoModelForSequenceClassification with num_labels=1)"
             )
-        labels = config.get("id2label")
-        if isinstance(labels, Mapping) and len(labels) != 1:
-            raise ValueError(
-                f"reward model: {where} has a {len(labels)}-label head (config.json id2label); a reward model "
-                "has one label (it is loaded with num_labels=1 and scores with logits[:, 0])"
-            )
+        problem = _labels_problem(config, where)
+        if problem:
+            raise ValueError(problem)
     elif Path(name).is_dir():
         raise ValueError(f"reward model: {where} has no readable config.json; is it a saved model?")
     kwargs: dict[str, Any] = {"num_labels": 1}

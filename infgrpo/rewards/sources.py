@@ -67,10 +67,13 @@ def resolve_source(name: str, registry: Registry) -> Callable[..., Any]:
             raise ConfigError(f"rewards.functions: {name!r} returned a {type(made).__name__}, not a reward function")
         _MADE[name] = made
         return made
-    if ":" not in name:
-        from infgrpo.rewards.reward_model import RewardModel, is_reward_model
+    if ":" not in name and name not in registry:
+        from infgrpo.rewards.reward_model import RewardModel, is_reward_model, not_a_reward_model
 
         if is_reward_model(name):
             _MADE[name] = RewardModel(name)
             return _MADE[name]
+        problem = not_a_reward_model(name)  # a folder or hub id that is no reward model: never "is not known"
+        if problem:
+            raise ConfigError(f"{registry.field}: {problem}")
     return registry.resolve(name)

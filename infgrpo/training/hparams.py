@@ -124,7 +124,7 @@ def check_settings(
         threads = check_threads(threads, "threads")
     except ValueError as err:
         raise ConfigError(str(err)) from err
-    check_policy(built["lora"], built["quantization"])
+    check_policy(built["policy"], built["lora"], built["quantization"])
     resolve_skip(built["update"].skip_zero_advantage, built["objective"], warn=False)  # 'on' where not exact
     warn_filtered_behaviour_logprobs(built["sampler"], built["objective"])
     check_judged_rollout(built, group_size)  # dynamic sampling and adaptive groups: the engine decodes

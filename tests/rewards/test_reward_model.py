@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from infgrpo.rewards.reward_model import RewardModel, is_reward_model
 from infgrpo.rewards.reward_scoring import micro_batches, reward_texts, score_texts
+from infgrpo.settings import ConfigError
 from tests.helpers import random_model
 
 TINY = Path(__file__).resolve().parents[2] / "infgrpo" / "assets" / "tiny-qwen3"  # a causal LM
@@ -222,3 +223,65 @@ def test_a_reward_model_folder_in_rewards_functions_trains_a_step(rm_dir, tmp_pa
     assert record.scores.parts[name].tolist() == close(want)
     again = score_rewards({name: 1.0}, record.scores.texts, [it["meta"] for it in record.batch for _ in range(2)])
     assert again.total.tolist() == close(want)  # prompts default to the rows' prompt column
+
+
+def edited_copy(rm_dir, folder, keep=None, **config):
+    """A copy of the reward model ``rm_dir`` in ``folder`` (only the files ``keep``, if given) with ``config``'s
+    keys set in its config.json (None: removed)."""
+    import json
+
+    shutil.copytree(rm_dir, folder, ignore=None if keep is None else lambda d, names: set(names) - set(keep))
+    saved = json.loads((folder / "config.json").read_text())
+    saved.update(config)
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in saved.items() if v is not None}))
+    return str(folder)
+
+
+def test_an_entry_that_reads_as_a_model_but_is_no_reward_model_says_what_one_must_be(tmp_path):
+    from infgrpo.rewards.reward_model import WHAT_IT_IS
+    from infgrpo.training.hparams import check_settings
+
+    def refused(name):
+        with pytest.raises(ConfigError) as err:
+            check_settings(rewards={"functions": {name: 1.0}, "accuracy": None})
+        assert str(err.value).endswith(WHAT_IT_IS) and "is not known" not in str(err.value)
+        return str(err.value)
+
+    gone = str(tmp_path / "missing-rm")
+    assert refused(gone).startswith(f"rewards.functions: {gone!r} is no folder (and no valid hub id); a reward model")
+    assert f"rewards.functions: folder {str(TINY)!r} is a Qwen3ForCausalLM model; " in refused(str(TINY))
+    assert "'org/uncached-rm' is no folder, and as a hub id its config.json is not in the local Hugging Face cache" in (
+        refused("org/uncached-rm")
+    )
+    with pytest.raises(ConfigError, match="'acuracy' is not known; valid: "):  # a reward's name, misspelt: as before
+        check_settings(rewards={"functions": {"acuracy": 1.0}, "accuracy": None})
+
+
+def test_a_reward_model_that_would_fail_once_loaded_is_named_from_its_files(rm_dir, tmp_path):
+    from infgrpo.rewards.reward_model import check_reward_model_files
+
+    check_reward_model_files(str(rm_dir))  # the good one passes
+    two = edited_copy(rm_dir, tmp_path / "two", id2label={"0": "NO", "1": "YES"}, label2id=None)
+    with pytest.raises(ConfigError, match=r"has a 2-label head \(config.json id2label\); a reward model has one label"):
+        check_reward_model_files(two)
+    default = edited_copy(rm_dir, tmp_path / "default", id2label=None, label2id=None)
+    with pytest.raises(ConfigError, match=r"has a 2-label head \(no id2label: transformers' default\)"):
+        check_reward_model_files(default)
+    bare = edited_copy(rm_dir, tmp_path / "bare", keep=["config.json", "model.safetensors"])
+    with pytest.raises(ConfigError, match=r"has no tokenizer that loads \(.*\); a reward model scores with its own"):
+        check_reward_model_files(bare)
+    small = edited_copy(rm_dir, tmp_path / "small", vocab_size=50)
+    tokens = len(AutoTokenizer.from_pretrained(rm_dir))
+    with pytest.raises(ConfigError, match=rf"tokenizer has {tokens} tokens and its config.json vocab_size=50: ids 50"):
+        check_reward_model_files(small)
+
+
+def test_the_command_line_names_a_bad_reward_model_before_anything_loads(rm_dir, tmp_path, capsys, monkeypatch):
+    from tests.helpers import refuse_model_load
+    from tests.test_fit import ROOT, cli_error
+
+    refuse_model_load(monkeypatch, tmp_path)
+    two = edited_copy(rm_dir, tmp_path / "two", id2label={"0": "NO", "1": "YES"}, label2id=None)
+    rewards = ["--model.rewards.functions", f'{{"{two}": 1.0}}', "--model.rewards.accuracy", "null"]
+    line = cli_error(capsys, "--config", str(ROOT / "configs" / "tiny.yaml"), *rewards)
+    assert line.startswith(f"error: model.rewards.functions: reward model: folder {two!r} has a 2-label head")

@@ -15,6 +15,7 @@ from infgrpo import GRPOModule, OptimizerConfig, SamplerConfig
 from infgrpo.data import PromptDataModule
 from infgrpo.fit import main
 from infgrpo.sampler.engine.finite import NonFiniteLogitsError
+from infgrpo.settings import ConfigError
 from infgrpo.training.divergence import (
     DivergenceError,
     check_update,
@@ -54,12 +55,18 @@ def test_float32_norm_overflows_for_huge_weights_but_not_for_a_float16_model():
     assert mixed.dtype == torch.float32 and mixed.item() == pytest.approx(math.sqrt(34))  # float64 is not narrowed
 
 
+def test_full_fine_tuning_of_float16_weights_is_refused_before_loading_and_lora_over_them_is_not():
+    with pytest.raises(ConfigError, match=r"^policy.dtype='float16' with lora.r=0 \(full fine-tuning\) cannot train: "):
+        check_settings(policy={"dtype": "float16"})
+    assert check_settings(policy={"dtype": "float16"}, lora={"r": 8}).policy.dtype == "float16"
+
+
 def test_likely_settings_put_float16_first_and_the_rate_only_after_an_update():
     keys = lambda s, updates: [k for k, _ in likely_settings(s, updates)]  # noqa: E731
     base = check_settings()
     assert keys(base, 0) == []
     assert keys(base, 3) == ["model.optimizer.learning_rate"]
-    half = check_settings(policy={"dtype": "float16"}, optimizer={"max_grad_norm": 0.0})
+    half = check_settings(policy={"dtype": "float16"}, lora={"r": 8}, optimizer={"max_grad_norm": 0.0})
     assert keys(half, 0) == ["model.policy.dtype"]
     assert keys(half, 1) == ["model.policy.dtype", "model.optimizer.learning_rate", "model.optimizer.max_grad_norm"]
     advice = dict(likely_settings(check_settings(optimizer={"learning_rate": 10.0}), 1))
@@ -143,9 +150,10 @@ def test_a_run_that_diverges_later_names_its_last_good_checkpoint(tmp_path):
 
 
 def test_a_float16_policy_with_non_finite_logits_stops_with_the_samplers_error_and_the_dtype(tmp_path):
-    module = GRPOModule(**{**SMALL, "policy": {"model_name_or_path": "tiny", "dtype": "float16"}})
+    half = {"policy": {"model_name_or_path": "tiny", "dtype": "float16"}, "lora": {"r": 8}}  # full: refused
+    module = GRPOModule(**{**SMALL, **half})
     with torch.no_grad():
-        module.policy.model.layers[0].mlp.down_proj.weight[0, 0] = math.inf  # the weights overflowed
+        module.policy.get_base_model().model.layers[0].mlp.down_proj.weight[0, 0] = math.inf  # they overflowed
     first = "^training diverged in the first rollout: non-finite logits at the prefill"
     with pytest.raises(DivergenceError, match=first) as e:
         trainer(tmp_path, 2).fit(module, data())

@@ -177,3 +177,19 @@ def test_a_0_1_checkpoint_loads_once_upgraded_and_names_the_command_until_then(t
     saved = torch.load(V01 / "step2.ckpt", weights_only=True)["state_dict"]
     for name, value in module.state_dict().items():
         assert torch.equal(value, saved[name]), name
+
+
+def test_upgrade_checkpoint_says_in_one_line_what_ckpt_path_says_of_a_file_that_is_no_checkpoint(tmp_path, capsys):
+    text, cut = tmp_path / "notes.txt", tmp_path / "cut.ckpt"
+    text.write_text("hello")
+    cut.write_bytes((V01 / "step2.ckpt").read_bytes()[:10_000])  # a copy cut short
+    for source, said in [
+        (text, "notes.txt is not a checkpoint written by Lightning"),
+        (cut, "cut.ckpt is incomplete: it starts as a torch.save archive but its end is missing (10,000 bytes)"),
+        (tmp_path / "gone.ckpt", "gone.ckpt is no file"),
+    ]:
+        with pytest.raises(SystemExit):
+            upgrade_main([str(source), str(tmp_path / "out.ckpt")])
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert said in lines[-1] and lines[-1].startswith("python -m infgrpo.upgrade_checkpoint: error:"), lines
+    assert not (tmp_path / "out.ckpt").exists()

@@ -75,19 +75,27 @@ def check_checkpoint_path(ckpt_path: str | None, settings: Any = None) -> dict[s
         path = path / DISTRIBUTED_META
     elif path.is_dir():
         return None
-    what = "a checkpoint written by Lightning (Trainer.save_checkpoint or ModelCheckpoint, a .ckpt file)"
-    if not zipfile.is_zipfile(path):
-        raise ConfigError(f"--ckpt_path={ckpt_path!r} {not_an_archive(path, what)}")
-    try:
-        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - whatever the unpickler says, the file is the problem
-        raise ConfigError(f"--ckpt_path={ckpt_path!r} is not {what} ({type(err).__name__}: {err})") from err
-    if not isinstance(state, dict) or ("state_dict" not in state and path.name != DISTRIBUTED_META):
-        keys = ", ".join(map(str, list(state)[:5])) if isinstance(state, dict) else type(state).__name__
-        raise ConfigError(f"--ckpt_path={ckpt_path!r} is not {what}: it holds {keys}, no state_dict")
+    state = read_checkpoint(path, f"--ckpt_path={ckpt_path!r}")
     mismatch = checkpoint_mismatch(state.get("hyper_parameters"), settings) if settings is not None else None
     if mismatch is not None:
         raise ConfigError(f"--ckpt_path={ckpt_path!r}: {mismatch}")
+    return state
+
+
+def read_checkpoint(path: Path, label: str) -> dict[str, Any]:
+    """The checkpoint dictionary in the local file ``path``, memory-mapped (no tensor is read); a ConfigError that
+    starts with ``label`` (``--ckpt_path='x.ckpt'``) when the file is no torch.save archive, one cut short, or no
+    checkpoint (no ``state_dict``; a distributed checkpoint's ``meta.pt`` has none)."""
+    what = "a checkpoint written by Lightning (Trainer.save_checkpoint or ModelCheckpoint, a .ckpt file)"
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(f"{label} {not_an_archive(path, what)}")
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - whatever the unpickler says, the file is the problem
+        raise ConfigError(f"{label} is not {what} ({type(err).__name__}: {err})") from err
+    if not isinstance(state, dict) or ("state_dict" not in state and path.name != DISTRIBUTED_META):
+        keys = ", ".join(map(str, list(state)[:5])) if isinstance(state, dict) else type(state).__name__
+        raise ConfigError(f"{label} is not {what}: it holds {keys}, no state_dict")
     return state
 
 

@@ -38,10 +38,21 @@ from infgrpo.training.preflight.checkpoints import (
 from infgrpo.training.preflight.data_check import check_system_prompt, check_training_data
 from infgrpo.training.preflight.files import check_run_folders, check_writable_folder, config_file_problem
 from infgrpo.training.preflight.fit_start import check_data_prompts, check_reward_rows
-from infgrpo.training.preflight.model_data import check_before_loading, check_max_steps, check_stop_tokens_of
+from infgrpo.training.preflight.model_data import (
+    check_before_loading,
+    check_max_steps,
+    check_reward_models,
+    check_stop_tokens_of,
+)
 from infgrpo.training.preflight.no_effect import warn_no_effect
 from infgrpo.training.preflight.resume_check import check_resume
-from infgrpo.training.preflight.trainer_check import check_sharded_policy, check_trainer_flags, world_size
+from infgrpo.training.preflight.trainer_check import (
+    check_graph_device,
+    check_sharded_policy,
+    check_trainer_flags,
+    runs_on_cuda,
+    world_size,
+)
 from infgrpo.training.settings_checks import check_judged_batch
 from infgrpo.trl.names import trl_keys
 
@@ -158,6 +169,23 @@ def every_prompt(module: FitStart) -> None:
     check_reward_rows(s.rewards.functions, datamodule)
 
 
+def graphs_device_of(run: CommandLine) -> None:
+    """``cuda_graphs: on`` needs the run on CUDA: ``trainer.accelerator`` and the machine's GPUs say where it runs."""
+    accelerator = run.config["trainer"].get("accelerator")
+    where = (
+        f"trainer.accelerator={accelerator!r} is no CUDA device"
+        if torch.cuda.is_available()
+        else f"this machine has no CUDA GPU (trainer.accelerator={accelerator!r})"
+    )
+    check_graph_device(run.settings.sampler.cuda_graphs, runs_on_cuda(accelerator, torch.cuda.is_available()), where)
+
+
+def graphs_device(module: FitStart) -> None:
+    """``cuda_graphs: on`` needs the trainer's device to be CUDA (the model is there as fit starts)."""
+    device = module.trainer.strategy.root_device
+    check_graph_device(module.settings.sampler.cuda_graphs, device.type == "cuda", f"the run is on {device}")
+
+
 BEFORE_LOADING = "GRPOModule.__init__ runs it, before it loads the model (fit starts after)"
 LIGHTNING_CHECKPOINT = "trainer.fit(ckpt_path=...) is Lightning's to find and load"
 
@@ -198,6 +226,10 @@ STEPS: tuple[Step, ...] = (
         "GRPOModule.configure_model checks the same rules on the strategy's device mesh, which exists there only",
     ),
     Step(
+        "CUDA graphs", "model.sampler.cuda_graphs, against trainer.accelerator and the machine's GPUs",
+        graphs_device_of, graphs_device,
+    ),
+    Step(
         "data settings", "data: each field, and system_prompt with chat_template",
         data_settings_of,
         "PromptDataModule checks the same rules itself: its fields when built, system_prompt as it encodes",
@@ -214,6 +246,11 @@ STEPS: tuple[Step, ...] = (
         "model source", "model.policy: model_name_or_path and gguf_file (local, cached, or on the hub)",
         lambda run: check_model_source(run.settings.policy.model_name_or_path, run.settings.policy.gguf_file),
         BEFORE_LOADING,
+    ),
+    Step(
+        "reward models", "model.rewards.functions: each reward model's config.json and tokenizer files (no weights)",
+        lambda run: check_reward_models(run.settings.rewards.functions),
+        lambda module: check_reward_models(module.settings.rewards.functions), prefix="model.rewards.functions: ",
     ),
     Step("checkpoint", "--ckpt_path: its name, and its file's settings", checkpoint_of, LIGHTNING_CHECKPOINT),
     Step(

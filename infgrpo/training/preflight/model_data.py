@@ -12,6 +12,9 @@ targets), and the first rows of the data with the tokenizer (:mod:`infgrpo.data.
 checks where the objects are used (as fit starts, every prompt against the context by the same rule,
 :func:`~infgrpo.sampler.model_support.context_overflow`; see :data:`~infgrpo.training.preflight.door.STEPS`).
 
+Reward models in ``rewards.functions`` are checked from their files (:func:`check_reward_models`: one label, a
+tokenizer that loads, a vocabulary that holds it), where they failed once loaded, after the policy.
+
 ``model.sampler.stop_token_ids`` are checked against the model's vocabulary (:func:`check_stop_tokens_of`): only
 the model's config is read (``AutoConfig``: ``config.json`` or a GGUF file's metadata, no weights), and only when
 stop ids are set; the rule is :func:`~infgrpo.sampler.stop_tokens.check_stop_token_ids`.
@@ -19,6 +22,7 @@ stop ids are set; the rule is :func:`~infgrpo.sampler.stop_tokens.check_stop_tok
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from transformers import PretrainedConfig
@@ -27,7 +31,10 @@ from infgrpo.data.first_rows import check_first_rows, first_rows
 from infgrpo.policy.load import load_tokenizer
 from infgrpo.policy.lora_targets import check_lora_targets
 from infgrpo.policy.model_config import load_model_config
+from infgrpo.rewards.core import REWARDS
+from infgrpo.rewards.reward_model import check_reward_model_files
 from infgrpo.rewards.signature import check_reward_columns
+from infgrpo.rewards.sources import is_model_source
 from infgrpo.sampler.model_support import context_overflow
 from infgrpo.sampler.stop_tokens import FIELD, check_stop_token_ids, config_vocab_size
 from infgrpo.settings import ConfigError
@@ -78,6 +85,14 @@ def check_before_loading(config: Any, settings: ModuleSettings) -> None:
     if rows:  # TRL-convention rewards name the columns they read (accuracy_reward: solution)
         columns = [*dict.fromkeys(k for row in rows for k in row), *(["answer"] if data.get("answer_column") else [])]
         check_reward_columns(settings.rewards.functions, columns, f"data.path={data['path']!r}")
+
+
+def check_reward_models(functions: Mapping[str, float]) -> None:
+    """:func:`~infgrpo.rewards.reward_model.check_reward_model_files` for each reward model among ``functions``
+    (``rewards.functions``): its head, tokenizer and vocabulary from its files, before it (or the policy) loads."""
+    for name in functions:
+        if is_model_source(name, REWARDS):
+            check_reward_model_files(name)
 
 
 def check_stop_tokens_of(policy: Any, stop_token_ids: list[int], field: str = FIELD) -> None:

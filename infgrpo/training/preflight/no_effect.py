@@ -11,7 +11,9 @@ cover:
 - a weight of 0 in ``rewards.functions``: the function is computed and logged, and adds nothing to the reward
   (unless it is ``rewards.accuracy``, kept for its accuracy metric); every weight 0 leaves no step a gradient;
 - ``data.config_name`` with a local ``data.path`` (``tiny``, a folder, a file) or a reasoning-gym task: it selects a
-  hub dataset's configuration only.
+  hub dataset's configuration only;
+- ``data.eval_fraction`` over a folder (or ``tiny``) that has a file of ``data.eval_split``: the fraction holds out
+  training rows, and that file goes unused (``data.eval_split: null`` says so and silences it).
 
 The shipped configs (``configs/*.yaml``) raise none of them.
 """
@@ -24,6 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from infgrpo.assets import TINY_DATA_DIR
+from infgrpo.data.local_files import FILE_TYPES
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
 from infgrpo.settings import InfgrpoWarning
 
@@ -81,6 +85,23 @@ def data_no_effect(data: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def eval_split_unused(data: Mapping[str, Any]) -> list[str]:
+    """A warning for ``data.eval_fraction`` over a folder (or ``tiny``) that has a file of ``data.eval_split``: the
+    fraction holds out training rows, and that file goes unused."""
+    fraction, split, path = data.get("eval_fraction") or 0.0, data.get("eval_split", "eval"), data.get("path", "tiny")
+    if not fraction or not split or not isinstance(path, str) or data.get("train_dataset") is not None:
+        return []
+    folder = TINY_DATA_DIR if path == "tiny" else Path(path).expanduser()
+    found = [f"{split}{ext}" for ext in FILE_TYPES if (folder / f"{split}{ext}").is_file()] if folder.is_dir() else []
+    if not found:
+        return []
+    return [
+        f"data.eval_fraction={fraction} holds out {fraction:.0%} of the training rows for evaluation, so data.path="
+        f"{path!r}'s own held-out split {split!r} ({found[0]}) goes unused: set data.eval_fraction 0 to score that "
+        "split, or data.eval_split null to hold out training rows without this warning"
+    ]
+
+
 def no_effect(settings: Any, data: Mapping[str, Any]) -> list[str]:
     """Every warning of the module for the checked ``settings`` (a ``ModuleSettings``) and ``data`` (a pure
     function)."""
@@ -88,6 +109,7 @@ def no_effect(settings: Any, data: Mapping[str, Any]) -> list[str]:
         *adaptive_no_effect(settings.adaptive_groups, settings.group_size),
         *reward_no_effect(settings.rewards.functions, settings.rewards.accuracy),
         *data_no_effect(data),
+        *eval_split_unused(data),
     ]
 
 

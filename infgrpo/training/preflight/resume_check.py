@@ -12,7 +12,10 @@ position (``PromptDataModule``: the epoch and the prompts of it consumed, in the
 - other training data (``data.path``, ``config_name``, ``train_split``, ``train_size``, ``eval_fraction``, a task's
   ``task_config`` / ``task_seed``), another ``model.group_size`` or ``data.batch_size``: a warning that says what the
   resumed run does with the saved position; an error where the position cannot apply (past the new data's rows, or
-  counted in batches of another size by a checkpoint of an older infgrpo).
+  counted in batches of another size by a checkpoint of an older infgrpo);
+- another ``trainer.max_steps`` under a ``linear`` or ``cosine`` schedule (the checkpoint's is ``infgrpo_max_steps``):
+  a printed note naming both, since the schedule decays over the new count from the resumed step on (a note: a run
+  resumed to train more steps is common, and meant).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from infgrpo.settings import ConfigError, InfgrpoWarning
 from infgrpo.training.compat_v01 import group_flat_hparams
+from infgrpo.training.optim import lr_factor
 from infgrpo.training.preflight.checkpoints import is_distributed_checkpoint
 from infgrpo.training.preflight.data_check import training_rows
 from infgrpo.training.preflight.trainer_check import is_sharded_strategy, world_size
@@ -126,6 +130,23 @@ def check_data_position(
         warnings.warn(f"[infgrpo] {where}: {message}", InfgrpoWarning, stacklevel=1)
 
 
+def schedule_change(step: Any, before: Any, max_steps: Any, optimizer: Any) -> str | None:
+    """What resuming at ``step`` under ``trainer.max_steps`` ``max_steps`` instead of the checkpoint's ``before``
+    does to a decaying schedule of ``optimizer`` (an ``OptimizerConfig``): None when nothing changes or either run
+    has no step limit (``max_epochs`` ends it)."""
+    schedule, warmup = optimizer.lr_scheduler_type, optimizer.warmup_steps
+    counts = all(isinstance(n, int) and not isinstance(n, bool) for n in (step, before, max_steps))
+    if schedule == "constant" or not counts or before == max_steps or min(before, max_steps) <= warmup:
+        return None
+    was, now = (lr_factor(schedule, warmup, total)(step) for total in (before, max_steps))
+    return (
+        f"trainer.max_steps={max_steps} differs from the checkpoint's run ({before}): the {schedule} learning-rate "
+        f"schedule decays to 0 at step {max_steps} instead, so at step {step} the rate is {now:.3g} x "
+        f"model.optimizer.learning_rate (the checkpoint's schedule: {was:.3g} x); --trainer.max_steps {before} "
+        "keeps the checkpoint's schedule"
+    )
+
+
 def check_resume(ckpt_path: str | None, state: Mapping[str, Any] | None, config: Any, settings: Any) -> None:
     """The checks of the module for ``--ckpt_path`` (its checkpoint ``state``) against the parsed ``config``
     (trainer, data) and the checked ``settings`` (a ``ModuleSettings``); nothing without a local checkpoint file."""
@@ -140,6 +161,11 @@ def check_resume(ckpt_path: str | None, state: Mapping[str, Any] | None, config:
             "infgrpo.FSDP2Strategy (or fsdp2) and the checkpoint's number of processes"
         )
     check_steps_left(ckpt_path, state.get("global_step"), config["trainer"].get("max_steps"))
+    change = schedule_change(
+        state.get("global_step"), state.get("infgrpo_max_steps"), config["trainer"].get("max_steps"), settings.optimizer
+    )
+    if change:  # a note, not a warning: a run resumed to train more steps is common, and meant
+        print(f"[infgrpo] note: --ckpt_path={ckpt_path!r}: {change}", flush=True)
     data = config["data"]
     data = data.as_dict() if hasattr(data, "as_dict") else dict(data)
     check_data_position(ckpt_path, state, data, settings.group_size, world_size(config["trainer"]))

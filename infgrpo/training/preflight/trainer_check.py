@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from lightning.pytorch.strategies import StrategyRegistry
 
 from infgrpo.settings import ConfigError
 from infgrpo.training.hparams import ModuleSettings
@@ -78,6 +79,12 @@ def check_strategy(strategy: Any) -> None:
             "rollout's length predictor gets no hidden states; use trainer.strategy: ddp (Lightning launches the "
             "processes first; or torchrun)"
         )
+    registry_name = isinstance(strategy, str) and "." not in strategy  # a dotted string is a class path
+    if registry_name and strategy not in StrategyRegistry and base_name(strategy) not in SHARDED:
+        raise ConfigError(  # Lightning's own list offers names infgrpo refuses (ddp_spawn, deepspeed, fsdp)
+            f"trainer.strategy={name!r} is no strategy name: {SUPPORTED}; leave it at auto for one device, or give "
+            "a strategy's class path"
+        )
 
 
 def check_model_parallel(strategy: Any) -> None:
@@ -137,6 +144,23 @@ def check_sharded_settings(name: str, load_in_4bit: bool, cuda_graphs: str) -> N
         raise ConfigError(
             f"model.sampler.cuda_graphs='on' is not supported with trainer.strategy={name!r}: a graph replays the "
             "addresses of weights that each step gathers anew; use 'auto' (no graphs when sharded) or 'off'"
+        )
+
+
+def runs_on_cuda(accelerator: Any, cuda_available: bool) -> bool:
+    """Whether ``trainer.accelerator`` puts the model on a CUDA device here (an accelerator object: assumed so)."""
+    if accelerator is not None and not isinstance(accelerator, str):
+        return True
+    return cuda_available and (accelerator or "auto").lower() in ("auto", "gpu", "cuda")
+
+
+def check_graph_device(cuda_graphs: str, on_cuda: bool, where: str) -> None:
+    """A ConfigError for ``model.sampler.cuda_graphs: on`` when the run is not on a CUDA device (``where`` says on
+    what it runs): the sampler refused it as it built its first decode step, after the model loaded."""
+    if cuda_graphs == "on" and not on_cuda:
+        raise ConfigError(
+            f"model.sampler.cuda_graphs='on' needs a CUDA device, and {where}: use 'auto' (graphs on CUDA, none "
+            "elsewhere) or 'off'"
         )
 
 

@@ -7,7 +7,8 @@ import warnings
 
 import pytest
 
-from infgrpo.training.preflight.trainer_check import world_size
+from infgrpo.settings import ConfigError
+from infgrpo.training.preflight.trainer_check import check_graph_device, runs_on_cuda, world_size
 from tests.helpers import Loaded, refuse_model_load
 from tests.test_fit import ROOT, cli_error
 from tests.training.preflight.test_fit_bad_input import data_folder, own_data
@@ -84,11 +85,41 @@ MODEL_PARALLEL = ["--trainer.strategy", "lightning.pytorch.strategies.ModelParal
         ),
         (["--trainer.gradient_clip_val", "0.5"], "trainer.gradient_clip_val=0.5 is not supported", "max_grad_norm 0.5"),
         (["--ckpt_path", "best"], "--ckpt_path='best' is the best checkpoint of a ModelCheckpoint", "--ckpt_path last"),
+        (["--trainer.strategy", "fsdp3"], "trainer.strategy='fsdp3' is no strategy name: infgrpo trains", "fsdp2"),
+        (
+            ["--trainer.accelerator", "cpu", "--model.sampler.cuda_graphs", "on"],
+            "model.sampler.cuda_graphs='on' needs a CUDA device, and ",
+            "use 'auto' (graphs on CUDA, none elsewhere) or 'off'",
+        ),
+        (
+            ["--model.policy.dtype", "float16"],
+            "model.policy.dtype='float16' with lora.r=0 (full fine-tuning) cannot train: ",
+            "use bfloat16 or float32 weights, or LoRA",
+        ),
     ],
 )
 def test_lightning_flags_the_module_cannot_take_name_ours(capsys, flags, named, ours):
     line = cli_error(capsys, *TINY, *flags)
     assert named in line and ours in line
+
+
+def test_an_unknown_strategy_names_only_what_infgrpo_takes(capsys):
+    line = cli_error(capsys, *TINY, "--trainer.strategy", "fsdp3")
+    assert "ddp_spawn" not in line and "deepspeed" not in line  # Lightning's list offers both; infgrpo refuses them
+
+
+def test_float16_weights_under_lora_and_a_strategys_class_path_pass_the_checks():
+    assert warnings_of(*TINY, "--model.policy.dtype", "float16", "--model.lora.r", "8") == []
+    assert warnings_of(*TINY, "--trainer.strategy", "lightning.pytorch.strategies.DDPStrategy") == []
+
+
+def test_cuda_graphs_on_needs_the_run_on_cuda():
+    check_graph_device("on", True, "")
+    check_graph_device("auto", False, "")
+    assert runs_on_cuda("auto", True) and runs_on_cuda(None, True) and runs_on_cuda("gpu", True)
+    assert not runs_on_cuda("cpu", True) and not runs_on_cuda("mps", True) and not runs_on_cuda("auto", False)
+    with pytest.raises(ConfigError, match=r"^model.sampler.cuda_graphs='on' needs a CUDA device, and it runs on cpu"):
+        check_graph_device("on", False, "it runs on cpu")
 
 
 def test_sharded_strategies_pass_the_checks():

@@ -26,12 +26,14 @@ def no_model_load(monkeypatch, tmp_path):
     refuse_model_load(monkeypatch, tmp_path)
 
 
-def checkpoint(path, step=3, group_size=8, consumed=24, **data):
-    """A checkpoint's top level as Lightning writes it (one small tensor for weights)."""
+def checkpoint(path, step=3, group_size=8, consumed=24, max_steps=None, **data):
+    """A checkpoint's top level as Lightning writes it (one small tensor for weights); ``max_steps``: the run's
+    ``trainer.max_steps``, as infgrpo writes it (absent: a checkpoint of an older infgrpo)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(
         {
             "state_dict": {"w": torch.zeros(2)}, "global_step": step,
+            **({"infgrpo_max_steps": max_steps} if max_steps is not None else {}),
             "hyper_parameters": {"group_size": group_size, "lora": {"r": 0}},
             "datamodule_hyper_parameters": {**SAVED_DATA, **data},
             "PromptDataModule": {"sampler": {"epoch": 0, "consumed_prompts": consumed, "seed": 0}},
@@ -144,3 +146,22 @@ def test_the_warnings_reach_the_command_line_once(tmp_path):
     assert found == [f"[infgrpo] --ckpt_path={str(ckpt)!r}: model.group_size=8 differs from the checkpoint's 4: the "
                      "resumed steps sample 8 completions a prompt (the checkpoint's steps sampled 4); its optimizer "
                      "state and data position carry over"]  # fmt: skip
+
+
+def test_resuming_under_another_max_steps_notes_both_when_the_schedule_decays(tmp_path, capsys):
+    ckpt = checkpoint(tmp_path / "c.ckpt", step=5, max_steps=10)
+    from infgrpo.fit import main
+
+    def noted(*flags):
+        with pytest.raises(Loaded):
+            main([*TINY, "--ckpt_path", str(ckpt), *flags])
+        return [line for line in capsys.readouterr().out.splitlines() if line.startswith("[infgrpo] note:")]
+
+    assert noted("--trainer.max_steps", "20") == [  # tiny.yaml's schedule is cosine
+        f"[infgrpo] note: --ckpt_path={str(ckpt)!r}: trainer.max_steps=20 differs from the checkpoint's run (10): the "
+        "cosine learning-rate schedule decays to 0 at step 20 instead, so at step 5 the rate is 0.854 x "
+        "model.optimizer.learning_rate (the checkpoint's schedule: 0.5 x); --trainer.max_steps 10 keeps the "
+        "checkpoint's schedule"
+    ]
+    assert noted("--trainer.max_steps", "10") == []  # the same count
+    assert noted("--trainer.max_steps", "20", "--model.optimizer.lr_scheduler_type", "constant") == []

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from infgrpo.training.hparams import check_settings
-from infgrpo.training.preflight.no_effect import data_no_effect, no_effect
+from infgrpo.training.preflight.no_effect import data_no_effect, eval_split_unused, no_effect
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.yaml"))
 
@@ -40,6 +40,20 @@ def test_config_name_warns_for_local_data_and_tasks_only(tmp_path):
     assert "is local data" in data_no_effect({"path": str(tmp_path / "train.jsonl"), "config_name": "main"})[0]
     assert "is a reasoning-gym task" in data_no_effect({"path": "reasoning_gym:chain_sum", "config_name": "x"})[0]
     assert data_no_effect({"path": "openai/gsm8k", "config_name": "main"}) == []
+
+
+def test_eval_fraction_over_data_with_its_own_eval_split_says_that_split_goes_unused(tmp_path):
+    (tmp_path / "train.jsonl").write_text('{"prompt": "rev ab"}\n')
+    assert eval_split_unused({"path": str(tmp_path), "eval_fraction": 0.1}) == []  # no eval file: nothing unused
+    (tmp_path / "eval.jsonl").write_text('{"prompt": "rev ba"}\n')
+    found = eval_split_unused({"path": str(tmp_path), "eval_fraction": 0.1})
+    assert len(found) == 1 and found[0].startswith(
+        f"data.eval_fraction=0.1 holds out 10% of the training rows for evaluation, so data.path={str(tmp_path)!r}'s "
+        "own held-out split 'eval' (eval.jsonl) goes unused: set data.eval_fraction 0"
+    ), found
+    assert "(eval.jsonl) goes unused" in eval_split_unused({"path": "tiny", "eval_fraction": 0.2})[0]
+    assert eval_split_unused({"path": "tiny", "eval_fraction": 0.2, "eval_split": None}) == []  # said: no warning
+    assert eval_split_unused({"path": str(tmp_path / "train.jsonl"), "eval_fraction": 0.1}) == []  # one file
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)

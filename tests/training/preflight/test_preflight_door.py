@@ -54,3 +54,9 @@ def test_the_python_api_warns_for_settings_that_do_nothing_as_the_command_line_d
             trainer(tmp_path, 1, callbacks=[StopAtTrainStart()]).fit(
                 module, PromptDataModule(path="tiny", batch_size=2)
             )
+
+
+def test_the_python_api_refuses_cuda_graphs_on_off_cuda_before_the_first_step(tmp_path):
+    module = GRPOModule(group_size=2, sampler=SamplerConfig(num_slots=2, max_new_tokens=8, cuda_graphs="on"))
+    with pytest.raises(ConfigError, match=r"^model.sampler.cuda_graphs='on' needs a CUDA device, and the run is on c"):
+        trainer(tmp_path, 1, callbacks=[StopAtTrainStart()]).fit(module, PromptDataModule(path="tiny", batch_size=2))
