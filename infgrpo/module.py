@@ -272,11 +272,9 @@ class GRPOModule(L.LightningModule):
         self.write_output()
 
     def write_output(self) -> None:
-        """Writes the trained adapter (LoRA) or model to ``output_dir`` (relative: under the run's root), when set,
-        once, from global rank 0, and prints where it went; if that write fails, into the run's version folder
-        (``rescued_to``; see :func:`~infgrpo.training.preflight.files.write_output_dir`). Every rank calls it: at
-        the end of fit, or as a signal stops the run (:class:`~infgrpo.callbacks.interruption.Interruption`), before
-        the held-out evaluation Lightning runs on a stop, which a scheduler's grace period may cut short."""
+        """Writes the trained adapter (LoRA) or model to ``output_dir`` once, on every rank's call (see
+        :func:`~infgrpo.training.preflight.files.write_output_dir`): at the end of fit, or first thing when a signal
+        stops the run (:class:`~infgrpo.callbacks.interruption.Interruption`), before Lightning's evaluation."""
         if self.settings.output_dir and not self._output_written:
             self._output_written = True
             what, full_state = "adapter" if self.settings.lora.r else "model", self.sharding.full_state
@@ -308,27 +306,18 @@ class GRPOModule(L.LightningModule):
         return adamw_for_run(self.policy, self.settings.optimizer, self.trainer, self.settings.update.num_iterations)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Adds the sampler's state (rollout count, length predictor) as ``infgrpo_sampler``, the update's (adaptive
-        entropy coefficient) as ``infgrpo_update``, every rank's :class:`~infgrpo.training.run_state.RunState`, and
-        ``trainer.max_steps`` as ``infgrpo_max_steps`` (a resume under another one is told its schedule changes)."""
-        checkpoint["infgrpo_max_steps"] = self.trainer.max_steps
-        checkpoint["infgrpo_sampler"] = self.sampler.state_dict()
-        checkpoint["infgrpo_update"] = self.updater.state_dict()
-        RunState.write(checkpoint, self.ranks, self.device, getattr(self._trainer, "datamodule", None))
+        """Adds the sampler's, the update's and the run's states (:class:`~infgrpo.training.run_state.RunState`)."""
+        RunState.write(checkpoint, self.sampler, self.updater, self.ranks, self.device, self._trainer)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Restores the sampler's state; keeps the random states for :meth:`on_train_start`.
+        """Restores the sampler's and the update's states; keeps the random states for :meth:`on_train_start`.
 
         A run resumes with the rollout seed it started with: a seed derived from ``seed_everything`` (``seed:
         null``) becomes the checkpoint's; an explicit one that differs is kept, with a warning.
         """
         self.settings = resumed_seed(self.settings, self._seed_given, checkpoint.get("hyper_parameters"))
         self.hparams["seed"] = self.settings.seed
-        if "infgrpo_sampler" in checkpoint:
-            self.sampler.load_state_dict(checkpoint["infgrpo_sampler"])
-        if "infgrpo_update" in checkpoint:
-            self.updater.load_state_dict(checkpoint["infgrpo_update"])
-        self._resume = RunState.read(checkpoint)  # restored when training starts
+        self._resume = RunState.read(checkpoint, self.sampler, self.updater)  # the rest when training starts
 
     def on_train_start(self) -> None:
         """Restores this rank's random state from a resumed checkpoint, so dropout continues exactly.

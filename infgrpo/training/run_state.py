@@ -99,10 +99,12 @@ def restore_stream_position(positions: list[int] | None, datamodule: Any, ranks:
 
 @dataclass
 class RunState:
-    r"""What a checkpoint adds to Lightning's for each rank: its random state and its stream position.
+    """What a checkpoint adds to Lightning's: the sampler's and the update's states, ``trainer.max_steps``, and each
+    rank's random state and stream position.
 
-    :meth:`write` runs on every rank (the gathers are collectives); a resumed run :meth:`read`\ s the checkpoint when
-    Lightning loads it and :meth:`restore`\ s once training starts, after fit start has seeded each rank.
+    :meth:`write` runs on every rank (the gathers are collectives). A resumed run calls :meth:`read` when Lightning
+    loads the checkpoint (the sampler and the update take their states at once) and :meth:`restore` for the rest once
+    training starts, after fit start has seeded each rank.
     """
 
     rng: dict[str, torch.Tensor] | None = None
@@ -111,14 +113,26 @@ class RunState:
     """Every rank's count of prompts drawn from the stream (``infgrpo_stream``)."""
 
     @staticmethod
-    def write(checkpoint: dict[str, Any], ranks: Ranks, device: torch.device, datamodule: Any) -> None:
-        """Adds ``infgrpo_rng`` and ``infgrpo_stream`` to ``checkpoint``."""
+    def write(
+        checkpoint: dict[str, Any], sampler: Any, update: Any, ranks: Ranks, device: torch.device, trainer: Any
+    ) -> None:
+        """Adds ``infgrpo_sampler`` (rollout count, length predictor) and ``infgrpo_update`` (adaptive entropy
+        coefficient) from their ``state_dict()``, ``infgrpo_max_steps`` (``trainer.max_steps``: a resume under another
+        one is told its schedule changes; None without a trainer), ``infgrpo_rng`` and ``infgrpo_stream``."""
+        checkpoint["infgrpo_sampler"] = sampler.state_dict()
+        checkpoint["infgrpo_update"] = update.state_dict()
+        checkpoint["infgrpo_max_steps"] = getattr(trainer, "max_steps", None)
         checkpoint["infgrpo_rng"] = gather_rng_state(ranks, device)
-        checkpoint["infgrpo_stream"] = gather_stream_positions(datamodule, ranks)
+        checkpoint["infgrpo_stream"] = gather_stream_positions(getattr(trainer, "datamodule", None), ranks)
 
     @classmethod
-    def read(cls, checkpoint: dict[str, Any]) -> RunState:
-        """The states ``checkpoint`` holds (None where it holds none)."""
+    def read(cls, checkpoint: dict[str, Any], sampler: Any, update: Any) -> RunState:
+        """Loads the sampler's and the update's states that ``checkpoint`` holds; the random states and streams it
+        holds (None where it holds none), for :meth:`restore`."""
+        if "infgrpo_sampler" in checkpoint:
+            sampler.load_state_dict(checkpoint["infgrpo_sampler"])
+        if "infgrpo_update" in checkpoint:
+            update.load_state_dict(checkpoint["infgrpo_update"])
         return cls(checkpoint.get("infgrpo_rng"), checkpoint.get("infgrpo_stream"))
 
     def restore(self, ranks: Ranks, device: torch.device, datamodule: Any) -> None:
