@@ -29,7 +29,7 @@ class BatchScores:
     """Per-completion scores of the whole global batch (every rank's rows in global order), each (N_global,)."""
 
     total: torch.Tensor
-    """Weighted reward (NaN: unscorable under ``rewards.on_error: skip``)."""
+    """Weighted reward (NaN: unscorable, no reward function applied; see :mod:`infgrpo.rewards.core`)."""
     lengths: torch.Tensor
     """Completion lengths in tokens."""
     truncated: torch.Tensor
