@@ -119,7 +119,7 @@ def score_rollouts(
         failed=scored.failed.to(dtype),
         parts=scored.parts,
         texts=texts,
-        extra={k: v for k, v in scored.log.extra.items() if len(v) == len(texts)},
+        extra=dict(scored.log.extra),  # one value per completion (score_rewards checks)
         metrics=scored.log.means(),
     )
 

@@ -33,7 +33,8 @@ TRL 1.16's rules, with no setting (``tests/rewards`` checks them against TRL's o
   The completions with a failed value are counted in ``train/rewards_failed`` too.
 
 Anything but a sequence of numbers and Nones, one per completion, is a bug of the function: a :class:`RewardError`
-whatever ``rewards.on_error`` says (:mod:`infgrpo.rewards.returns`).
+whatever ``rewards.on_error`` says (:mod:`infgrpo.rewards.returns`); so is a ``log_extra`` column with other than
+one value per completion (it would shift the completion table's rows).
 """
 
 from __future__ import annotations
@@ -187,6 +188,12 @@ def score_rewards(
     pending = [(name, fn) for name, fn in fns.items() if is_async(fn)]
     results = run_concurrently([lambda fn=fn, name=name: _await(name, fn, inputs, log) for name, fn in pending])
     returned.update((name, result) for (name, _), result in zip(pending, results, strict=True))
+    for column, logged in log.extra.items():  # a short column would shift the completion table's rows
+        if len(logged) != n:
+            raise RewardError(
+                f"log_extra({column!r}, ...) logged {len(logged)} values for {n} completions (rewards: "
+                f"{', '.join(rewards)}); log_extra takes one value per completion: the column of the completion table"
+            )
     total = torch.zeros(n)
     failed = torch.zeros(n, dtype=torch.bool)
     parts: dict[str, torch.Tensor] = {}

@@ -245,3 +245,14 @@ def test_infgrpo_02_rewards_are_served_with_a_warning_saying_how_to_port():
     with pytest.warns(InfgrpoFutureWarning, match="infgrpo 0.2's convention, served until 0.4; port it to TRL's"):
         scores = score({f"{__name__}:old_style": 1.0})
     assert scores.total.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def logs_short(completions, log_extra, **kwargs):
+    log_extra("verdict", ["ok"] * (len(completions) - 1))
+    return [1.0] * len(completions)
+
+
+def test_a_log_extra_column_of_the_wrong_length_is_named():
+    with pytest.raises(RewardError, match=r"log_extra\('verdict', ...\) logged 3 values for 4 completions \(rewards: "
+                       r".*logs_short\); log_extra takes one value per completion"):  # fmt: skip
+        score({f"{__name__}:logs_short": 1.0})
