@@ -85,7 +85,7 @@ def register_reward(name: str, fn: Any, **reward_model: Any) -> str:
     """Registers ``fn`` as the reward ``name`` (usable in ``rewards.functions``), for rewards made in Python: a
     factory's result (``get_soft_overlong_punishment(256, 64)``), a closure, or a sequence-classification model
     (a ``PreTrainedModel``: wrapped in :class:`~infgrpo.rewards.reward_model.RewardModel` with ``reward_model``'s
-    options, e.g. ``tokenizer=``). Registering a name again replaces it. Returns ``name``.
+    options, e.g. ``tokenizer=``). Registering one of your names again replaces it. Returns ``name``.
 
     A built-in's name (``synthetic``, ``overlong``, ...) is refused with a ConfigError: replacing it would change,
     for the rest of the process, every run that names the built-in (``synthetic`` is the default reward and
