@@ -256,3 +256,23 @@ def test_a_log_extra_column_of_the_wrong_length_is_named():
     with pytest.raises(RewardError, match=r"log_extra\('verdict', ...\) logged 3 values for 4 completions \(rewards: "
                        r".*logs_short\); log_extra takes one value per completion"):  # fmt: skip
         score({f"{__name__}:logs_short": 1.0})
+
+
+def test_trls_rewards_that_read_chat_messages_are_the_ones_found_to():
+    from infgrpo.rewards import resolve_reward
+    from infgrpo.rewards.signature import conversation_annotation
+
+    chat_only = [
+        "trl.rewards:accuracy_reward",
+        "trl.rewards:reasoning_accuracy_reward",
+        "trl.rewards:think_format_reward",
+        "trl.rewards:get_cosine_scaled_reward(max_len=10)",
+    ]
+    for name in chat_only:
+        fn = resolve_reward(name)
+        assert conversation_annotation(fn) == "list[list[dict[str,str]]]", name
+        with pytest.raises(TypeError):  # TRL's own function on string completions: the failure the check foresees
+            fn(completions=TEXTS, solution=SOLUTIONS, completion_ids=IDS)
+    assert conversation_annotation(resolve_reward(OVERLONG)) is None
+    assert conversation_annotation(resolve_reward(REPEAT)) is None
+    assert not [n for n in ("math", "format", "gsm8k", "synthetic") if conversation_annotation(resolve_reward(n))]
