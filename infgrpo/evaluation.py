@@ -6,8 +6,9 @@
 :func:`score_heldout` is the one scoring path: ``GRPOModule.validation_step`` and :func:`evaluate`
 (tutorials, ``bench train-tiny``) both call it. Rewards get ``completion_lengths`` and
 ``max_completion_length`` (the sampler's ``max_new_tokens``) as in training, through the same
-:class:`~infgrpo.scoring.Scorer`; failed rewards follow ``on_error`` (``rewards.on_error``) and are left out of the
-means (NaN under ``skip``). The keywords are named as the settings are (``accuracy``: ``rewards.accuracy``).
+:class:`~infgrpo.scoring.Scorer`; rows no reward applies to (NaN: None values, or failures under
+``rewards.on_error: skip``) are left out of the means. The keywords are named as the settings are (``accuracy``:
+``rewards.accuracy``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ class BatchScores:
     """Per-completion scores of the whole global batch (every rank's rows in global order), each (N_global,)."""
 
     total: torch.Tensor
-    """Weighted reward (NaN: unscorable under ``rewards.on_error: skip``)."""
+    """Weighted reward (NaN: unscorable, no reward function applied; see :mod:`infgrpo.rewards.core`)."""
     lengths: torch.Tensor
     """Completion lengths in tokens."""
     truncated: torch.Tensor
@@ -119,7 +119,7 @@ def score_rollouts(
         failed=scored.failed.to(dtype),
         parts=scored.parts,
         texts=texts,
-        extra={k: v for k, v in scored.log.extra.items() if len(v) == len(texts)},
+        extra=dict(scored.log.extra),  # one value per completion (score_rewards checks)
         metrics=scored.log.means(),
     )
 

@@ -1,4 +1,5 @@
 import inspect
+import math
 from pathlib import Path
 
 import lightning as L
@@ -9,6 +10,7 @@ from infgrpo import GRPOModule, OptimizerConfig, SamplerConfig
 from infgrpo.algo import Objective
 from infgrpo.data import PromptDataModule
 from infgrpo.rewards import RewardError
+from infgrpo.settings import InfgrpoWarning
 from infgrpo.update import LossConfig
 from tests.helpers import ALLOW_02_REWARDS, ALLOW_SKIP_OFF, merged, save_base, trainer
 
@@ -140,8 +142,16 @@ def test_reward_that_raises_stops_with_the_function_name(tmp_path):
         trainer(tmp_path, 1).fit(module, data())
 
 
+def synthetic_or_inf(completions, prompts, answer, **kwargs):
+    """The synthetic reward, failing (inf) on every second completion."""
+    from infgrpo.rewards.synthetic import synthetic_reward
+
+    scores = synthetic_reward(completions, prompts, answer)
+    return [math.inf if i % 2 else s for i, s in enumerate(scores)]
+
+
 def synthetic_or_none(completions, prompts, answer, **kwargs):
-    """The synthetic reward, failing (None) on every second completion."""
+    """The synthetic reward, not applying (None) to every second completion."""
     from infgrpo.rewards.synthetic import synthetic_reward
 
     scores = synthetic_reward(completions, prompts, answer)
@@ -149,13 +159,27 @@ def synthetic_or_none(completions, prompts, answer, **kwargs):
 
 
 @pytest.mark.parametrize("mode", ["skip", "zero"])
-def test_failed_rewards_are_counted_and_training_goes_on(tmp_path, mode):
-    name = f"{__name__}:synthetic_or_none"
+def test_failed_rewards_are_counted_warned_and_training_goes_on(tmp_path, mode):
+    name = f"{__name__}:synthetic_or_inf"
     module = GRPOModule(**SMALL, rewards={"functions": {name: 1.0}, "accuracy": name, "on_error": mode})
     t = trainer(tmp_path, 1)
-    t.fit(module, data())
+    with pytest.warns(
+        InfgrpoWarning, match=rf"returned inf for \d+ of \d+ completions: rewards.on_error={mode}|no reward"
+    ):
+        t.fit(module, data())
     m = t.callback_metrics
     assert m["train/rewards_failed"].item() == 4  # half of 2 prompts x 4 completions
+    assert torch.isfinite(m["train/reward"]) and torch.isfinite(m["train/accuracy"])
+
+
+def test_none_rewards_need_no_setting_and_are_no_failure(tmp_path):
+    name = f"{__name__}:synthetic_or_none"
+    module = GRPOModule(**SMALL, rewards={"functions": {name: 1.0}, "accuracy": name})
+    t = trainer(tmp_path, 1)
+    with pytest.warns(InfgrpoWarning, match=r"no reward for \d+ of \d+ completions"):  # the rows none applies to
+        t.fit(module, data())
+    m = t.callback_metrics
+    assert m["train/rewards_failed"].item() == 0
     assert torch.isfinite(m["train/reward"]) and torch.isfinite(m["train/accuracy"])
 
 

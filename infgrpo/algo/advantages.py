@@ -9,10 +9,10 @@ unbiased standard deviation + 1e-4 chosen by ``scale_rewards``:
   pass them as ``batch_rewards``);
 - ``none``:  no division (Dr. GRPO's recommendation).
 
-Failed rewards (NaN, from ``rewards.on_error: skip``) are handled as TRL 1.16 does: they are left out
-of the group mean and of every std (NaN-aware statistics), and their advantage is 0. A group with
-fewer than two scored rows has no std and gives every row advantage 0 (with ``scale_rewards``
-``group``); without NaN these are exactly the plain mean and unbiased std.
+Unscorable rows (NaN: no reward function applied to them, or every one failed under ``rewards.on_error: skip``)
+are handled as TRL 1.16 does: they are left out of the group mean and of every std (NaN-aware statistics), and
+their advantage is 0. A group with fewer than two scored rows has no std and gives every row advantage 0 (with
+``scale_rewards`` ``group``); without NaN these are exactly the plain mean and unbiased std.
 """
 
 from __future__ import annotations

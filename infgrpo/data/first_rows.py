@@ -84,6 +84,26 @@ def check_every_conversation(path: str, split: str, column: str) -> None:
                 check_messages(row[column], column, split, i)
 
 
+def split_rows(hp: Mapping[str, Any]) -> dict[str, tuple[str, list[dict[str, Any]] | None]]:
+    """``{split: (the data it is read from, in words; its first rows)}`` of the training split and the held-out one
+    the data module reads from local data (rows None where :func:`first_rows` gives none); held-out rows that
+    ``data.eval_fraction`` takes from the training split, or a single training file, have no split of their own."""
+    path, train = hp["path"], hp["train_split"]
+    rows = {
+        train: (
+            f"data.path={path!r} (split {train!r})",
+            first_rows(path, train, min(ROWS, hp.get("train_size") or ROWS)),
+        )
+    }
+    eval_path, eval_size = hp.get("eval_path"), min(ROWS, hp.get("eval_size") or 0)
+    if eval_size and eval_path is not None:
+        rows["eval"] = (f"data.eval_path={eval_path!r}", first_rows(eval_path, "eval", eval_size))
+    elif eval_size and hp.get("eval_split") and not hp.get("eval_fraction") and not Path(path).is_file():
+        split = hp["eval_split"]
+        rows[split] = (f"data.path={path!r} (held-out split {split!r})", first_rows(path, split, eval_size))
+    return rows
+
+
 def check_first_rows(
     hp: Mapping[str, Any], tokenizer: Callable[[], PreTrainedTokenizerBase]
 ) -> list[tuple[str, int, int]]:
@@ -94,17 +114,11 @@ def check_first_rows(
     """
     if hp.get("train_dataset") is not None:  # in memory (Python): the data module checks its rows
         return []
-    sizes = {hp["train_split"]: min(ROWS, hp.get("train_size") or ROWS)}  # the rows the data module takes
-    rows = {split: first_rows(hp["path"], split, n) for split, n in sizes.items()}
-    eval_path, eval_size = hp.get("eval_path"), min(ROWS, hp.get("eval_size") or 0)
-    if eval_size and eval_path is not None:
-        rows["eval"] = first_rows(eval_path, "eval", eval_size)
-    elif eval_size and hp.get("eval_split") and not hp.get("eval_fraction") and not Path(hp["path"]).is_file():
-        rows[hp["eval_split"]] = first_rows(hp["path"], hp["eval_split"], eval_size)
+    rows = {split: got for split, (_, got) in split_rows(hp).items()}
     columns = (hp["prompt_column"], hp["answer_column"], hp["prompt_template"])
     prompts = {s: [prompt_of(r, *columns, s, i)[1] for i, r in enumerate(got)] for s, got in rows.items() if got}
     if any(isinstance(p, list) for got in prompts.values() for p in got):  # chat messages: every row's, not 64
-        sources = {hp["train_split"]: hp["path"], "eval": eval_path or hp["path"]}
+        sources = {hp["train_split"]: hp["path"], "eval": hp.get("eval_path") or hp["path"]}
         for split in prompts:
             check_every_conversation(sources.get(split, hp["path"]), split, hp["prompt_column"])
     if not prompts:

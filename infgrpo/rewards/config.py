@@ -26,11 +26,12 @@ class RewardConfig:
     """The reward (one of ``functions``) whose value >= 1 counts as a correct answer, logged as accuracy;
     null disables the accuracy metric."""
     on_error: OnError = "raise"
-    """What a failed reward (the function raised, or returned None/NaN/inf) does: ``raise`` (stop, naming the
-    function and sample); ``zero`` (score it 0; the 0 enters its group's mean and std, so the failed row is
-    pushed down); ``skip`` (TRL 1.16: left out of the weighted sum; a completion whose every reward failed is
-    left out of its group's mean and std and gets advantage 0). Failed completions are counted in
-    ``train/rewards_failed``."""
+    """What a failed reward (the function raised, or returned inf) does: ``raise`` (stop, naming the function, as
+    TRL does); ``skip`` (left out of the weighted sum, as a None is); ``zero`` (score it 0; the 0 enters its group's
+    mean and std, so the failed row is pushed down). ``skip`` and ``zero`` warn each time, with the count, and the
+    failed completions are counted in ``train/rewards_failed``. A None (or NaN) value is no failure, whatever this
+    says: the function does not apply to that row and is left out of its sum, as TRL does (a row no function
+    applies to has reward NaN and advantage 0, with a warning)."""
 
     def __post_init__(self) -> None:
         check_types(self)

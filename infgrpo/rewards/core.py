@@ -13,25 +13,35 @@ with literal arguments too: ``"trl.rewards:get_soft_overlong_punishment(max_comp
 soft_punish_cache=64)"``), a sequence-classification reward model by its folder or hub id, or anything
 registered in Python with :func:`register_reward`.
 
-A reward *fails* for a sample when its function raises (all its samples fail), returns None, NaN or
-inf (``None`` per row is the contract's failed value; anything but a sequence of numbers and Nones, one per
-completion, is a bug of the function: a :class:`RewardError` in every mode, see :mod:`infgrpo.rewards.returns`).
-``rewards.on_error`` says what a failure then does:
+TRL 1.16's rules, with no setting (``tests/rewards`` checks them against TRL's own functions):
 
-- ``raise`` (default): stop with a :class:`RewardError` naming the function and the sample;
-- ``zero``: score the failed value 0; the 0 enters its group's mean and std like any reward (so a
-  failed row of rewards [1, fail, 0, 1] gets advantage -0.87: it is pushed down);
-- ``skip``: TRL 1.16's semantics: a failed value is NaN and the weighted sum leaves it out (NaN-sum);
-  a completion whose every reward failed is *unscorable*: its reward stays NaN, it is left out of its
-  group's mean and std and of the logged reward, and its advantage is 0 (rewards [1, fail, 0, 1]
-  give advantages [0.58, 0, -1.15, 0.58]).
+- ``None`` (or NaN, which TRL cannot tell from it) means *the function does not apply to this row* (a math reward
+  on a code row of a multi-task dataset): the function is left out of the row's weighted sum (NaN-sum). A row that
+  no function applies to is *unscorable*: its reward is NaN, it is left out of its group's mean and std and of the
+  logged reward, and its advantage is 0 (rewards [1, None, 0, 1] give advantages [0.58, 0, -1.15, 0.58]). TRL
+  logs a warning naming such a row; here it is an :class:`~infgrpo.settings.InfgrpoWarning` with the count, each
+  time it happens.
+- an exception, or an infinite value (TRL would sum it: the group's advantages become NaN, then 0, silently), is a
+  *failure*. ``rewards.on_error`` says what a failure does:
 
-In every mode the completions with a failed reward are counted in ``train/rewards_failed``.
+  - ``raise`` (default, as TRL): stop with a :class:`RewardError` naming the function (and the row, for a value);
+  - ``skip``: the failed values are left out, as a None is; an :class:`~infgrpo.settings.InfgrpoWarning` names
+    the function, the error and the completions it cost, with the running count, each time it happens;
+  - ``zero``: the failed values score 0, which enters its group's mean and std like any reward (so a failed row
+    of rewards [1, fail, 0, 1] gets advantage -0.87: it is pushed down); warned the same way.
+
+  The completions with a failed value are counted in ``train/rewards_failed`` too.
+
+Anything but a sequence of numbers and Nones, one per completion, is a bug of the function: a :class:`RewardError`
+whatever ``rewards.on_error`` says (:mod:`infgrpo.rewards.returns`); so is a ``log_extra`` column with other than
+one value per completion (it would shift the completion table's rows).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -41,13 +51,20 @@ import torch
 from infgrpo.registry import Registry, check_choice, choices
 from infgrpo.rewards.async_calls import run_concurrently
 from infgrpo.rewards.calls import RewardInputs, RewardLog, TrainerState, call_args, is_async
-from infgrpo.rewards.returns import RewardError, reward_values
+from infgrpo.rewards.returns import RewardError, abbreviated, reward_values
 from infgrpo.rewards.sources import resolve_source
+from infgrpo.settings import ConfigError, InfgrpoWarning
 
 RewardFn = Callable[..., Sequence[float | None]]
 REWARDS = Registry("rewards")
 OnError = Literal["raise", "zero", "skip"]
-"""What a failed reward does (``rewards.on_error``; see the module docstring)."""
+"""What a failed reward (an exception, an infinite value) does (``rewards.on_error``; see the module docstring)."""
+FAILURES: Counter[str] = Counter()
+"""This process's failed values skipped or zeroed so far, by reward name (the warnings give the running count)."""
+UNSCORED: Counter[str] = Counter()
+"""This process's unscorable completions so far (``"completions"``; the warning gives the running count)."""
+_REGISTERED: set[str] = set()
+"""The names :func:`register_reward` registered (it may replace those; the built-ins it refuses)."""
 
 
 def check_on_error(on_error: str, field: str = "rewards.on_error") -> str:
@@ -68,8 +85,18 @@ def register_reward(name: str, fn: Any, **reward_model: Any) -> str:
     """Registers ``fn`` as the reward ``name`` (usable in ``rewards.functions``), for rewards made in Python: a
     factory's result (``get_soft_overlong_punishment(256, 64)``), a closure, or a sequence-classification model
     (a ``PreTrainedModel``: wrapped in :class:`~infgrpo.rewards.reward_model.RewardModel` with ``reward_model``'s
-    options, e.g. ``tokenizer=``). Registering a name again replaces it. Returns ``name``."""
+    options, e.g. ``tokenizer=``). Registering one of your names again replaces it. Returns ``name``.
+
+    A built-in's name (``synthetic``, ``overlong``, ...) is refused with a ConfigError: replacing it would change,
+    for the rest of the process, every run that names the built-in (``synthetic`` is the default reward and
+    accuracy), while its logs still show the built-in's name."""
     import torch.nn as nn
+
+    if name in REWARDS and name not in _REGISTERED:
+        raise ConfigError(
+            f"register_reward({name!r}, ...): {name!r} is a built-in reward (built-ins: {', '.join(REWARDS.names())}) "
+            f"and is not replaced; register yours under another name, e.g. register_reward('my_{name}', ...)"
+        )
 
     if isinstance(fn, nn.Module):
         from infgrpo.rewards.reward_model import RewardModel
@@ -78,6 +105,7 @@ def register_reward(name: str, fn: Any, **reward_model: Any) -> str:
     elif not callable(fn):
         raise TypeError(f"register_reward({name!r}, ...) needs a callable or a model; got {type(fn).__name__}")
     REWARDS.replace(name, fn)
+    _REGISTERED.add(name)
     return name
 
 
@@ -97,11 +125,12 @@ class RewardScores:
     """The rewards of N completions: the weighted total, each function's values, and which failed."""
 
     total: torch.Tensor
-    """(N,) float32 weighted sum; NaN where every function failed under ``on_error="skip"``."""
+    """(N,) float32 weighted sum of the values that apply (NaN-sum); NaN where none does (unscorable)."""
     parts: dict[str, torch.Tensor]
-    """Each reward function's raw (N,) values (NaN where it failed under ``skip``, 0 under ``zero``)."""
+    """Each reward function's raw (N,) values: NaN where it returned None (or failed under ``skip``), 0 where it
+    failed under ``zero``."""
     failed: torch.Tensor
-    """(N,) bool: the completions for which at least one reward failed."""
+    """(N,) bool: the completions for which at least one reward failed (raised, or gave an infinite value)."""
     log: RewardLog = field(default_factory=RewardLog)
     """What the functions logged: ``log_extra`` columns and ``log_metric`` values."""
 
@@ -139,11 +168,11 @@ def score_rewards(
     """Weighted sum of the reward functions over ``completions``, with each function's values and the failures.
 
     ``metadata[i]`` is completion i's dataset row (its columns reach TRL-convention functions by name),
-    ``prompts[i]`` its prompt as the dataset gave it (default: the row's ``prompt``). ``on_error="raise"`` turns
-    a failing function or a None/NaN/inf value into a :class:`RewardError` naming the function and the sample;
-    ``"zero"`` scores such values 0; ``"skip"`` keeps them NaN in the function's values, sums the others (NaN-sum)
-    and leaves the total NaN where every function failed (TRL 1.16; see the module docstring). ``async``
-    functions run concurrently, after the others.
+    ``prompts[i]`` its prompt as the dataset gave it (default: the row's ``prompt``). A None (or NaN) value leaves
+    its function out of the row's sum (NaN-sum), and a row with no value at all is NaN, with a warning; a function
+    that raises or returns inf is a failure: a :class:`RewardError` naming the function under ``on_error="raise"``,
+    left out (``"skip"``) or scored 0 (``"zero"``) with a warning (see the module docstring). ``async`` functions
+    run concurrently, after the others.
     """
     check_on_error(on_error)
     inputs = RewardInputs(
@@ -155,57 +184,101 @@ def score_rewards(
     for name, fn in fns.items():  # plain functions in order; async ones gathered after
         if not is_async(fn):
             args, kwargs = call_args(name, fn, inputs, log)
-            returned[name] = _call(name, lambda fn=fn, args=args, kwargs=kwargs: fn(*args, **kwargs), on_error, n)
+            returned[name] = _call(lambda fn=fn, args=args, kwargs=kwargs: fn(*args, **kwargs))
     pending = [(name, fn) for name, fn in fns.items() if is_async(fn)]
     results = run_concurrently([lambda fn=fn, name=name: _await(name, fn, inputs, log) for name, fn in pending])
-    for (name, _), result in zip(pending, results, strict=True):
-        returned[name] = _outcome(name, result, on_error, n)
+    returned.update((name, result) for (name, _), result in zip(pending, results, strict=True))
+    for column, logged in log.extra.items():  # a short column would shift the completion table's rows
+        if len(logged) != n:
+            raise RewardError(
+                f"log_extra({column!r}, ...) logged {len(logged)} values for {n} completions (rewards: "
+                f"{', '.join(rewards)}); log_extra takes one value per completion: the column of the completion table"
+            )
     total = torch.zeros(n)
     failed = torch.zeros(n, dtype=torch.bool)
     parts: dict[str, torch.Tensor] = {}
     for name, weight in rewards.items():
-        values = reward_values(name, returned[name], n)  # a RewardError unless n numbers or Nones
-        vals = torch.tensor([v if v is not None else math.nan for v in values])
-        bad = (~torch.isfinite(vals)).nonzero().flatten().tolist()
-        if bad and on_error == "raise":
-            i = bad[0]
-            raise RewardError(
-                f"reward {name!r} returned {values[i]!r} for sample {i} (completion "
-                f"{completions[i][:80]!r}, metadata {metadata[i]}); rewards must be finite numbers. "
-                "Set rewards.on_error: skip (TRL's handling) or zero to go on (--model.rewards.on_error skip)."
-            )
+        vals, bad, why = _values(name, returned[name], n, on_error, completions, metadata)
+        if bad:
+            _warn_failed(name, why, len(bad), n, on_error)
         vals[bad] = 0.0 if on_error == "zero" else math.nan
         failed[bad] = True
         parts[name] = vals
         total += float(weight) * vals.nan_to_num(nan=0.0)
-    if on_error == "skip":
-        total[torch.stack(list(parts.values())).isnan().all(dim=0)] = math.nan  # unscorable rows
+    unscorable = torch.stack(list(parts.values())).isnan().all(dim=0)
+    total[unscorable] = math.nan  # TRL: a row no function applies to has no reward (left out, advantage 0)
+    if unscorable.any():
+        _warn_unscorable(unscorable, completions, metadata, list(rewards))
     return RewardScores(total, parts, failed, log)
 
 
-def _call(name: str, call: Callable[[], Any], on_error: str, n: int) -> Any:
-    """What ``call`` returned; a RewardError when it raised and ``on_error`` is raise, else n failed values."""
+def _values(
+    name: str, result: Any, n: int, on_error: str, completions: list[str], metadata: list[dict]
+) -> tuple[torch.Tensor, list[int], str]:
+    """(the (N,) values, None and NaN as NaN; the rows that failed; why) of what reward ``name`` gave: an exception
+    fails every row, an infinite value its row; a RewardError for either under ``on_error="raise"``."""
+    if isinstance(result, BaseException):
+        if on_error == "raise":
+            raise RewardError(
+                f"reward {name!r} raised {type(result).__name__}: {result} (set rewards.on_error: skip to leave a "
+                "raising reward out of the rows it raised for, with a warning each time)"
+            ) from result
+        return torch.full((n,), math.nan), list(range(n)), f"raised {type(result).__name__}: {result}"
+    values = reward_values(name, result, n)  # a RewardError unless n numbers or Nones
+    vals = torch.tensor([v if v is not None else math.nan for v in values])
+    bad = vals.isinf().nonzero().flatten().tolist()
+    if bad and on_error == "raise":
+        i = bad[0]
+        raise RewardError(
+            f"reward {name!r} returned {values[i]!r} for sample {i} (completion {completions[i][:80]!r}, metadata "
+            f"{metadata[i]}); rewards must be finite numbers, or None for a row the function does not apply to. "
+            "Set rewards.on_error: skip (leave it out) or zero to go on, warned (--model.rewards.on_error skip)."
+        )
+    return vals, bad, f"returned {values[bad[0]]!r}" if bad else ""
+
+
+def _warn_failed(name: str, why: str, count: int, n: int, on_error: str) -> None:
+    """The warning of ``count`` of ``n`` failed values of reward ``name``, with this process's running count."""
+    FAILURES[name] += count
+    done = "left out of their rewards" if on_error == "skip" else "scored 0"
+    warnings.warn(
+        f"[infgrpo] reward {name!r} {why} for {count} of {n} completions: rewards.on_error={on_error} {done} "
+        f"({FAILURES[name]} failed values of {name!r} so far); set rewards.on_error: raise to stop at the failure",
+        InfgrpoWarning,
+        stacklevel=3,
+    )
+
+
+def _warn_unscorable(rows: torch.Tensor, completions: list[str], metadata: list[dict], names: list[str]) -> None:
+    """The warning of the completions (``rows``, bool (N,)) that no reward applies to, naming the first, with this
+    process's running count (TRL logs one for such a row)."""
+    count, first = int(rows.sum()), int(rows.nonzero()[0])
+    UNSCORED["completions"] += count
+    warnings.warn(
+        f"[infgrpo] no reward for {count} of {len(completions)} completions: every reward function "
+        f"({', '.join(names)}) returned None (or failed) for them (first: completion {completions[first][:60]!r} "
+        f"of the row {abbreviated(dict(metadata[first]), 120)}); as TRL does, their reward is NaN, left out of "
+        f"their group's mean and std, and their advantage is 0 ({UNSCORED['completions']} such completions so "
+        "far). Give every row a reward that applies to it",
+        InfgrpoWarning,
+        stacklevel=3,
+    )
+
+
+def _call(call: Callable[[], Any]) -> Any:
+    """What ``call`` returned, or the exception it raised (a RewardError is raised on)."""
     try:
         return call()
     except RewardError:
         raise
     except Exception as err:  # noqa: BLE001 - user code: any failure is the function's
-        return _outcome(name, err, on_error, n)
+        return err
 
 
 async def _await(name: str, fn: RewardFn, inputs: RewardInputs, log: RewardLog) -> Any:
     """The awaited value of async ``fn``'s call."""
     args, kwargs = call_args(name, fn, inputs, log)
     return await fn(*args, **kwargs)
-
-
-def _outcome(name: str, result: Any, on_error: str, n: int) -> Any:
-    """``result``, or for an exception a RewardError (``raise``) or n failed values (None each)."""
-    if isinstance(result, BaseException):
-        if on_error == "raise":
-            raise RewardError(f"reward {name!r} raised {type(result).__name__}: {result}") from result
-        return [None] * n
-    return result
 
 
 def compute_rewards(

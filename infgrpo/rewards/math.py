@@ -4,8 +4,8 @@
 reference (the row's ``answer``) is read by ``math_verify.parse`` with its defaults; the completion
 by LaTeX extraction only (``\\boxed{}`` first, then ``$...$`` and other LaTeX environments; bare text
 numbers do not count), the first match; the reward is ``verify(reference, completion)`` (1.0 or
-0.0). A reference that math-verify cannot read gives None (TRL skips such an example; here the
-sample's reward fails and ``rewards.on_error`` decides). Equal values in other forms match:
+0.0). A reference that math-verify cannot read gives None (the reward does not apply to that row: left out of
+its sum, as TRL does). Equal values in other forms match:
 ``\\frac{1}{2}`` and ``0.5``, ``2^{10}`` and ``1024``, sets, intervals, ``12\\%`` and ``0.12``.
 
 ``gsm8k`` / ``numeric`` compare final *numbers* (equal within 1e-6). The final answer of a text is

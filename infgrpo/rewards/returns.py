@@ -2,8 +2,8 @@
 
     reward_values("my_module:score", fn(completions, metadata), n=8)   # [1.0, None, 0.5, ...]
 
-The contract is TRL's: a list (or tuple, array, tensor) of ``n`` numbers, ``None`` for a row the function
-could not score (a *failed* value, which ``rewards.on_error`` handles like NaN). Anything else is a bug in the
+The contract is TRL's: a list (or tuple, array, tensor) of ``n`` numbers, ``None`` for a row the function does
+not apply to (left out of that row's sum: :mod:`infgrpo.rewards.core`). Anything else is a bug in the
 function, not a failure of one sample: a :class:`RewardError` naming the function,
 what it returned (abbreviated) and what it must return, whatever ``rewards.on_error`` says.
 """

@@ -2,6 +2,7 @@
 
     check_reward_call("my_pkg.rewards:score", score)   # ConfigError unless TRL's call (or 0.2's) can bind
     needed_columns(accuracy_reward)                     # ["solution"]: checked against the data's columns
+    check_reward_data(functions, rows, prompts, "the held-out split")   # columns, and conversational completions
 
 Rewards are called in TRL's convention, by keyword (:mod:`infgrpo.rewards.calls`); a function whose second
 parameter is ``metadata`` gets infgrpo 0.2's ``fn(completions, metadata, **info)``. A function that can take
@@ -9,16 +10,21 @@ neither (positional-only parameters, ``*args`` and nothing else) would fail at t
 loaded and the first rollout decoded; binding the signature finds it before anything loads. The dataset columns a
 TRL-convention function needs (its required parameters that TRL's call does not pass otherwise) are checked
 against the data's first rows by the command line, before the model loads
-(:func:`~infgrpo.training.preflight.model_data.check_before_loading`), and against every row when fit starts.
+(:func:`~infgrpo.training.preflight.model_data.check_before_loading`), and against the rows when fit starts, for
+the training and the held-out rows alike. So is the kind of completion a function reads: one whose ``completions``
+parameter is annotated as chat messages (``list[list[dict[str, str]]]``: TRL's ``accuracy_reward``,
+``reasoning_accuracy_reward``, ``think_format_reward`` and ``get_cosine_scaled_reward``'s read
+``completion[0]["content"]``) cannot score the plain-string completions of string prompts (TRL stops there with a
+``TypeError`` at the first step).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from infgrpo.rewards.calls import INFO_KEYS, PASSED, named_only, needed_columns, takes_metadata
+from infgrpo.rewards.calls import INFO_KEYS, PASSED, named_only, needed_columns, parameters, takes_metadata
 from infgrpo.settings import ConfigError
 
 EXPECTED = (
@@ -59,4 +65,39 @@ def check_reward_columns(functions: Iterable[str], columns: Iterable[str], where
                 f"reward {name!r} needs the dataset column {missing[0]!r} (its parameter {missing[0]}), which {where} "
                 f"lacks; columns: {', '.join(have)}. Give the data a {missing[0]!r} column (or a reward that reads "
                 "one it has)"
+            )
+
+
+def conversation_annotation(fn: Any) -> str | None:
+    """The annotation of ``fn``'s ``completions`` parameter when it reads as a list of chat messages per completion
+    (``list[list[dict[str, str]]]``, as TRL's conversational rewards declare it), else None."""
+    param = next((p for p in parameters(fn) or [] if p.name == "completions"), None)
+    if param is None or param.annotation is param.empty:
+        return None
+    text = param.annotation if isinstance(param.annotation, str) else str(param.annotation)
+    text = text.replace("typing.", "").replace(" ", "")
+    return text if text.lower().startswith("list[list[dict") else None
+
+
+def check_reward_data(
+    functions: Iterable[str], rows: Sequence[Mapping[str, Any]], prompts: Sequence[Any], where: str
+) -> None:
+    """A ConfigError for the first reward of ``functions`` (names) that ``rows`` (their prompts: ``prompts``)
+    cannot feed: a dataset column it needs that the rows lack (:func:`check_reward_columns`), or chat-message
+    completions where a prompt is a string (:func:`conversation_annotation`). ``where`` names the rows."""
+    from infgrpo.rewards.core import resolve_reward  # the registry's module imports this one
+
+    names = list(functions)
+    check_reward_columns(names, dict.fromkeys(k for row in rows for k in row), where)
+    text = next((i for i, p in enumerate(prompts) if not isinstance(p, list)), None)
+    for name in names if text is not None else []:
+        annotation = conversation_annotation(resolve_reward(name))
+        if annotation is not None:
+            raise ConfigError(
+                f"reward {name!r} reads conversational completions (its completions parameter is {annotation}: "
+                f"completion[0]['content']), but the prompts of {where} are strings (row {text}), so its completions "
+                "are strings and it would stop at the first step (TRL stops there too, with a TypeError); give the "
+                "data conversational prompts (lists of {role, content} messages in data.prompt_column), or use a "
+                "reward that reads text (the built-ins read both: math for accuracy_reward, format for think/answer "
+                "tags)"
             )

@@ -12,10 +12,11 @@ policy that solved every prompt also has equal rewards and may have a low entrop
 so that the reader can tell which. The entropy is the update's mean over the tokens of the rows it ran (with
 ``update.skip_zero_advantage`` and no reward spread: one row).
 
-The other way nothing trains with every number finite: under ``rewards.on_error: skip`` a reward that fails for
-every completion (a function that raises, a column it needs that is missing) leaves every completion unscorable
-(its reward NaN, its advantage 0): the logged reward is NaN step after step. That warns once too, after the same
-number of steps in a row, naming ``rewards.on_error`` and the functions.
+The other way nothing trains with every number finite: a reward that returns None for every completion (it applies
+to none of the rows) or fails for every one under ``rewards.on_error: skip`` (a function that raises) leaves every
+completion unscorable (its reward NaN, its advantage 0): the logged reward is NaN step after step. The scoring
+warns at each such step (:mod:`infgrpo.rewards.core`); this says once, after the same number of steps in a row,
+that nothing trains, naming the functions.
 """
 
 from __future__ import annotations
@@ -72,10 +73,11 @@ def unscorable_message(first: int, last: int, rewards: RewardConfig | None) -> s
     """The warning for steps ``first``-``last`` in which every completion was unscorable under ``rewards``."""
     names = ", ".join(rewards.functions) if rewards is not None else "the reward functions"
     return (
-        f"[infgrpo] no completion had a reward in steps {first}-{last}: every reward function ({names}) failed for "
-        "every completion, and model.rewards.on_error=skip leaves such completions out (reward NaN, advantage 0), so "
-        "the loss is 0 and nothing trains. Run with --model.rewards.on_error raise to see the first failure (a "
-        "column a reward needs, an exception it raises)."
+        f"[infgrpo] no completion had a reward in steps {first}-{last}: every reward function ({names}) returned "
+        "None (does not apply) or failed for every completion, so every completion is left out (reward NaN, "
+        "advantage 0), the loss is 0 and nothing trains. Give the rows a reward that applies to them; with "
+        "model.rewards.on_error skip, run with --model.rewards.on_error raise to see the first failure (a column a "
+        "reward needs, an exception it raises)."
     )
 
 

@@ -70,7 +70,7 @@ def step_metrics(
     local = [times[0], times[1], float(st["decode_steps"]), st["slot_utilization"]]
     per_rank = ranks.gather(torch.tensor([local], dtype=torch.float64))  # (world, 4)
     metrics: dict[str, Any] = {
-        "reward": batch.total.nanmean(),  # failed rewards (NaN under skip) left out, as TRL does
+        "reward": batch.total.nanmean(),  # unscorable rows (NaN) left out, as TRL does
         "reward_std": nanstd(batch.total),
         "rewards_failed": batch.failed.sum(),  # completions with a failed reward (rewards.on_error)
         "completion_length": batch.lengths.mean(),

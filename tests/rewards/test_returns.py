@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from infgrpo.rewards import RewardError, compute_rewards, score_rewards
+from infgrpo.settings import InfgrpoWarning
 from tests.helpers import ALLOW_02_REWARDS
 
 META = [{"answer": "a"}, {"answer": "b"}]
@@ -65,11 +66,15 @@ def test_numpy_and_tensor_numbers_and_none_per_row_are_the_contract():
     assert total.tolist() == [0.5, 2.0]
     total, _ = compute_rewards({f"{__name__}:a_tensor": 1.0}, ["a", "b"], META)
     assert total.tolist() == [1.0, 0.0]
-    scores = score_rewards({f"{__name__}:one_none": 1.0}, ["a", "b"], META, on_error="zero")
-    assert scores.total.tolist() == [0.0, 1.0] and scores.failed.tolist() == [True, False]
+    with pytest.warns(InfgrpoWarning, match="no reward for 1 of 2 completions"):  # None: the row is left out
+        scores = score_rewards({f"{__name__}:one_none": 1.0}, ["a", "b"], META, on_error="zero")
+    assert scores.total.isnan().tolist() == [True, False] and scores.total[1] == 1.0 and not scores.failed.any()
 
 
-@ALLOW_02_REWARDS
-def test_a_nan_reward_names_the_key_the_cli_takes():
-    with pytest.raises(RewardError, match=r"Set rewards\.on_error: skip"):
-        compute_rewards({f"{__name__}:one_none": 1.0}, ["a", "b"], META)
+def an_inf(completions, **kwargs):
+    return [float("inf"), 1]
+
+
+def test_an_infinite_reward_names_the_key_the_cli_takes():
+    with pytest.raises(RewardError, match=r"Set rewards\.on_error: skip .*\(--model\.rewards\.on_error skip\)"):
+        compute_rewards({f"{__name__}:an_inf": 1.0}, ["a", "b"], META)

@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from infgrpo.rewards import RewardError, check_rewards, compute_rewards, resolve_reward, score_rewards
+from infgrpo.rewards import RewardError, check_rewards, compute_rewards, register_reward, resolve_reward, score_rewards
+from infgrpo.settings import ConfigError, InfgrpoWarning
 from tests.helpers import ALLOW_02_REWARDS
 
 
@@ -12,6 +13,10 @@ def boom(completions, metadata):
 
 def nan_on_second(completions, metadata):
     return [1.0, math.nan] + [0.0] * (len(completions) - 2)
+
+
+def inf_on_second(completions, **kwargs):
+    return [1.0, -math.inf] + [0.0] * (len(completions) - 2)
 
 
 def length_bonus(completions, metadata):
@@ -36,18 +41,28 @@ def test_weighted_sum_and_user_callable_by_import_path():
 
 @ALLOW_02_REWARDS
 def test_raising_reward_names_the_function():
-    with pytest.raises(RewardError, match=r"reward '.*:boom' raised RuntimeError: parser exploded"):
+    with pytest.raises(RewardError, match=r"reward '.*:boom' raised RuntimeError: parser exploded \(set rewards"):
         compute_rewards({f"{__name__}:boom": 1.0}, ["a", "b"], META)
-    total, _ = compute_rewards({f"{__name__}:boom": 1.0}, ["a", "b"], META, on_error="zero")
+    with pytest.warns(InfgrpoWarning, match=r"reward '.*:boom' raised RuntimeError: parser exploded for 2 of 2 "):
+        total, _ = compute_rewards({f"{__name__}:boom": 1.0}, ["a", "b"], META, on_error="zero")
     assert total.tolist() == [0.0, 0.0]
 
 
-@ALLOW_02_REWARDS
-def test_nan_reward_names_the_function_and_sample():
-    with pytest.raises(RewardError, match=r"reward '.*nan_on_second' returned nan for sample 1 .*'1 2'"):
-        compute_rewards({f"{__name__}:nan_on_second": 1.0}, ["a", "1 2"], META)
-    total, _ = compute_rewards({f"{__name__}:nan_on_second": 1.0}, ["a", "1 2"], META, on_error="zero")
+def test_an_infinite_reward_names_the_function_and_sample():
+    with pytest.raises(RewardError, match=r"reward '.*inf_on_second' returned -inf for sample 1 .*'1 2'"):
+        compute_rewards({f"{__name__}:inf_on_second": 1.0}, ["a", "1 2"], META)
+    with pytest.warns(InfgrpoWarning, match=r"returned -inf for 1 of 2 completions: rewards.on_error=zero scored 0"):
+        total, _ = compute_rewards({f"{__name__}:inf_on_second": 1.0}, ["a", "1 2"], META, on_error="zero")
     assert total.tolist() == [1.0, 0.0]
+
+
+@ALLOW_02_REWARDS
+@pytest.mark.parametrize("on_error", ["raise", "zero", "skip"])
+def test_nan_is_none_as_in_trl_whatever_on_error_says(on_error):
+    rewards = {f"{__name__}:nan_on_second": 1.0, f"{__name__}:length_bonus": 2.0}
+    scores = score_rewards(rewards, ["abcde", "ab"], META, on_error=on_error)
+    assert scores.total.tolist() == pytest.approx([1.0 + 2.0 * 0.5, 2.0 * 0.2])
+    assert not scores.failed.any()
 
 
 def test_unknown_reward_names_are_clear_errors():
@@ -136,33 +151,64 @@ def test_overlong_penalty_receives_token_lengths():
         compute_rewards({"overlong": 1.0}, ["a"], [{}])
 
 
-def none_on_second(completions, metadata):
+def none_on_second(completions, **kwargs):
     return [1.0, None] + [0.0] * (len(completions) - 2)
 
 
-@ALLOW_02_REWARDS
-def test_skip_keeps_a_failed_reward_nan_and_counts_it():
-    scores = score_rewards({f"{__name__}:none_on_second": 1.0}, ["a", "b", "c"], META + META[:1], on_error="skip")
-    total, parts, failed = scores.total, scores.parts, scores.failed
-    assert total[0] == 1.0 and math.isnan(total[1]) and total[2] == 0.0
-    assert math.isnan(parts[f"{__name__}:none_on_second"][1])
-    assert failed.tolist() == [False, True, False]
+def none_on_first_two(completions, **kwargs):
+    return [None, None] + [0.5] * (len(completions) - 2)
 
 
-def test_skip_sums_the_rewards_that_did_not_fail_as_trl_does():
-    # TRL: nansum of the weighted functions; a row is unscorable only when every function failed
+@pytest.mark.parametrize("on_error", ["raise", "zero", "skip"])
+def test_none_leaves_the_function_out_of_the_row_with_no_setting(on_error):
+    # TRL: nansum of the weighted functions; a None is no failure, whatever on_error says
     rewards = {f"{__name__}:none_on_second": 1.0, f"{__name__}:length_bonus": 2.0}
-    scores = score_rewards(rewards, ["abcde", "ab"], META, on_error="skip")
-    total, _, failed = scores.total, scores.parts, scores.failed
-    assert total.tolist() == pytest.approx([1.0 + 2.0 * 0.5, 2.0 * 0.2])
-    assert failed.tolist() == [False, True]
-    total, _ = compute_rewards({f"{__name__}:boom": 1.0}, ["a", "b"], META, on_error="skip")
+    scores = score_rewards(rewards, ["abcde", "ab"], META, on_error=on_error)
+    assert scores.total.tolist() == pytest.approx([1.0 + 2.0 * 0.5, 2.0 * 0.2])
+    assert math.isnan(scores.parts[f"{__name__}:none_on_second"][1])
+    assert scores.failed.tolist() == [False, False]
+
+
+def test_a_row_no_function_applies_to_is_nan_and_warns_at_once():
+    rewards = {f"{__name__}:none_on_second": 1.0, f"{__name__}:none_on_first_two": 1.0}
+    with pytest.warns(InfgrpoWarning, match=r"no reward for 1 of 3 completions: every reward function \(.*none_on_"
+                      r"second, .*none_on_first_two\) returned None \(or failed\) for them \(first: completion 'b' of "
+                      r"the row \{'prompt': 'count 1 3'.*advantage is 0 \((\d+) such completions so far"):  # fmt: skip
+        scores = score_rewards(rewards, ["a", "b", "c"], META + META[:1])
+    assert scores.total[0] == 1.0 and math.isnan(scores.total[1]) and scores.total[2] == 0.5
+    assert not scores.failed.any()
+
+
+@ALLOW_02_REWARDS
+def test_skip_leaves_a_raising_reward_out_and_warns_with_the_count_each_time():
+    rewards = {f"{__name__}:boom": 1.0, f"{__name__}:length_bonus": 2.0}
+    counts = []
+    for _ in range(2):
+        with pytest.warns(InfgrpoWarning, match=r"raised RuntimeError: parser exploded for 2 of 2 completions: "
+                          r"rewards.on_error=skip left out of their rewards \(\d+ failed values") as seen:  # fmt: skip
+            scores = score_rewards(rewards, ["abcde", "ab"], META, on_error="skip")
+        counts.append(int(str(seen[0].message).split("(")[-1].split()[0]))
+        assert scores.total.tolist() == pytest.approx([2.0 * 0.5, 2.0 * 0.2]) and scores.failed.all()
+    assert counts[1] == counts[0] + 2  # the running count: a new line each time
+
+
+@ALLOW_02_REWARDS
+def test_skip_of_the_only_reward_leaves_rows_unscorable_with_both_warnings():
+    with pytest.warns(InfgrpoWarning) as seen:
+        total, _ = compute_rewards({f"{__name__}:boom": 1.0}, ["a", "b"], META, on_error="skip")
     assert total.isnan().all()
+    assert [str(w.message).split(" ")[1] for w in seen] == ["reward", "no"]  # the failure, then the rows
 
 
-def test_zero_scores_a_failed_reward_zero_and_counts_it():
-    scores = score_rewards({f"{__name__}:none_on_second": 1.0}, ["a", "b"], META, on_error="zero")
-    assert scores.total.tolist() == [1.0, 0.0] and scores.failed.tolist() == [False, True]
+def test_register_reward_refuses_a_built_ins_name_and_replaces_its_own():
+    with pytest.raises(ConfigError, match=r"register_reward\('synthetic', ...\): 'synthetic' is a built-in reward "
+                       r"\(built-ins: .*\) and is not replaced; register yours under another name, e.g. "
+                       r"register_reward\('my_synthetic', ...\)"):  # fmt: skip
+        register_reward("synthetic", length_bonus)
+    assert resolve_reward("synthetic") is not length_bonus
+    register_reward("my_length", length_bonus)
+    register_reward("my_length", boom)  # a user's own name: registering again replaces it
+    assert resolve_reward("my_length") is boom
 
 
 def test_unknown_on_error_names_its_key_and_the_valid_choices():

@@ -1,6 +1,9 @@
 """Reward functions written for TRL 1.16 run unchanged: TRL's call, TRL's own rewards, logging, async, 0.2's call."""
 
 import asyncio
+import logging
+import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,7 +16,7 @@ from trl.rewards import (
 
 from infgrpo.rewards import RewardError, TrainerState, register_reward, score_rewards
 from infgrpo.rewards.config import RewardConfig
-from infgrpo.settings import ConfigError, InfgrpoFutureWarning
+from infgrpo.settings import ConfigError, InfgrpoFutureWarning, InfgrpoWarning
 
 TEXTS = [
     r"<think>3 and 4</think> The answer is \boxed{7}.",
@@ -37,7 +40,6 @@ def rows(conversational: bool):
 
 
 def score(rewards, conversational=True, **kw):
-    kw.setdefault("on_error", "skip")
     return score_rewards(rewards, TEXTS, rows(conversational), completion_ids=IDS, **kw)
 
 
@@ -74,8 +76,105 @@ def test_on_standard_rows_completions_are_strings_as_trl_gives_them():
 
 def test_none_is_trls_unscorable_value():
     unparseable = [{"prompt": [{"role": "user", "content": "?"}], "solution": "no math here"}] * len(TEXTS)
-    scores = score_rewards({"trl.rewards:accuracy_reward": 1.0}, TEXTS, unparseable, on_error="skip")
-    assert scores.total.isnan().all() and scores.failed.all()
+    with pytest.warns(InfgrpoWarning, match="no reward for 4 of 4 completions"):
+        scores = score_rewards({"trl.rewards:accuracy_reward": 1.0}, TEXTS, unparseable)
+    assert scores.total.isnan().all() and not scores.failed.any()  # no setting: None is no failure
+
+
+def trl_rewards_per_function(functions, rows, completions):
+    """TRL 1.16's own ``GRPOTrainer._calculate_rewards`` (one process) on ``rows``: (N, functions) float32, NaN where
+    a function returned None; run on a stand-in trainer that holds what the method reads."""
+    from accelerate import PartialState
+    from trl.trainer.grpo_trainer import GRPOTrainer
+
+    PartialState(cpu=True)  # TRL's logger needs accelerate's state
+    trainer = SimpleNamespace(
+        accelerator=SimpleNamespace(device=torch.device("cpu"), is_main_process=True),
+        reward_funcs=list(functions),
+        reward_processing_classes=[None] * len(functions),
+        reward_func_names=[f.__name__ for f in functions],
+        state=SimpleNamespace(global_step=0),
+        args=SimpleNamespace(report_to=[]),
+        environments=None,
+        _log_completion_extra=lambda column, values: None,
+        _log_metric=lambda name, value: None,
+    )
+    prompts = [row["prompt"] for row in rows]
+    return GRPOTrainer._calculate_rewards(trainer, rows, prompts, completions, [[1]] * len(rows))
+
+
+def trl_totals(per_function, weights):
+    """TRL 1.16's combination (``_generate_and_score_completions``, sum_then_normalize): the weighted NaN-sum of
+    each row's values, NaN for a row whose every value is NaN (unscorable)."""
+    totals = (per_function * torch.tensor(weights).unsqueeze(0)).nansum(dim=1)
+    totals[per_function.isnan().all(dim=1)] = math.nan
+    return totals
+
+
+MULTI_TASK = [
+    {"prompt": "What is 2+2?", "task": "math", "solution": "4"},
+    {"prompt": "Write a function that adds two numbers.", "task": "code", "solution": ""},
+    {"prompt": "What is 3*4?", "task": "math", "solution": "12"},
+    {"prompt": "Write a function that multiplies two numbers.", "task": "code", "solution": ""},
+]
+MULTI_TASK_COMPLETIONS = ["4", "def add(a, b): return a + b", "7", "return a * b"]
+
+
+def math_task_reward(prompts, completions, task, solution, **kwargs):
+    """TRL's multi-task example's shape: scores the math rows, None for the others."""
+    rows = zip(completions, task, solution, strict=True)
+    return [(1.0 if c.strip() == s else -1.0) if t == "math" else None for c, t, s in rows]
+
+
+def code_task_reward(prompts, completions, task, **kwargs):
+    """Scores the code rows, None for the others."""
+    rows = zip(completions, task, strict=True)
+    return [(1.0 if c.startswith("def ") else -1.0) if t == "code" else None for c, t in rows]
+
+
+def test_trls_multi_task_example_runs_unchanged_with_trls_totals():
+    functions, weights = (math_task_reward, code_task_reward), [1.0, 0.5]
+    want = trl_rewards_per_function(functions, MULTI_TASK, MULTI_TASK_COMPLETIONS)
+    rewards = {f"{__name__}:{f.__name__}": w for f, w in zip(functions, weights, strict=True)}
+    scores = score_rewards(rewards, MULTI_TASK_COMPLETIONS, MULTI_TASK)  # no on_error: None needs no setting
+    got = torch.stack(list(scores.parts.values()), dim=1)
+    assert torch.equal(got.isnan(), want.isnan()) and want.isnan().any()  # None where TRL has NaN
+    assert got.nan_to_num(7.0).tolist() == want.nan_to_num(7.0).tolist()
+    assert scores.total.tolist() == trl_totals(want, weights).tolist() == [1.0, 0.5, -1.0, -0.5]
+    assert not scores.failed.any()
+
+
+def test_a_row_no_reward_applies_to_is_nan_and_warned_as_trl_logs_it(caplog):
+    rows = [*MULTI_TASK[:2], {"prompt": "Tell me a joke.", "task": "chat", "solution": ""}]
+    completions = [*MULTI_TASK_COMPLETIONS[:2], "no"]
+    functions, weights = (math_task_reward, code_task_reward), [1.0, 1.0]
+    with caplog.at_level(logging.WARNING):
+        want = trl_totals(trl_rewards_per_function(functions, rows, completions), weights)
+    assert "All reward functions returned None" in caplog.text  # TRL's warning for such a row
+    rewards = {f"{__name__}:{f.__name__}": w for f, w in zip(functions, weights, strict=True)}
+    with pytest.warns(InfgrpoWarning, match=r"no reward for 1 of 3 completions: .* \(first: completion 'no' of the "
+                      r"row \{'prompt': 'Tell me a joke.'"):  # fmt: skip
+        scores = score_rewards(rewards, completions, rows)
+    assert scores.total.nan_to_num(7.0).tolist() == want.nan_to_num(7.0).tolist() == [1.0, 1.0, 7.0]
+
+
+def nan_and_inf(completions, **kwargs):
+    return [math.nan, math.inf] + [1.0] * (len(completions) - 2)
+
+
+def raises(completions, **kwargs):
+    raise KeyError("solution")
+
+
+def test_nan_is_trls_none_and_inf_or_an_exception_stops_as_trl_would_not_silently_train():
+    want = trl_rewards_per_function([nan_and_inf], MULTI_TASK, MULTI_TASK_COMPLETIONS)
+    assert math.isnan(want[0, 0]) and math.isinf(want[1, 0])  # TRL: NaN is None; inf is summed into the group
+    with pytest.raises(RewardError, match=r"reward '.*nan_and_inf' returned inf for sample 1 "):
+        score_rewards({f"{__name__}:nan_and_inf": 1.0}, MULTI_TASK_COMPLETIONS, MULTI_TASK)
+    with pytest.raises(KeyError):
+        trl_rewards_per_function([raises], MULTI_TASK, MULTI_TASK_COMPLETIONS)  # TRL stops on an exception
+    with pytest.raises(RewardError, match=r"reward '.*:raises' raised KeyError: 'solution' \(set rewards.on_error"):
+        score_rewards({f"{__name__}:raises": 1.0}, MULTI_TASK_COMPLETIONS, MULTI_TASK)
 
 
 def seen(prompts, completions, completion_ids, level, trainer_state, log_metric, **kwargs):
@@ -146,3 +245,34 @@ def test_infgrpo_02_rewards_are_served_with_a_warning_saying_how_to_port():
     with pytest.warns(InfgrpoFutureWarning, match="infgrpo 0.2's convention, served until 0.4; port it to TRL's"):
         scores = score({f"{__name__}:old_style": 1.0})
     assert scores.total.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def logs_short(completions, log_extra, **kwargs):
+    log_extra("verdict", ["ok"] * (len(completions) - 1))
+    return [1.0] * len(completions)
+
+
+def test_a_log_extra_column_of_the_wrong_length_is_named():
+    with pytest.raises(RewardError, match=r"log_extra\('verdict', ...\) logged 3 values for 4 completions \(rewards: "
+                       r".*logs_short\); log_extra takes one value per completion"):  # fmt: skip
+        score({f"{__name__}:logs_short": 1.0})
+
+
+def test_trls_rewards_that_read_chat_messages_are_the_ones_found_to():
+    from infgrpo.rewards import resolve_reward
+    from infgrpo.rewards.signature import conversation_annotation
+
+    chat_only = [
+        "trl.rewards:accuracy_reward",
+        "trl.rewards:reasoning_accuracy_reward",
+        "trl.rewards:think_format_reward",
+        "trl.rewards:get_cosine_scaled_reward(max_len=10)",
+    ]
+    for name in chat_only:
+        fn = resolve_reward(name)
+        assert conversation_annotation(fn) == "list[list[dict[str,str]]]", name
+        with pytest.raises(TypeError):  # TRL's own function on string completions: the failure the check foresees
+            fn(completions=TEXTS, solution=SOLUTIONS, completion_ids=IDS)
+    assert conversation_annotation(resolve_reward(OVERLONG)) is None
+    assert conversation_annotation(resolve_reward(REPEAT)) is None
+    assert not [n for n in ("math", "format", "gsm8k", "synthetic") if conversation_annotation(resolve_reward(n))]

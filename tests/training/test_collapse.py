@@ -74,15 +74,17 @@ def test_unscorable_steps_warn_once_naming_on_error_and_the_functions():
     assert not unscorable(ALIVE) and not unscorable({})
 
 
-def test_a_run_whose_reward_always_fails_under_skip_warns(tmp_path):
+def test_a_run_whose_reward_never_applies_warns_at_each_step_and_once_that_nothing_trains(tmp_path):
     register_reward("unscored", lambda completions, **kwargs: [None] * len(completions))
     module = GRPOModule(
         group_size=2,
         sampler=SamplerConfig(num_slots=2, max_new_tokens=4),
-        rewards=RewardConfig(functions={"unscored": 1.0}, accuracy=None, on_error="skip"),
+        rewards=RewardConfig(functions={"unscored": 1.0}, accuracy=None),  # None needs no on_error
     )
-    with pytest.warns(
-        InfgrpoWarning, match=r"no completion had a reward in steps 1-3: every reward function \(unscored"
-    ):
+    with pytest.warns(InfgrpoWarning) as seen:
         trainer(tmp_path, 3).fit(module, PromptDataModule(path="tiny", batch_size=1, eval_size=1))
+    texts = [str(w.message) for w in seen if issubclass(w.category, InfgrpoWarning)]
+    assert [t for t in texts if t.startswith("[infgrpo] no reward for 2 of 2 completions: every reward function")]
+    assert [t for t in texts if "no completion had a reward in steps 1-3: every reward function (unscored" in t]
+    assert all(t.startswith(("[infgrpo] no reward for", "[infgrpo] no completion had a reward")) for t in texts)
     assert module.collapse.warned_unscorable

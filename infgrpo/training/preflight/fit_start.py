@@ -10,9 +10,10 @@ length plus ``sampler.max_new_tokens`` exceeds the context would otherwise stop 
 (hours in, on a real run). Data modules without ``train_items`` / ``eval_items`` (plain dataloaders) are left to
 the sampler's own check at each rollout.
 
-A TRL-convention reward that needs a dataset column (``accuracy_reward`` reads ``solution``) is checked against
-the training rows' columns here, before the first rollout (the command line checks the first rows even earlier,
-before the model loads); a sequence-classification reward model moves to the policy's device and dtype.
+A TRL-convention reward that needs a dataset column (``accuracy_reward`` reads ``solution``), or chat-message
+completions, is checked against the training and the held-out rows here, before the first rollout (the command line
+checks the first rows even earlier, before the model loads); a sequence-classification reward model moves to the
+policy's device and dtype.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from transformers import PreTrainedModel
 
 from infgrpo.policy.config import PolicyConfig, QuantizationConfig
 from infgrpo.rewards import resolve_reward
-from infgrpo.rewards.signature import check_reward_columns
+from infgrpo.rewards.signature import check_reward_data
 from infgrpo.runtime.hardware import cpu_flags, slow_cpu_dtype
 from infgrpo.sampler.model_support import check_prompts
 from infgrpo.settings import InfgrpoWarning
@@ -49,11 +50,12 @@ def check_data_prompts(model: PreTrainedModel, datamodule: Any, max_new_tokens: 
 
 
 def check_reward_rows(functions: dict[str, float], datamodule: Any) -> None:
-    """Raises a ConfigError naming the reward and the column the training rows (the first 64) lack."""
-    items = getattr(datamodule, "train_items", None)
-    if items:
-        columns = dict.fromkeys(k for item in items[:64] for k in item["meta"])
-        check_reward_columns(functions, columns, "the training rows")
+    """Raises a ConfigError naming the reward and the rows (training or held-out, the first 64 of each) it cannot
+    score: a column they lack, or string prompts for a reward that reads chat messages."""
+    for where, attribute in (("the training split", "train_items"), ("the held-out split", "eval_items")):
+        items = (getattr(datamodule, attribute, None) or [])[:64]
+        if items:
+            check_reward_data(functions, [item["meta"] for item in items], [item["prompt"] for item in items], where)
 
 
 def move_reward_models(functions: dict[str, float], device: torch.device, dtype: torch.dtype) -> None:

@@ -27,13 +27,14 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-from infgrpo.data.first_rows import check_first_rows, first_rows
+from infgrpo.data.first_rows import check_first_rows, split_rows
+from infgrpo.data.prompt_rows import prompt_of
 from infgrpo.policy.load import load_tokenizer
 from infgrpo.policy.lora_targets import check_lora_targets
 from infgrpo.policy.model_config import load_model_config
 from infgrpo.rewards.core import REWARDS
 from infgrpo.rewards.reward_model import check_reward_model_files
-from infgrpo.rewards.signature import check_reward_columns
+from infgrpo.rewards.signature import check_reward_data
 from infgrpo.rewards.sources import is_model_source
 from infgrpo.sampler.model_support import context_overflow
 from infgrpo.sampler.stop_tokens import FIELD, check_stop_token_ids, config_vocab_size
@@ -81,10 +82,19 @@ def check_before_loading(config: Any, settings: ModuleSettings) -> None:
     data = data.as_dict() if hasattr(data, "as_dict") else dict(data)
     prompts = check_first_rows(data, lambda: load_tokenizer(policy.model_name_or_path, policy.gguf_file))
     check_context(model_config, settings.sampler.max_new_tokens, prompts)
-    rows = first_rows(data["path"], data["train_split"]) if data.get("train_dataset") is None else None
-    if rows:  # TRL-convention rewards name the columns they read (accuracy_reward: solution)
-        columns = [*dict.fromkeys(k for row in rows for k in row), *(["answer"] if data.get("answer_column") else [])]
-        check_reward_columns(settings.rewards.functions, columns, f"data.path={data['path']!r}")
+    if data.get("train_dataset") is None:
+        check_reward_splits(settings.rewards.functions, data)
+
+
+def check_reward_splits(functions: dict[str, float], data: dict[str, Any]) -> None:
+    """The first rows of the training and held-out splits of local ``data`` against what ``functions`` read (the
+    columns TRL-convention rewards name, ``accuracy_reward``'s ``solution``; conversational completions): a
+    ConfigError naming the reward and the data (:func:`~infgrpo.rewards.signature.check_reward_data`)."""
+    columns = (data["prompt_column"], data["answer_column"], data["prompt_template"])
+    for split, (where, rows) in split_rows(data).items():
+        if rows:
+            pairs = [prompt_of(row, *columns, split, i) for i, row in enumerate(rows)]  # rows as the rewards get them
+            check_reward_data(functions, [row for row, _ in pairs], [prompt for _, prompt in pairs], where)
 
 
 def check_reward_models(functions: Mapping[str, float]) -> None:

@@ -143,6 +143,25 @@ def test_a_trl_reward_needing_a_column_the_data_lacks_is_named_before_loading(ca
     assert "columns: task, prompt, answer" in line
 
 
+def test_a_trl_reward_reading_chat_messages_on_string_prompts_is_named_before_loading(capsys):
+    name = "trl.rewards:think_format_reward"  # reads completion[0]["content"]: conversational rows only
+    line = cli_error(capsys, *TINY, "--model.rewards.functions", f"{{{name}: 1.0}}", "--model.rewards.accuracy", "null")
+    assert f"reward {name!r} reads conversational completions (its completions parameter is " in line
+    assert "but the prompts of data.path='tiny' (split 'train') are strings (row 0)" in line
+
+
+def test_held_out_rows_lacking_a_rewards_column_are_named_before_loading(capsys, tmp_path):
+    turn = [{"role": "user", "content": "What is 3+4?"}]
+    train = "".join(json.dumps({"prompt": turn, "solution": "7"}) + "\n" for _ in range(8))
+    folder = data_folder(tmp_path, train)
+    (tmp_path / "eval.jsonl").write_text(json.dumps({"prompt": turn, "answer": "7"}) + "\n")
+    name = "trl.rewards:accuracy_reward"
+    args = ["--model.rewards.functions", f"{{{name}: 1.0}}", "--model.rewards.accuracy", "null"]
+    line = cli_error(capsys, *TINY, *own_data(folder), *args, "--data.eval_path", str(tmp_path / "eval.jsonl"))
+    assert f"reward {name!r} needs the dataset column 'solution' (its parameter solution), which " in line
+    assert f"data.eval_path={str(tmp_path / 'eval.jsonl')!r} lacks; columns: prompt, answer" in line
+
+
 def test_malformed_chat_messages_are_named_before_loading(capsys, tmp_path):
     rows = [{"prompt": [{"role": "user", "content": "rev ab"}]}] * 100 + [{"prompt": [{"role": "user"}]}]  # past 64
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

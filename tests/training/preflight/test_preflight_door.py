@@ -60,3 +60,19 @@ def test_the_python_api_refuses_cuda_graphs_on_off_cuda_before_the_first_step(tm
     module = GRPOModule(group_size=2, sampler=SamplerConfig(num_slots=2, max_new_tokens=8, cuda_graphs="on"))
     with pytest.raises(ConfigError, match=r"^model.sampler.cuda_graphs='on' needs a CUDA device, and the run is on c"):
         trainer(tmp_path, 1, callbacks=[StopAtTrainStart()]).fit(module, PromptDataModule(path="tiny", batch_size=2))
+
+
+def test_the_python_api_checks_the_held_out_rows_for_what_the_rewards_read():
+    from types import SimpleNamespace
+
+    from infgrpo.training.preflight.fit_start import check_reward_rows
+
+    turn = [{"role": "user", "content": "What is 3+4?"}]
+    good = [{"prompt": turn, "meta": {"prompt": turn, "solution": "7"}}]
+    data = SimpleNamespace(train_items=good, eval_items=[{"prompt": turn, "meta": {"prompt": turn, "answer": "7"}}])
+    with pytest.raises(ConfigError, match=r"needs the dataset column 'solution' .* which the held-out split lacks"):
+        check_reward_rows({"trl.rewards:accuracy_reward": 1.0}, data)
+    data.eval_items = [{"prompt": "What is 3+4?", "meta": {"prompt": "What is 3+4?", "solution": "7"}}]
+    with pytest.raises(ConfigError, match=r"reads conversational completions .* prompts of the held-out split are "):
+        check_reward_rows({"trl.rewards:accuracy_reward": 1.0}, data)
+    check_reward_rows({"format": 1.0}, data)  # the built-ins read both kinds
