@@ -174,6 +174,8 @@ def test_rewards_resolve_as_trl_s_script_does_with_their_weights():
     assert "\n" not in line and line.startswith("reward_funcs: 'tag_count', 'length' are neither TRL's names")
     assert "'tag_count' -> the recipe function's import path, e.g. 'my_recipe.rewards:tag_count_reward'" in line
     assert "'length' -> " in line and "get_cosine_scaled_reward, get_repetition_penalty_reward" in line
+    with pytest.raises(ConversionError, match=r"'cosine_scaled' -> 'trl.rewards:get_cosine_scaled_reward\(<its arg"):
+        convert({"reward_funcs": ["cosine_scaled"]})  # a name of the installed trl.rewards: its import path
 
 
 def test_lora_and_4_bit_loading_follow_use_peft():

@@ -207,12 +207,20 @@ def _reward_name(trl: TrlSettings, func: str, notes: list[str]) -> str | None:
 
 def _unknown_rewards(funcs: list[str]) -> str:
     """The one line for the reward names that resolve to nothing, each with what to write instead."""
-    each = "; ".join(f"{f!r} -> the recipe function's import path, e.g. 'my_recipe.rewards:{f}_reward'" for f in funcs)
+    installed = trl_reward_functions()
+
+    def instead(name: str) -> str:
+        twin = next((n for n in (name, f"{name}_reward", f"get_{name}_reward") if n in installed), None)
+        if twin is None:
+            return f"the recipe function's import path, e.g. 'my_recipe.rewards:{name}_reward'"
+        return f"'trl.rewards:{twin}{'(<its arguments>)' if twin.startswith('get_') else ''}'"
+
+    each = "; ".join(f"{f!r} -> {instead(f)}" for f in funcs)
     return (
         f"reward_funcs: {', '.join(map(repr, funcs))} {'are' if len(funcs) > 1 else 'is'} neither TRL's names "
         f"({', '.join(TRL_REWARDS)}) nor dotted import paths, nor a reasoning recipe's name infgrpo has a twin of "
         f"({', '.join(RECIPE_REWARDS)}): write {each} (module:function, or module.function as TRL takes it); the "
-        f"installed trl.rewards has {', '.join(trl_reward_functions())} ('trl.rewards:<name>')"
+        f"installed trl.rewards has {', '.join(installed)} ('trl.rewards:<name>')"
     )
 
 
