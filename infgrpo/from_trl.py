@@ -3,6 +3,7 @@ config file for ``python -m infgrpo.fit``.
 
     python -m infgrpo.from_trl trl_config.yaml                    # the infgrpo YAML on stdout, the notes on stderr
     python -m infgrpo.from_trl trl_config.yaml -o infgrpo.yaml    # written to a file, the notes as # comments on top
+    python -m infgrpo.from_trl trl_config.yaml --strict           # keys that are not TRL's refused, not left out
     python -m infgrpo.fit --config infgrpo.yaml
 
     from trl import GRPOConfig

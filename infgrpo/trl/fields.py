@@ -9,6 +9,9 @@
 read. A new TRL field is one row here: a tuple of the infgrpo keys it sets (copied as it is to its one key, unless
 a function of :mod:`infgrpo.trl.transforms` converts it; then :data:`HOW` says how), or why it has none (a
 reason of :mod:`infgrpo.trl.reasons`, or a sentence of its own).
+
+Real config files hold more than TRL 1.16's fields: older names (:data:`RENAMED`, read as the field), fields older
+releases had, recipe scripts' arguments and launcher keys (:data:`OTHER_GROUPS`, rows of the same shape).
 """
 
 from __future__ import annotations
