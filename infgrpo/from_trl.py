@@ -3,6 +3,7 @@ config file for ``python -m infgrpo.fit``.
 
     python -m infgrpo.from_trl trl_config.yaml                    # the infgrpo YAML on stdout, the notes on stderr
     python -m infgrpo.from_trl trl_config.yaml -o infgrpo.yaml    # written to a file, the notes as # comments on top
+    python -m infgrpo.from_trl trl_config.yaml --strict           # keys that are not TRL's refused, not left out
     python -m infgrpo.fit --config infgrpo.yaml
 
     from trl import GRPOConfig
@@ -19,7 +20,9 @@ the file's ``env`` block. :data:`~infgrpo.trl.fields.TRL_FIELDS` is the one tabl
 infgrpo's dotted keys, or the reason it has none; :func:`markdown_table` renders it (``docs/from_trl.md``). A key
 infgrpo's default already gives is not written, unless the TRL config set it; TRL's defaults that differ from
 infgrpo's (the learning rate, ``loss_type: dapo``, the seed, three epochs, ...) are written out, so the run is
-TRL's. A field that is not TRL's stops the conversion, naming it (with the closest TRL name).
+TRL's. Keys real config files hold beside TRL 1.16's fields (older names such as ``torch_dtype``, recipe scripts'
+arguments such as ``system_prompt``, launcher keys: :data:`~infgrpo.trl.fields.OTHER_GROUPS`) are mapped or named;
+any other key is left out and named, as TRL's parser ignores it (``strict=True``, ``--strict``: refused).
 
 TRL's defaults are read from the installed ``trl`` (``pip install "infgrpo[trl]"``: TRL 1.16.0).
 
@@ -44,7 +47,17 @@ from typing import Any
 
 import yaml
 
-from infgrpo.trl.fields import FIELD_GROUPS, HOW, TRL_FIELDS, TRL_VERSION, ConversionError, Target
+from infgrpo.trl.fields import (
+    FIELD_GROUPS,
+    HOW,
+    OTHER_GROUPS,
+    OTHER_KEYS,
+    RENAMED,
+    TRL_FIELDS,
+    TRL_VERSION,
+    ConversionError,
+    Target,
+)
 from infgrpo.trl.keys import Keys, default
 from infgrpo.trl.transforms import TRANSFORMS
 from infgrpo.trl.trl_settings import TrlSettings, trl_defaults
@@ -112,9 +125,13 @@ def infgrpo_default(key: str) -> Any:
     return default(key, config_keys)
 
 
+KNOWN: dict[str, Target] = {**TRL_FIELDS, **OTHER_KEYS}
+"""Every key the converter knows: TRL 1.16's fields, then the other keys of real config files."""
+
+
 def _suggest(name: str) -> str:
-    """``" (did you mean 'x'?)"`` for the closest TRL field to ``name``, or ``""``."""
-    close = difflib.get_close_matches(name, TRL_FIELDS, n=1, cutoff=0.6)
+    """``" (did you mean 'x'?)"`` for a known key spelled almost as ``name`` (a typo), or ``""``."""
+    close = difflib.get_close_matches(name, KNOWN, n=1, cutoff=0.85)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
@@ -131,33 +148,64 @@ def _read(config: Any) -> tuple[dict[str, Any], set[str] | None]:
     raise ConversionError(f"expected a trl.GRPOConfig or a mapping of its fields, got {type(config).__name__}")
 
 
-def convert(config: Any) -> Conversion:
-    """The infgrpo config of a TRL ``GRPOConfig`` object, or of a mapping of TRL's fields (a TRL config file: may hold
-    ``ModelConfig`` and script fields such as ``model_name_or_path``, ``dataset_name``, ``use_peft``, ``lora_r``,
-    ``reward_funcs``), with the notes on what was not carried over and why.
+def _renamed(given: dict[str, Any], notes: list[str]) -> None:
+    """Reads the older names of :data:`~infgrpo.trl.fields.RENAMED` as TRL 1.16's fields (in place)."""
+    for old, new in RENAMED.items():
+        if old not in given:
+            continue
+        value = given.pop(old)
+        if new in given:
+            notes.append(f"{old}={_show(value)} ignored: {new} (its name in TRL {TRL_VERSION}) is given too and wins")
+        else:
+            given[new] = value
+            notes.append(f"{old}={_show(value)} read as {new}, its name in TRL {TRL_VERSION}")
 
-    Raises a :class:`ConversionError` naming a field that is not TRL's (with the closest TRL name), or a value
-    TRL would refuse (``reward_weights`` of another length than the rewards).
-    """
-    given, explicit = _read(config)
-    unknown = [name for name in given if name not in TRL_FIELDS]
-    if unknown:
+
+def _unknown(given: dict[str, Any], strict: bool, notes: list[str]) -> None:
+    """Leaves out (in place) the keys that are neither TRL's nor known, each named in a note; refused when
+    ``strict``."""
+    unknown = [name for name in given if name not in KNOWN]
+    if unknown and strict:
         which = ", ".join(f"{name!r}{_suggest(name)}" for name in unknown)
         raise ConversionError(
-            f"unknown field{'s' if len(unknown) > 1 else ''} {which}: not a field of TRL {TRL_VERSION}'s GRPOConfig, "
-            "ModelConfig or grpo script arguments"
+            f"unknown key{'s' if len(unknown) > 1 else ''} {which} (--strict): not fields of TRL {TRL_VERSION}'s "
+            "GRPOConfig, ModelConfig or script arguments, nor older names, recipe arguments or launcher keys"
         )
+    for name in unknown:
+        notes.append(
+            f"{name}={_show(given.pop(name))} left out: not a field of TRL {TRL_VERSION}'s GRPOConfig, ModelConfig or "
+            f"script arguments, nor a key this converter knows{_suggest(name)}; TRL's parser ignores it too "
+            "(--strict refuses it)"
+        )
+
+
+def convert(config: Any, strict: bool = False) -> Conversion:
+    """The infgrpo config of a TRL ``GRPOConfig`` object, or of a mapping of TRL's fields (a TRL config file: may hold
+    ``ModelConfig`` and script fields such as ``model_name_or_path``, ``dataset_name``, ``use_peft``, ``lora_r``,
+    ``reward_funcs``, older names and recipe scripts' arguments), with the notes on what was not carried over and
+    why.
+
+    A key the converter does not know is left out and named in the notes, as TRL's parser ignores it; with
+    ``strict`` it is refused. Raises a :class:`ConversionError` for a value TRL would refuse (``reward_weights`` of
+    another length than the rewards), a reward name that resolves to nothing, or a mixture of several datasets.
+    """
+    given, explicit = _read(config)
+    notes: list[str] = []
+    if explicit is not None:
+        _renamed(given, notes)
+        _unknown(given, strict, notes)
+        explicit = set(given)
     defaults = trl_defaults()
     trl = TrlSettings(given, explicit, defaults)
-    out, notes = Keys(config_keys), []
+    out = Keys(config_keys)
     if defaults["__version__"] != TRL_VERSION:
-        notes.append(f"the table is TRL {TRL_VERSION}'s; the installed trl is {defaults['__version__']}")
-    for name, target in TRL_FIELDS.items():  # the fields copied as they are
-        if isinstance(target, tuple) and name not in TRANSFORMS:
+        notes.insert(0, f"the table is TRL {TRL_VERSION}'s; the installed trl is {defaults['__version__']}")
+    for name, target in KNOWN.items():  # the fields copied as they are
+        if isinstance(target, tuple) and name not in TRANSFORMS and (name in TRL_FIELDS or trl.is_set(name)):
             out.put(target[0], trl[name], trl.is_set(name))
     for transform in dict.fromkeys(TRANSFORMS.values()):
         transform(trl, out, notes)
-    for name, reason in TRL_FIELDS.items():
+    for name, reason in KNOWN.items():
         if isinstance(reason, str) and trl.is_set(name):
             notes.append(f"{name}={_show(trl[name])} not mapped: {reason}")
     return Conversion(out.nest(), notes)
@@ -186,10 +234,11 @@ def read_trl_file(path: str | Path) -> dict[str, Any]:
 
 
 def markdown_table() -> str:
-    """:data:`~infgrpo.trl.fields.TRL_FIELDS` as a Markdown table, by group; fields with the same target (and
+    """:data:`~infgrpo.trl.fields.TRL_FIELDS` and the other keys of real config files
+    (:data:`~infgrpo.trl.fields.OTHER_GROUPS`) as a Markdown table, by group; fields with the same target (and
     :data:`~infgrpo.trl.fields.HOW`) share a row."""
     lines = ["| TRL | infgrpo | how |", "|---|---|---|"]
-    for title, fields in FIELD_GROUPS:
+    for title, fields in FIELD_GROUPS + OTHER_GROUPS:
         lines.append(f"| **{title}** | | |")
         rows: dict[tuple[Target, str], list[str]] = {}
         for name, target in fields.items():
@@ -203,24 +252,41 @@ def markdown_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _check_output(parser: argparse.ArgumentParser, source: Path, output: Path) -> None:
+    """One ``error:`` line (exit 2) for an ``-o`` that is the TRL config itself (never overwritten) or a folder."""
+    if output.is_file() and source.is_file() and output.samefile(source):
+        parser.error(f"-o {output} is the TRL config being converted: it is never overwritten; give another file")
+    if output.is_dir():
+        parser.error(f"-o {output} is a folder; give a file, e.g. -o {output / 'infgrpo.yaml'}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m infgrpo.from_trl trl_config.yaml [-o infgrpo.yaml]``: the infgrpo YAML on stdout (or in the
-    file), the notes on stderr; exits with status 2 and one ``error:`` line for a config it cannot convert."""
+    """``python -m infgrpo.from_trl trl_config.yaml [-o infgrpo.yaml] [--strict]``: the infgrpo YAML on stdout (or
+    in the file), the notes on stderr; exits with status 2 and one ``error:`` line for a config it cannot convert
+    or an ``-o`` it cannot write (the input file itself, a folder, an unwritable path)."""
     parser = argparse.ArgumentParser(
         prog="python -m infgrpo.from_trl",
         description="Convert a TRL GRPOConfig file (the YAML or JSON of `trl grpo --config`) to a config of "
         "python -m infgrpo.fit; every TRL setting not carried over is named in the notes.",
     )
     parser.add_argument("config", help="TRL config file (YAML, or JSON by its .json suffix)")
-    parser.add_argument("-o", "--output", help="write the infgrpo YAML here (default: stdout)")
+    parser.add_argument("-o", "--output", help="write the infgrpo YAML here (default: stdout); never the input file")
+    parser.add_argument(
+        "--strict", action="store_true", help="refuse keys that are not TRL's (by default they are named and left out)"
+    )
     args = parser.parse_args(argv)
+    if args.output:
+        _check_output(parser, Path(args.config), Path(args.output))
     try:
-        result = convert(read_trl_file(args.config))
+        result = convert(read_trl_file(args.config), strict=args.strict)
     except ConversionError as err:
         parser.error(str(err))
     text = result.yaml(source=Path(args.config).name)
     if args.output:
-        Path(args.output).write_text(text)
+        try:
+            Path(args.output).write_text(text)
+        except OSError as err:
+            parser.error(f"cannot write -o {args.output}: {err.strerror or err}; give a file in a writable folder")
     else:
         sys.stdout.write(text)
     for note in result.notes:

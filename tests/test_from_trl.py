@@ -16,6 +16,8 @@ from trl.scripts.grpo import GRPOScriptArguments  # noqa: E402
 
 from infgrpo.data.datamodule import check_data_settings  # noqa: E402
 from infgrpo.from_trl import (  # noqa: E402
+    OTHER_KEYS,
+    RENAMED,
     TRANSFORMS,
     TRL_FIELDS,
     ConversionError,
@@ -54,7 +56,13 @@ def test_every_target_is_an_infgrpo_key_or_a_reason():
         for key in target:
             infgrpo_default(key)  # a KeyError for a key python -m infgrpo.fit lacks
         assert name in TRANSFORMS or len(target) == 1, name  # copied as is to its one key, or transformed
-    assert all(isinstance(TRL_FIELDS[name], tuple) for name in TRANSFORMS)
+    assert all(isinstance({**TRL_FIELDS, **OTHER_KEYS}[name], tuple) for name in TRANSFORMS)
+    for name, target in OTHER_KEYS.items():  # the keys of real files that TRL 1.16 lacks
+        assert name not in TRL_FIELDS and name not in RENAMED, name
+        assert isinstance(target, str) or name in TRANSFORMS or len(target) == 1, name
+        for key in target if isinstance(target, tuple) else ():
+            infgrpo_default(key)
+    assert set(RENAMED.values()) <= set(TRL_FIELDS) and not set(RENAMED) & set(TRL_FIELDS)
     with pytest.raises(KeyError):
         infgrpo_default("model.sampler.max_completion_length")
 
@@ -106,9 +114,14 @@ def test_a_grpo_config_object_converts_to_the_keys_it_sets(tmp_path):
     assert model["optimizer"] == {"learning_rate": 3e-6, "warmup_steps": 3, "lr_scheduler_type": "cosine"}
     assert model["policy"] == {"gradient_checkpointing": False}  # bf16 without LoRA stays float32 (a note says so)
     assert model["logging"] == {"log_completions_every_n_steps": 5, "num_completions_to_log": 3}
-    assert model["rewards"] == {"on_error": "skip"}
+    assert "rewards" not in model  # no reward_funcs (a note says so), and no blanket on_error
     assert "lora" not in model and "quantization" not in model
-    assert out["data"] == {"eval_split": None, "batch_size": 4, "chat_template_kwargs": {"enable_thinking": False}}
+    assert out["data"] == {
+        "eval_split": None,
+        "batch_size": 4,
+        "chat_template": "conversations",  # TRL's rule: string prompts as they are
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
     assert list(out) == ["seed_everything", "trainer", "model", "data"]
     assert any(n.startswith("data.batch_size=4: per_device_train_batch_size=8 x gradient_acc") for n in result.notes)
     assert any(n.startswith("bf16=True is mixed precision over float32 weights") for n in result.notes)
@@ -152,12 +165,17 @@ def test_rewards_resolve_as_trl_s_script_does_with_their_weights():
             "my_lib.rewards:custom": 2.0,
         },
         "accuracy": "trl.rewards:accuracy_reward",
-        "on_error": "skip",
     }
     with pytest.raises(ConversionError, match="reward_weights has 1 weights for 2 rewards"):
         convert({"reward_funcs": ["accuracy_reward", "think_format_reward"], "reward_weights": [1.0]})
-    with pytest.raises(ConversionError, match="'accuracy' is neither one of TRL's names"):
-        convert({"reward_funcs": ["accuracy"]})
+    with pytest.raises(ConversionError) as err:  # every name that resolves to nothing, in one line
+        convert({"reward_funcs": ["tag_count", "accuracy_reward", "length"]})
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("reward_funcs: 'tag_count', 'length' are neither TRL's names")
+    assert "'tag_count' -> the recipe function's import path, e.g. 'my_recipe.rewards:tag_count_reward'" in line
+    assert "'length' -> " in line and "get_cosine_scaled_reward, get_repetition_penalty_reward" in line
+    with pytest.raises(ConversionError, match=r"'cosine_scaled' -> 'trl.rewards:get_cosine_scaled_reward\(<its arg"):
+        convert({"reward_funcs": ["cosine_scaled"]})  # a name of the installed trl.rewards: its import path
 
 
 def test_lora_and_4_bit_loading_follow_use_peft():
@@ -174,16 +192,27 @@ def test_lora_and_4_bit_loading_follow_use_peft():
     }
 
 
-def test_an_unknown_field_is_one_error_naming_it(tmp_path, capsys):
-    with pytest.raises(ConversionError, match=r"unknown field 'lerning_rate' \(did you mean 'learning_rate'\?\)"):
-        convert({"lerning_rate": 1e-5, "seed": 1})
+def test_an_unknown_key_is_named_and_left_out_and_refused_under_strict(tmp_path, capsys):
+    result = convert({"lerning_rate": 1e-5, "seed": 1, "my_flag": True})
+    assert "lerning_rate" not in str(result.config) and result.config["seed_everything"] == 1
+    assert any(
+        n.startswith("lerning_rate=1e-05 left out: not a field of TRL 1.16.0's GRPOConfig")
+        and "(did you mean 'learning_rate'?)" in n
+        and "TRL's parser ignores it too (--strict refuses it)" in n
+        for n in result.notes
+    )
+    assert any(n.startswith("my_flag=True left out") and "did you mean" not in n for n in result.notes)
+    with pytest.raises(ConversionError, match=r"unknown keys 'lerning_rate' \(did you mean 'learning_rate'\?\), 'x'"):
+        convert({"lerning_rate": 1e-5, "seed": 1, "x": 2}, strict=True)
     path = tmp_path / "trl.json"
     path.write_text('{"num_generation": 8}')
     with pytest.raises(SystemExit) as stop:
-        main([str(path)])
+        main([str(path), "--strict"])
     assert stop.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
-    assert len(errors) == 1 and "unknown field 'num_generation' (did you mean 'num_generations'?)" in errors[0]
+    assert len(errors) == 1 and "unknown key 'num_generation' (did you mean 'num_generations'?)" in errors[0]
+    assert main([str(path)]) == 0
+    assert "note: num_generation=8 left out" in capsys.readouterr().err
 
 
 def test_the_command_writes_a_config_that_fit_accepts(tmp_path, capsys):

@@ -11,10 +11,12 @@ template options of ``data.chat_template_kwargs`` (e.g. Qwen3's ``enable_thinkin
 ``GRPOTrainer`` gives (tested against it).
 
 A standard prompt (a string) is wrapped in the chat template as one user turn after ``data.system_prompt`` when
-``data.chat_template`` is true (infgrpo's default; TRL tokenizes a string prompt as it is, which
-``data.chat_template: false`` does). A string that already holds the chat template's markup (a special token the
-template writes, e.g. ``<|im_start|>``) is **never wrapped a second time**: it is tokenized as it is, without
-special tokens added (the markup holds them), and a note says so once.
+``data.chat_template`` is true (infgrpo's default). TRL tokenizes a string prompt as it is (the tokenizer's call,
+its special tokens added), which ``data.chat_template: "conversations"`` does while conversational prompts still
+go through the template (what ``python -m infgrpo.from_trl`` writes), and ``false`` does for string-only data.
+With ``true``, a string that already holds the chat template's markup (a special token the template writes, e.g.
+``<|im_start|>``) is **never wrapped a second time**: it is tokenized as it is, without special tokens added (the
+markup holds them), and a note says so once.
 """
 
 from __future__ import annotations
@@ -95,12 +97,13 @@ def encode_prompt(
     tokenizer: PreTrainedTokenizerBase,
     prompt: Prompt,
     system_prompt: str | None,
-    chat_template: bool,
+    chat_template: bool | str,
     chat_template_kwargs: dict[str, Any] | None = None,
 ) -> list[int]:
     """Token ids of a prompt (see the module docstring): a conversation through the chat template (``system_prompt``
     put first when it has no system message), a templated string as it is, a plain string wrapped when
-    ``chat_template`` is true and the tokenizer has a template, else tokenized alone."""
+    ``chat_template`` is true and the tokenizer has a template, else tokenized alone (``"conversations"``: TRL's
+    rule, no system message for it)."""
     kwargs = chat_template_kwargs or {}
     if isinstance(prompt, list):
         if not tokenizer.chat_template:
@@ -115,7 +118,13 @@ def encode_prompt(
             messages, add_generation_prompt=True, tokenize=True, return_dict=True, **kwargs
         )
         return list(out["input_ids"])
-    if chat_template and tokenizer.chat_template:
+    if chat_template == "conversations" and system_prompt:
+        raise ConfigError(
+            f"data.system_prompt={system_prompt[:40]!r} is set, but data.chat_template: conversations tokenizes string "
+            "prompts as they are (TRL's rule), so there is no system message to put it in; set data.chat_template: "
+            "true to wrap them after the system prompt, or drop data.system_prompt"
+        )
+    if chat_template and chat_template != "conversations" and tokenizer.chat_template:
         if holds_template(tokenizer, prompt):
             if system_prompt:
                 raise ConfigError(

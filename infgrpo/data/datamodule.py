@@ -51,6 +51,9 @@ from infgrpo.settings import ConfigError, check_arguments
 __all__ = ["PromptDataModule", "check_data_settings", "encode_prompt", "load_rows"]
 
 LongPrompts = Literal["error", "skip"]
+ChatTemplate = bool | Literal["conversations"]
+"""``data.chat_template``: true (string prompts wrapped), false (no template), or ``"conversations"`` (TRL's rule:
+conversational prompts through the template, string prompts tokenized as they are)."""
 
 
 def check_data_settings(hp: Mapping[str, Any]) -> None:
@@ -137,8 +140,10 @@ class PromptDataModule(L.LightningDataModule):
             ``long_prompts``; they are never truncated.
         long_prompts: ``"error"`` (stop with a message) or ``"skip"`` (drop them, with a warning).
         system_prompt: optional system message put before each prompt (needs the chat template).
-        chat_template: wrap string prompts in the tokenizer's chat template (a string that already holds the
-            template's markup is never wrapped twice; conversational prompts always use the template).
+        chat_template: true: wrap string prompts in the tokenizer's chat template (a string that already holds
+            the template's markup is never wrapped twice); ``"conversations"``: TRL's rule, string prompts
+            tokenized as they are, conversational prompts through the template; false: no template (string
+            prompts only). Conversational prompts always use the template.
         chat_template_kwargs: options passed to the chat template, e.g. ``{enable_thinking: false}`` for Qwen3
             (TRL's ``chat_template_kwargs``).
         eval_path: a data file of held-out rows (with ``path`` a file or a folder; replaces ``eval_split``).
@@ -176,7 +181,7 @@ class PromptDataModule(L.LightningDataModule):
         max_prompt_length: int = 128,
         long_prompts: LongPrompts = "error",
         system_prompt: str | None = None,
-        chat_template: bool = True,
+        chat_template: ChatTemplate = True,
         seed: int | None = None,
         gguf_file: str | None = None,
         task_config: dict[str, Any] | None = None,

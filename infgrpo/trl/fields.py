@@ -9,6 +9,9 @@
 read. A new TRL field is one row here: a tuple of the infgrpo keys it sets (copied as it is to its one key, unless
 a function of :mod:`infgrpo.trl.transforms` converts it; then :data:`HOW` says how), or why it has none (a
 reason of :mod:`infgrpo.trl.reasons`, or a sentence of its own).
+
+Real config files hold more than TRL 1.16's fields: older names (:data:`RENAMED`, read as the field), fields older
+releases had, recipe scripts' arguments and launcher keys (:data:`OTHER_GROUPS`, rows of the same shape).
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ from infgrpo.trl.reasons import (
     EVALUATION,
     HUB,
     KERNELS,
+    LAUNCHER,
     LOGGING,
     MEMORY,
     OPTIMIZER,
     PEFT,
     PRECISION,
+    RECIPE,
     REFERENCE,
+    REMOVED,
     SCRIPT,
     SFT,
     VLLM,
@@ -104,7 +110,8 @@ FIELD_GROUPS: tuple[tuple[str, dict[str, Target]], ...] = (
             "dataset_test_split": ("data.eval_split",),
             "chat_template_kwargs": ("data.chat_template_kwargs",),
             "data_seed": ("data.seed",),
-            **dict.fromkeys(("dataset_streaming", "datasets", "streaming", "test_split_size"), DATASETS),
+            "datasets": ("data.path", "data.config_name", "data.train_split"),
+            **dict.fromkeys(("dataset_streaming", "streaming", "test_split_size"), DATASETS),
             **dict.fromkeys(
                 (
                     "shuffle_dataset",
@@ -175,7 +182,7 @@ FIELD_GROUPS: tuple[tuple[str, dict[str, Target]], ...] = (
     (
         "Rewards",
         {
-            "reward_funcs": ("model.rewards.functions", "model.rewards.accuracy", "model.rewards.on_error"),
+            "reward_funcs": ("model.rewards.functions", "model.rewards.accuracy"),
             "reward_model_name_or_path": ("model.rewards.functions",),
             "reward_weights": ("model.rewards.functions",),
             "multi_objective_aggregation": (
@@ -373,6 +380,147 @@ TRL_FIELDS: dict[str, Target] = {name: target for _, fields in FIELD_GROUPS for 
 """Every field of TRL 1.16's ``GRPOConfig`` (``TrainingArguments`` included), ``ModelConfig``, the ``grpo``
 script's arguments and ``DatasetMixtureConfig`` (and a config file's ``env``): a tuple of the infgrpo keys it
 sets, or (a ``str``) why it sets none."""
+
+RENAMED: dict[str, str] = {
+    "torch_dtype": "dtype",
+    "evaluation_strategy": "eval_strategy",
+    "no_cuda": "use_cpu",
+    "per_gpu_train_batch_size": "per_device_train_batch_size",
+    "per_gpu_eval_batch_size": "per_device_eval_batch_size",
+    "push_to_hub_model_id": "hub_model_id",
+    "push_to_hub_token": "hub_token",
+    "include_inputs_for_metrics": "include_for_metrics",
+    "torchdynamo": "torch_compile_backend",
+    "xpu_backend": "ddp_backend",
+    "use_liger_loss": "use_liger_kernel",
+    "wandb_log_unique_prompts": "log_unique_prompts",
+    "vllm_guided_decoding_regex": "vllm_structured_outputs_regex",
+    "vllm_max_model_len": "vllm_max_model_length",
+}
+"""Fields of older TRL and transformers releases that TRL 1.16 has under another name: read as that field (the new
+name wins where a file gives both)."""
+
+OTHER_GROUPS: tuple[tuple[str, dict[str, Target]], ...] = (
+    (
+        "Older TRL and transformers fields",
+        {
+            "max_prompt_length": ("data.max_prompt_length",),
+            "warmup_ratio": ("model.optimizer.warmup_steps",),
+            "overwrite_output_dir": (
+                "removed in transformers 5; infgrpo never overwrites a run: each writes a new version_N folder "
+                "under trainer.default_root_dir"
+            ),
+            "logging_dir": LOGGING,
+            "save_safetensors": "removed in transformers 5: infgrpo writes the trained model as safetensors",
+            "use_mps_device": "removed in transformers 5: Lightning picks the device (trainer.accelerator: mps)",
+            **dict.fromkeys(("fp16_backend", "half_precision_backend", "fp16_opt_level"), PRECISION),
+            **dict.fromkeys(("split_batches", "dispatch_batches", "sharded_ddp", "fsdp_min_num_params"), DISTRIBUTED),
+            "fsdp_transformer_layer_cls_to_wrap": DISTRIBUTED,
+            **dict.fromkeys(
+                (
+                    "use_ipex",
+                    "jit_mode_eval",
+                    "tpu_num_cores",
+                    "tpu_metrics_debug",
+                    "ray_scope",
+                    "past_index",
+                    "mp_parameters",
+                    "include_tokens_per_second",
+                    "use_legacy_prediction_loop",
+                    "push_to_hub_organization",
+                    "gradient_checkpointing_use_reentrant",
+                ),
+                REMOVED,
+            ),
+            **dict.fromkeys(("vllm_device", "vllm_dtype", "vllm_enable_prefix_caching", "max_num_seqs"), VLLM),
+            "padding_free": "an SFT option: infgrpo packs update micro-batches itself (model.update.token_budget)",
+        },
+    ),
+    (
+        "Recipe scripts' arguments",
+        {
+            "dataset_prompt_column": ("data.prompt_column",),
+            "system_prompt": ("data.system_prompt",),
+            "dataset_mixture": ("data.path", "data.config_name", "data.train_split"),
+            "chat_template": (
+                "a recipe's own Jinja chat template: infgrpo renders with the tokenizer's template (data.chat_template "
+                "switches it); save the template into a local copy of the tokenizer (tokenizer_config.json)"
+            ),
+            **dict.fromkeys(
+                (
+                    "cosine_min_value_wrong",
+                    "cosine_max_value_wrong",
+                    "cosine_min_value_correct",
+                    "cosine_max_value_correct",
+                    "cosine_max_len",
+                    "repetition_n_grams",
+                    "repetition_max_penalty",
+                    "max_completion_len",
+                    "soft_punish_cache",
+                ),
+                "a reward argument of the recipe's script: in the call of the reward that reads it (cosine, "
+                "repetition_penalty, soft_overlong_punishment) where reward_funcs names it, else unused",
+            ),
+            **dict.fromkeys(
+                (
+                    "benchmarks",
+                    "callbacks",
+                    "hub_model_revision",
+                    "overwrite_hub_revision",
+                    "push_to_hub_revision",
+                    "wandb_entity",
+                    "wandb_project",
+                    "wandb_run_group",
+                    "code_language",
+                    "code_eval_test_batch_size",
+                    "code_eval_scoring_mode",
+                    "parallel_code_exec_per_proc",
+                    "code_provider",
+                    "ioi_provider",
+                    "e2b_router_url",
+                    "morph_router_url",
+                    "enforce_same_language",
+                    "dataset_num_proc",
+                ),
+                RECIPE,
+            ),
+        },
+    ),
+    (
+        "Launcher keys",
+        dict.fromkeys(
+            (
+                "num_processes",
+                "num_machines",
+                "machine_rank",
+                "main_process_ip",
+                "main_process_port",
+                "accelerate_config",
+                "config_file",
+                "multi_gpu",
+                "gpu_ids",
+                "mixed_precision",
+                "use_deepspeed",
+                "deepspeed_config_file",
+                "zero_stage",
+                "use_fsdp",
+                "distributed_type",
+                "dynamo_backend",
+                "rdzv_backend",
+                "same_network",
+                "num_cpu_threads_per_process",
+            ),
+            LAUNCHER,
+        ),
+    ),
+)
+"""Keys that real TRL config files hold but TRL 1.16's dataclasses lack: fields older releases had (besides
+:data:`RENAMED`), the arguments of recipe repositories' own scripts (open-r1's ``grpo.py`` and its kin) and the
+keys of launchers. TRL's parser ignores them; the converter maps or names each."""
+
+OTHER_KEYS: dict[str, Target] = {name: target for _, keys in OTHER_GROUPS for name, target in keys.items()}
+"""Every key of :data:`OTHER_GROUPS`: a tuple of infgrpo keys, or why it has none."""
+
 _LORA = "LoRA only when `use_peft` is true: `model.lora.r` = `lora_r`, else 0"
 _BATCH = "`per_device_train_batch_size` x `gradient_accumulation_steps` / `num_generations`: prompts per rank a step"
 _CHECKPOINTING = "TRL's default is true; `activation_checkpointing` (transformers 5's name) wins"
@@ -393,12 +541,19 @@ HOW: dict[str, str] = {
     "fp16": "as `bf16`, in float16",
     "dataset_test_split": "only when `eval_strategy` is not `no`",
     "data_seed": "null: `seed`",
+    "datasets": "a mixture of one dataset: its `path`, `name` and `split` (the split's rows only); of several: refused "
+    "(infgrpo reads one source)",
+    "dataset_mixture": "as `datasets` (a recipe's `{datasets: [{id, config, split}]}`)",
+    "max_prompt_length": "older TRL cut longer prompts from the left; infgrpo refuses them (`data.long_prompts`)",
+    "warmup_ratio": "a share of the run's optimizer steps: `ceil(ratio x max_steps)`; without `max_steps`: named with "
+    "what to set; `warmup_steps` > 0 wins (as transformers)",
     "per_device_train_batch_size": _BATCH,
     "gradient_accumulation_steps": _BATCH,
     "max_completion_length": "null (no limit) is not carried over: infgrpo needs a bound",
     "reward_funcs": "TRL's names -> `trl.rewards:<name>` (`get_soft_overlong_punishment` called with the script's "
-    "1280 and 256), dotted paths -> `module:function`; `accuracy`: TRL's accuracy reward; `on_error: skip` always "
-    "(TRL skips a reward that returns None)",
+    "1280 and 256), dotted paths -> `module:function`, reasoning recipes' registry names with a twin (`accuracy`, "
+    "`format`, `cosine`, `repetition_penalty`, `soft_overlong_punishment`) to it; other names: one error listing "
+    "each with what to write; `accuracy`: TRL's accuracy reward",
     "reward_model_name_or_path": "the id, first of `functions` (TRL puts the reward model first)",
     "reward_weights": "one per reward, in TRL's order; unset: 1.0 each",
     "epsilon": "the lower clip",

@@ -6,7 +6,8 @@
 A TRL user writes ``--model.num_generations 8``, ``--num_generations 8`` or ``max_completion_length: 64`` in a
 config file; the parser answered "unrecognized arguments" (or "key not expected"), naming no key of ours. Every
 flag and config-file key the parser does not know, whose last part is a field of TRL's table
-(:data:`~infgrpo.trl.fields.TRL_FIELDS`), is named here with infgrpo's keys, or with the reason infgrpo has none
+(:data:`~infgrpo.trl.fields.TRL_FIELDS`, older names such as ``torch_dtype`` and fields older releases had, such as
+``max_prompt_length``: :data:`TRL_NAMES`), is named here with infgrpo's keys, or with the reason infgrpo has none
 (``use_vllm``). ``known`` is the parser's keys (``model.group_size``, ``trainer.callbacks``, ...); a key under one
 that takes any value (``trainer.callbacks``, ``data.task_config``) is known. Called by ``GRPOCLI.parse_arguments``
 after :func:`~infgrpo.training.compat_v01.old_keys` (infgrpo 0.1's flat keys, some of which are TRL's names).
@@ -21,7 +22,7 @@ from typing import Any
 import yaml
 
 from infgrpo.settings import config_paths
-from infgrpo.trl.fields import TRL_FIELDS
+from infgrpo.trl.fields import OTHER_GROUPS, RENAMED, TRL_FIELDS, Target
 
 SHOWN = 4
 """TRL names spelled out in one message (the rest counted)."""
@@ -29,6 +30,13 @@ BATCH = (
     "data.batch_size counts prompts per rank, each sampled model.group_size times: TRL's "
     "per_device_train_batch_size x gradient_accumulation_steps / num_generations"
 )
+TRL_NAMES: dict[str, Target] = {
+    **TRL_FIELDS,
+    **{old: TRL_FIELDS[new] for old, new in RENAMED.items()},
+    **dict(OTHER_GROUPS)["Older TRL and transformers fields"],
+}
+"""The names pointed to infgrpo's keys: TRL 1.16's fields, their older names and fields older releases had (not
+recipe scripts' arguments or launcher keys, whose names are too common to tell)."""
 NOTES = {"per_device_train_batch_size": BATCH, "gradient_accumulation_steps": BATCH}
 """What a TRL name's message adds, where infgrpo's key counts otherwise."""
 
@@ -50,12 +58,14 @@ def is_known(key: str, known: Collection[str], groups: set[str]) -> bool:
 def pointed(key: str) -> str:
     """``<key> is TRL's <name>; infgrpo's key is <ours>`` (or why infgrpo has none) for a key ending in a TRL name."""
     name = key.rsplit(".", 1)[-1]
-    target = TRL_FIELDS[name]
+    target = TRL_NAMES[name]
+    field = RENAMED.get(name, name)
+    trls = f"TRL's older name of {field}" if name in RENAMED else f"TRL's {name}"
     if isinstance(target, str):
-        return f"{key} is TRL's {name}, which has no infgrpo key: {target}"
+        return f"{key} is {trls}, which has no infgrpo key: {target}"
     ours = f"key is {target[0]}" if len(target) == 1 else f"keys are {', '.join(target)}"
-    how = f" ({NOTES[name]})" if name in NOTES else ""
-    return f"{key} is TRL's {name}; infgrpo's {ours}{how}"
+    how = f" ({NOTES[field]})" if field in NOTES else ""
+    return f"{key} is {trls}; infgrpo's {ours}{how}"
 
 
 def flag_keys(argv: list[str]) -> Iterator[str]:
@@ -91,7 +101,7 @@ def trl_keys(argv: list[str], known: Collection[str]) -> str | None:
     groups = parents(known)
 
     def trl(key: str) -> bool:
-        return key.rsplit(".", 1)[-1] in TRL_FIELDS and not is_known(key, known, groups)
+        return key.rsplit(".", 1)[-1] in TRL_NAMES and not is_known(key, known, groups)
 
     found = [(key, "") for key in flag_keys(argv) if trl(key)]
     whole_files = []

@@ -47,3 +47,9 @@ EVALUATION = (
 )
 REFERENCE = "TR-DPO's reference updates: infgrpo's KL reference stays the initial model"
 SCRIPT = "a flag of training scripts that the Trainer does not read"
+LAUNCHER = (
+    "a launcher's key (accelerate's or the trl command's), not a training setting: python -m infgrpo.fit starts its "
+    "own processes: trainer.devices (GPUs), trainer.num_nodes, trainer.strategy (ddp, fsdp2)"
+)
+RECIPE = "an argument of the recipe's own training script (not TRL's), which infgrpo's trainer has no use for"
+REMOVED = "removed from transformers' TrainingArguments before TRL 1.16, with no role in infgrpo"

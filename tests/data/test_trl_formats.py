@@ -152,3 +152,35 @@ def test_conversations_need_the_chat_template(tmp_path):
         dm.setup("fit")
     with pytest.raises(ConfigError, match="data.prompt_template is set, but data.prompt_column='prompt' holds chat"):
         PromptDataModule(path=str(tmp_path / "train.jsonl"), prompt_template="{prompt}!").setup("fit")
+
+
+STRINGS = ["What is 3+4?", "rev abc", "count 1 3\nthen 4 6"]
+
+
+def test_a_converted_trl_config_gives_trl_s_prompt_tokens_for_both_formats(tmp_path, tokenizer, qwen3_tokenizer):
+    from infgrpo.from_trl import convert
+
+    data = convert({"model_name_or_path": "tiny", "dataset_name": "tiny"}).config["data"]
+    assert data["chat_template"] == "conversations"  # what the converter writes: TRL's rule
+    for tok in (tokenizer, qwen3_tokenizer):
+        assert [encode_prompt(tok, p, None, "conversations") for p in STRINGS] == trl_prompt_ids(tok, STRINGS)
+        ours = [encode_prompt(tok, c, None, "conversations") for c in CONVERSATIONS]
+        assert ours == trl_prompt_ids(tok, CONVERSATIONS)
+        assert encode_prompt(tok, STRINGS[1], None, True) != trl_prompt_ids(tok, STRINGS)[1]  # true wraps it
+    for rows in ([{"prompt": p} for p in STRINGS], [{"prompt": c} for c in CONVERSATIONS]):  # through the data module
+        path = write_jsonl(tmp_path / f"{type(rows[0]['prompt']).__name__}.jsonl", rows)
+        dm = PromptDataModule(path=path, eval_split=None, chat_template=data["chat_template"], seed=0)
+        dm.setup("fit")
+        got = {repr(it["prompt"]): it["prompt_ids"] for it in dm.train_items}
+        expected = trl_prompt_ids(tokenizer, [r["prompt"] for r in rows])
+        assert [got[repr(r["prompt"])] for r in rows] == expected
+
+
+def test_conversations_value_has_no_system_message_for_string_prompts(tokenizer):
+    system = [{"role": "system", "content": "Be brief."}, *CONVERSATIONS[0]]
+    ours = encode_prompt(tokenizer, CONVERSATIONS[0], "Be brief.", "conversations")
+    assert ours == encode_prompt(tokenizer, system, None, True)  # a conversation takes data.system_prompt, as with true
+    with pytest.raises(ConfigError, match="data.chat_template: conversations tokenizes string prompts as they are"):
+        encode_prompt(tokenizer, "rev abc", "Be brief.", "conversations")
+    with pytest.raises(ConfigError, match="data.chat_template='yes' must be true or false or 'conversations'"):
+        PromptDataModule(chat_template="yes")

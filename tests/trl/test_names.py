@@ -30,3 +30,13 @@ def test_several_trl_names_are_one_line_with_the_rest_counted():
     assert line.startswith("num_generations is TRL's num_generations; infgrpo's key is model.group_size; ")
     assert "temperature is TRL's temperature; infgrpo's key is model.sampler.temperature" in line
     assert line.endswith("; and 2 more TRL names")
+
+
+def test_older_trl_names_point_to_what_they_mean():
+    line = trl_keys(["--torch_dtype", "bfloat16", "--max_prompt_length", "512"], KNOWN)
+    assert line.startswith("torch_dtype is TRL's older name of dtype; infgrpo's keys are model.policy.dtype, ")
+    per_gpu = trl_keys(["--per_gpu_train_batch_size", "8"], KNOWN)
+    assert per_gpu.startswith("per_gpu_train_batch_size is TRL's older name of per_device_train_batch_size; infgrpo's")
+    assert "data.batch_size counts prompts per rank" in per_gpu
+    assert "max_prompt_length is TRL's max_prompt_length; infgrpo's key is data.max_prompt_length" in line
+    assert "torch_compile" not in line

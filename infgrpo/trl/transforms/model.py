@@ -8,6 +8,7 @@ in the order they stand here; :mod:`infgrpo.trl.transforms` runs this module's b
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from infgrpo.trl.fields import ConversionError
@@ -25,6 +26,34 @@ TRL_REWARDS: dict[str, str] = {
 }
 """The names TRL's ``grpo`` script resolves itself (its registry, the factory called with the script's arguments),
 as infgrpo reward names."""
+
+RECIPE_REWARDS: dict[str, str] = {
+    "accuracy": "trl.rewards:accuracy_reward",
+    "format": "format",
+    "cosine": "trl.rewards:get_cosine_scaled_reward(max_len={cosine_max_len}, "
+    "min_value_wrong={cosine_min_value_wrong}, max_value_wrong={cosine_max_value_wrong}, "
+    "min_value_correct={cosine_min_value_correct}, max_value_correct={cosine_max_value_correct})",
+    "repetition_penalty": "trl.rewards:get_repetition_penalty_reward(ngram_size={repetition_n_grams}, "
+    "max_penalty={repetition_max_penalty})",
+    "soft_overlong_punishment": "trl.rewards:get_soft_overlong_punishment(max_completion_len={max_completion_len}, "
+    "soft_punish_cache={soft_punish_cache})",
+}
+"""Reasoning recipes' registry names (open-r1's ``grpo.py`` and the projects built on it) with a twin here: TRL's
+reward the recipe's was ported to (its factories called with the recipe's arguments), or infgrpo's ``format``
+(``<think>...</think><answer>...</answer>``)."""
+
+RECIPE_ARGUMENTS: dict[str, Any] = {
+    "cosine_min_value_wrong": 0.0,
+    "cosine_max_value_wrong": -0.5,
+    "cosine_min_value_correct": 0.5,
+    "cosine_max_value_correct": 1.0,
+    "cosine_max_len": 1000,
+    "repetition_n_grams": 3,
+    "repetition_max_penalty": -1.0,
+    "max_completion_len": 16384,
+    "soft_punish_cache": 4096,
+}
+"""The recipe's reward arguments :data:`RECIPE_REWARDS` calls its factories with, and open-r1's defaults of them."""
 
 ACCURACY_REWARDS = ("trl.rewards:accuracy_reward", "trl.rewards:reasoning_accuracy_reward")
 """Rewards that score 1 for a correct answer: the first one of a run is its ``model.rewards.accuracy``."""
@@ -155,6 +184,54 @@ def _max_new_tokens(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
     out.put("model.sampler.max_new_tokens", trl.integer("max_completion_length"), True)
 
 
+def _reward_name(trl: TrlSettings, func: str, notes: list[str]) -> str | None:
+    """infgrpo's name of a reward of ``reward_funcs``: TRL's script's names, a dotted import path, a recipe's name
+    with a twin (:data:`RECIPE_REWARDS`, with a note); None for a name that resolves to nothing."""
+    if func in TRL_REWARDS:
+        return TRL_REWARDS[func]
+    if "." in func:  # TRL: a module path and an attribute, split at the last dot
+        module, _, attribute = func.rpartition(".")
+        return f"{module}:{attribute}"
+    if func not in RECIPE_REWARDS:
+        return None
+    name = RECIPE_REWARDS[func].format(**{k: trl[k] if trl[k] is not None else v for k, v in RECIPE_ARGUMENTS.items()})
+    what = (
+        "infgrpo's format reward: 1.0 for <think>...</think><answer>...</answer> (open-r1's also asks for a newline "
+        "inside each tag)"
+        if name == "format"
+        else f"{name}, the TRL reward the recipe's was ported to"
+    )
+    notes.append(f"reward_funcs {func!r} (a reasoning recipe's registry name): {what}")
+    return name
+
+
+def _unknown_rewards(funcs: list[str]) -> str:
+    """The one line for the reward names that resolve to nothing, each with what to write instead."""
+    installed = trl_reward_functions()
+
+    def instead(name: str) -> str:
+        twin = next((n for n in (name, f"{name}_reward", f"get_{name}_reward") if n in installed), None)
+        if twin is None:
+            return f"the recipe function's import path, e.g. 'my_recipe.rewards:{name}_reward'"
+        return f"'trl.rewards:{twin}{'(<its arguments>)' if twin.startswith('get_') else ''}'"
+
+    each = "; ".join(f"{f!r} -> {instead(f)}" for f in funcs)
+    return (
+        f"reward_funcs: {', '.join(map(repr, funcs))} {'are' if len(funcs) > 1 else 'is'} neither TRL's names "
+        f"({', '.join(TRL_REWARDS)}) nor dotted import paths, nor a reasoning recipe's name infgrpo has a twin of "
+        f"({', '.join(RECIPE_REWARDS)}): write {each} (module:function, or module.function as TRL takes it); the "
+        f"installed trl.rewards has {', '.join(installed)} ('trl.rewards:<name>')"
+    )
+
+
+def trl_reward_functions() -> list[str]:
+    """The reward functions (and factories) of the installed ``trl.rewards``."""
+    import trl.rewards
+
+    names = getattr(trl.rewards, "__all__", None) or dir(trl.rewards)
+    return sorted(n for n in names if not n.startswith("_") and inspect.isfunction(getattr(trl.rewards, n, None)))
+
+
 @TRANSFORMS.converts("reward_funcs", "reward_model_name_or_path", "reward_weights")
 def _rewards(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
     """``model.rewards``: TRL's reward functions (resolved as its ``grpo`` script does) with their weights."""
@@ -164,20 +241,17 @@ def _rewards(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
         names.append(str(model))
         notes.append(f"reward_model_name_or_path={model!r}: a reward model, first of model.rewards.functions as in TRL")
     funcs = trl["reward_funcs"] or []
+    unknown = []
     for func in [funcs] if isinstance(funcs, str) else funcs:
-        if func in TRL_REWARDS:
-            name = TRL_REWARDS[func]
-        elif "." in func:  # TRL: a module path and an attribute, split at the last dot
-            module, _, attribute = func.rpartition(".")
-            name = f"{module}:{attribute}"
-        else:
-            raise ConversionError(
-                f"reward_funcs: {func!r} is neither one of TRL's names ({', '.join(TRL_REWARDS)}) nor a dotted "
-                "import path (my_lib.rewards.custom_reward)"
-            )
-        if name in names:
+        name = _reward_name(trl, str(func), notes)
+        if name is None:
+            unknown.append(str(func))
+        elif name in names:
             raise ConversionError(f"reward_funcs: {func!r} is named twice; give it once, with the sum of its weights")
-        names.append(name)
+        else:
+            names.append(name)
+    if unknown:
+        raise ConversionError(_unknown_rewards(unknown))
     weights = trl["reward_weights"]
     if names:
         weights = [1.0] * len(names) if weights is None else list(weights)
@@ -194,11 +268,6 @@ def _rewards(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
             "no reward_funcs: TRL takes them from its grpo script or GRPOTrainer(reward_funcs=...); "
             "model.rewards.functions stays infgrpo's default (synthetic): set it"
         )
-    out.put("model.rewards.on_error", "skip", True)
-    notes.append(
-        "model.rewards.on_error: skip, as TRL 1.16 leaves a reward that returns None out of the sum; a reward that "
-        "raises, which stops a TRL run, is skipped too (counted in train/rewards_failed; on_error: raise stops)"
-    )
 
 
 @TRANSFORMS.converts("epsilon", "epsilon_high", "scale_rewards")

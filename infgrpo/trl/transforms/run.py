@@ -8,11 +8,14 @@ Lightning (``trainer.*``) counts rollouts, each of which makes ``num_iterations`
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from infgrpo.trl.fields import ConversionError
 from infgrpo.trl.keys import Keys
+from infgrpo.trl.transforms.model import RECIPE_ARGUMENTS
 from infgrpo.trl.transforms.registry import Transforms
 from infgrpo.trl.trl_settings import TrlSettings
 
@@ -25,14 +28,18 @@ TRANSFORMS = Transforms()
 """This module's transforms by TRL field."""
 
 
-def _steps(trl: TrlSettings, name: str, notes: list[str], value: Any = None) -> int | None:
+def _steps(trl: TrlSettings, name: str, notes: list[str], value: Any = None, key: str = "") -> int | None:
     """``trl[name]`` (or ``value``) in optimizer steps: a float < 1 is transformers' share of ``max_steps`` (None
-    when that is unknown)."""
+    when that is unknown: a note names ``key``, the setting to write the steps to)."""
     value = trl[name] if value is None else value
     if isinstance(value, float) and 0 < value < 1:
         max_steps = trl["max_steps"] or -1
         if max_steps <= 0:
-            notes.append(f"{name}={value} (a share of the run's steps) needs max_steps > 0: infgrpo's default is kept")
+            notes.append(
+                f"{name}={value} is a share of the run's optimizer steps, which the config does not give (no "
+                f"max_steps; num_train_epochs={trl['num_train_epochs']} over the dataset's rows): infgrpo's default is "
+                f"kept; set {key or name} to ceil({value} x the run's optimizer steps), or set max_steps"
+            )
             return None
         steps = math.ceil(max_steps * value)
         notes.append(f"{name}={value} of max_steps={max_steps}: {steps} optimizer steps")
@@ -42,7 +49,7 @@ def _steps(trl: TrlSettings, name: str, notes: list[str], value: Any = None) -> 
     return int(value)
 
 
-@TRANSFORMS.converts("warmup_steps", "lr_scheduler_type", "weight_decay")
+@TRANSFORMS.converts("warmup_steps", "warmup_ratio", "lr_scheduler_type", "weight_decay")
 def _schedule(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
     """The learning-rate schedule (transformers' names) and its warmup; weight decay."""
     schedule = str(trl["lr_scheduler_type"])
@@ -52,12 +59,23 @@ def _schedule(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
             f"lr_scheduler_type={schedule!r} is no infgrpo schedule (constant, linear, cosine): {ours} is used"
         )
     out.put("model.optimizer.lr_scheduler_type", ours, trl.is_set("lr_scheduler_type"))
-    warmup = _steps(trl, "warmup_steps", notes) if trl["warmup_steps"] else 0
+    warmup_key = "model.optimizer.warmup_steps"
+    if trl["warmup_steps"]:
+        warmup = _steps(trl, "warmup_steps", notes, key=warmup_key)
+        if trl["warmup_ratio"]:
+            notes.append(f"warmup_ratio={trl['warmup_ratio']} ignored: warmup_steps > 0 wins, as in transformers")
+    elif trl["warmup_ratio"]:  # transformers 4's share of the run's steps (5 takes a float warmup_steps)
+        ratio = trl["warmup_ratio"]
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio < 1:
+            raise ConversionError(f"warmup_ratio={ratio!r} must be a share of the run's steps in [0, 1)")
+        warmup = _steps(trl, "warmup_ratio", notes, float(ratio), key=warmup_key)
+    else:
+        warmup = 0
     if warmup and schedule == "constant":
         notes.append(f"warmup_steps={warmup} dropped: transformers' constant schedule has no warmup")
         warmup = 0
     if warmup is not None:
-        out.put("model.optimizer.warmup_steps", warmup, trl.is_set("warmup_steps"))
+        out.put(warmup_key, warmup, trl.any_set("warmup_steps", "warmup_ratio"))
     decay = trl["weight_decay"]
     out.put("model.optimizer.weight_decay", decay, trl.is_set("weight_decay"))
     if decay:
@@ -146,7 +164,7 @@ def _checkpoints(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
         init["every_n_epochs"] = 1
         where = "every epoch"
     else:
-        steps = _steps(trl, "save_steps", notes) or 500
+        steps = _steps(trl, "save_steps", notes, key="the ModelCheckpoint's every_n_train_steps") or 500
         every = _per_rollout(trl, steps) * trl.integer("num_iterations")  # Lightning checks after each rollout
         if every != steps:
             notes.append(f"save_steps={steps}: every {every} optimizer steps (a multiple of num_iterations)")
@@ -217,14 +235,76 @@ def _named(trl: TrlSettings, out: Keys, notes: list[str], name: str, key: str) -
         out.put(key, trl[name], True)
 
 
-@TRANSFORMS.converts("dataset_name")
+RECIPE_KEYS = frozenset(
+    ("system_prompt", "dataset_prompt_column", "dataset_mixture", "chat_template", *RECIPE_ARGUMENTS, "benchmarks")
+)
+"""Keys of reasoning recipes' own scripts (open-r1's ``grpo.py`` and its kin), which make every prompt a
+conversation: the system prompt, then the prompt column as the user turn."""
+
+
+def _mixture(trl: TrlSettings) -> tuple[str, dict[str, Any]] | None:
+    """The one dataset of TRL's ``datasets`` mixture (or a recipe's ``dataset_mixture``) as ``(path, {name, split})``;
+    None without a mixture; a ConversionError for a mixture infgrpo cannot read as one source."""
+    field = "dataset_mixture" if trl.is_set("dataset_mixture") else "datasets"
+    entries = trl[field]
+    if isinstance(entries, Mapping):  # a recipe's {datasets: [...], seed, test_split_size}
+        entries = entries.get("datasets")
+    if not entries:
+        return None
+    rows = [dataclasses.asdict(e) if dataclasses.is_dataclass(e) else dict(e) for e in entries]
+    paths = [str(row.get("path") or row.get("id")) for row in rows]
+    if len(rows) > 1:
+        raise ConversionError(
+            f"{field}: a mixture of {len(rows)} datasets ({', '.join(paths)}): infgrpo reads one source (data.path); "
+            "merge them into one data file or folder (datasets' concatenate_datasets, then to_json) and give it as "
+            "dataset_name"
+        )
+    files = {k: rows[0][k] for k in ("data_dir", "data_files") if rows[0].get(k)}
+    if files:
+        raise ConversionError(
+            f"{field}: {paths[0]} with {', '.join(f'{k}={v!r}' for k, v in files.items())}: infgrpo reads a hub "
+            "dataset's split, one data file or a folder of split files; give the file or folder as dataset_name"
+        )
+    return paths[0], {"name": rows[0].get("name") or rows[0].get("config"), "split": rows[0].get("split") or "train"}
+
+
+@TRANSFORMS.converts("dataset_name", "datasets", "dataset_mixture", "max_prompt_length")
 def _dataset(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
-    """``data.path``; TRL 1.16 has no prompt length limit, infgrpo refuses prompts over ``data.max_prompt_length``."""
-    _named(trl, out, notes, "dataset_name", "data.path")
-    notes.append(
-        f"data.max_prompt_length={out.default('data.max_prompt_length')} (infgrpo's default) bounds the prompts; "
-        "TRL 1.16 has no prompt limit: raise it for longer prompts, or set data.long_prompts: skip"
-    )
+    """``data.path`` (TRL's ``dataset_name``, or a mixture of one dataset); prompts rendered as TRL renders them;
+    TRL 1.16 has no prompt length limit, infgrpo refuses prompts over ``data.max_prompt_length``."""
+    mixture = _mixture(trl)
+    if mixture is None:
+        _named(trl, out, notes, "dataset_name", "data.path")
+    else:
+        path, source = mixture
+        if trl["dataset_name"] is not None:
+            notes.append(f"dataset_name={trl['dataset_name']!r} ignored: the dataset mixture is read, as in TRL")
+        out.put("data.path", path, True)
+        out.put("data.config_name", source["name"], source["name"] is not None)
+        out.put("data.train_split", source["split"], True)
+        notes.append(f"a mixture of one dataset: data.path={path!r}, its split {source['split']!r}")
+    if trl.any_set(*RECIPE_KEYS):
+        notes.append(
+            "a reasoning recipe's script makes each prompt a conversation (its system_prompt, then the prompt column "
+            "as the user turn): data.chat_template: true (infgrpo's default) renders string prompts so"
+        )
+    else:
+        out.put("data.chat_template", "conversations", True)
+        notes.append(
+            "data.chat_template: conversations, TRL's rule: a string prompt is tokenized as it is (TRL applies no chat "
+            "template to it), a conversational one goes through the tokenizer's chat template"
+        )
+    if trl.is_set("max_prompt_length"):
+        out.put("data.max_prompt_length", trl.integer("max_prompt_length"), True)
+        notes.append(
+            f"max_prompt_length={trl['max_prompt_length']}: data.max_prompt_length; older TRL cut longer prompts from "
+            "the left, infgrpo stops on one (data.long_prompts: skip leaves them out)"
+        )
+    else:
+        notes.append(
+            f"data.max_prompt_length={out.default('data.max_prompt_length')} (infgrpo's default) bounds the prompts; "
+            "TRL 1.16 has no prompt limit: raise it for longer prompts, or set data.long_prompts: skip"
+        )
 
 
 @TRANSFORMS.converts("model_name_or_path")
