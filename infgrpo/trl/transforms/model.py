@@ -112,9 +112,19 @@ def _policy(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
         else:
             notes.append(
                 f"{flag}=True is mixed precision over float32 weights; infgrpo has no autocast and full fine-tuning "
-                f"stays float32 ({mixed} weights round away small updates); model.policy.dtype: {mixed} trades that "
-                "for memory"
+                f"stays float32 ({mixed} weights round away small updates)"
+                + (
+                    "; model.policy.dtype: bfloat16 trades that for memory"
+                    if bf16
+                    else "; float16 full fine-tuning is "
+                    "refused (AdamW's update overflows float16): model.policy.dtype: bfloat16 trades float32 for memory"
+                )
             )
+    if weights == "float16" and not lora:
+        notes.append(
+            "dtype=float16 without use_peft: infgrpo refuses float16 full fine-tuning before the model loads (AdamW's "
+            "update rounds its eps to 0 and overflows float16); set use_peft, or dtype: bfloat16"
+        )
     dtype_given = given is not None or trl.any_set("dtype", "bf16", "fp16")
     if four_bit:
         out.put("model.quantization.load_in_4bit", True, True)
