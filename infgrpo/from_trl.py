@@ -21,7 +21,7 @@ infgrpo's dotted keys, or the reason it has none; :func:`markdown_table` renders
 infgrpo's default already gives is not written, unless the TRL config set it; TRL's defaults that differ from
 infgrpo's (the learning rate, ``loss_type: dapo``, the seed, three epochs, ...) are written out, so the run is
 TRL's. Keys real config files hold beside TRL 1.16's fields (older names such as ``torch_dtype``, recipe scripts'
-arguments such as ``system_prompt``, launcher keys: :data:`~infgrpo.trl.fields.OTHER_GROUPS`) are mapped or named;
+arguments such as ``system_prompt``, launcher keys: :data:`~infgrpo.trl.other_keys.OTHER_GROUPS`) are mapped or named;
 any other key is left out and named, as TRL's parser ignores it (``strict=True``, ``--strict``: refused).
 
 TRL's defaults are read from the installed ``trl`` (``pip install "infgrpo[trl]"``: TRL 1.16.0).
@@ -50,15 +50,13 @@ import yaml
 from infgrpo.trl.fields import (
     FIELD_GROUPS,
     HOW,
-    OTHER_GROUPS,
-    OTHER_KEYS,
-    RENAMED,
     TRL_FIELDS,
     TRL_VERSION,
     ConversionError,
     Target,
 )
 from infgrpo.trl.keys import Keys, default
+from infgrpo.trl.other_keys import OTHER_GROUPS, OTHER_KEYS, RENAMED
 from infgrpo.trl.transforms import TRANSFORMS
 from infgrpo.trl.trl_settings import TrlSettings, trl_defaults
 
@@ -149,7 +147,7 @@ def _read(config: Any) -> tuple[dict[str, Any], set[str] | None]:
 
 
 def _renamed(given: dict[str, Any], notes: list[str]) -> None:
-    """Reads the older names of :data:`~infgrpo.trl.fields.RENAMED` as TRL 1.16's fields (in place)."""
+    """Reads the older names of :data:`~infgrpo.trl.other_keys.RENAMED` as TRL 1.16's fields (in place)."""
     for old, new in RENAMED.items():
         if old not in given:
             continue
@@ -235,7 +233,7 @@ def read_trl_file(path: str | Path) -> dict[str, Any]:
 
 def markdown_table() -> str:
     """:data:`~infgrpo.trl.fields.TRL_FIELDS` and the other keys of real config files
-    (:data:`~infgrpo.trl.fields.OTHER_GROUPS`) as a Markdown table, by group; fields with the same target (and
+    (:data:`~infgrpo.trl.other_keys.OTHER_GROUPS`) as a Markdown table, by group; fields with the same target (and
     :data:`~infgrpo.trl.fields.HOW`) share a row."""
     lines = ["| TRL | infgrpo | how |", "|---|---|---|"]
     for title, fields in FIELD_GROUPS + OTHER_GROUPS:

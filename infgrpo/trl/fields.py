@@ -10,8 +10,8 @@ read. A new TRL field is one row here: a tuple of the infgrpo keys it sets (copi
 a function of :mod:`infgrpo.trl.transforms` converts it; then :data:`HOW` says how), or why it has none (a
 reason of :mod:`infgrpo.trl.reasons`, or a sentence of its own).
 
-Real config files hold more than TRL 1.16's fields: older names (:data:`RENAMED`, read as the field), fields older
-releases had, recipe scripts' arguments and launcher keys (:data:`OTHER_GROUPS`, rows of the same shape).
+Real config files hold more than TRL 1.16's fields: older names, fields older releases had, recipe scripts' arguments
+and launcher keys are the rows of the same shape in :mod:`infgrpo.trl.other_keys`.
 """
 
 from __future__ import annotations
@@ -27,15 +27,12 @@ from infgrpo.trl.reasons import (
     EVALUATION,
     HUB,
     KERNELS,
-    LAUNCHER,
     LOGGING,
     MEMORY,
     OPTIMIZER,
     PEFT,
     PRECISION,
-    RECIPE,
     REFERENCE,
-    REMOVED,
     SCRIPT,
     SFT,
     VLLM,
@@ -380,146 +377,6 @@ TRL_FIELDS: dict[str, Target] = {name: target for _, fields in FIELD_GROUPS for 
 """Every field of TRL 1.16's ``GRPOConfig`` (``TrainingArguments`` included), ``ModelConfig``, the ``grpo``
 script's arguments and ``DatasetMixtureConfig`` (and a config file's ``env``): a tuple of the infgrpo keys it
 sets, or (a ``str``) why it sets none."""
-
-RENAMED: dict[str, str] = {
-    "torch_dtype": "dtype",
-    "evaluation_strategy": "eval_strategy",
-    "no_cuda": "use_cpu",
-    "per_gpu_train_batch_size": "per_device_train_batch_size",
-    "per_gpu_eval_batch_size": "per_device_eval_batch_size",
-    "push_to_hub_model_id": "hub_model_id",
-    "push_to_hub_token": "hub_token",
-    "include_inputs_for_metrics": "include_for_metrics",
-    "torchdynamo": "torch_compile_backend",
-    "xpu_backend": "ddp_backend",
-    "use_liger_loss": "use_liger_kernel",
-    "wandb_log_unique_prompts": "log_unique_prompts",
-    "vllm_guided_decoding_regex": "vllm_structured_outputs_regex",
-    "vllm_max_model_len": "vllm_max_model_length",
-}
-"""Fields of older TRL and transformers releases that TRL 1.16 has under another name: read as that field (the new
-name wins where a file gives both)."""
-
-OTHER_GROUPS: tuple[tuple[str, dict[str, Target]], ...] = (
-    (
-        "Older TRL and transformers fields",
-        {
-            "max_prompt_length": ("data.max_prompt_length",),
-            "warmup_ratio": ("model.optimizer.warmup_steps",),
-            "overwrite_output_dir": (
-                "removed in transformers 5; infgrpo never overwrites a run: each writes a new version_N folder "
-                "under trainer.default_root_dir"
-            ),
-            "logging_dir": LOGGING,
-            "save_safetensors": "removed in transformers 5: infgrpo writes the trained model as safetensors",
-            "use_mps_device": "removed in transformers 5: Lightning picks the device (trainer.accelerator: mps)",
-            **dict.fromkeys(("fp16_backend", "half_precision_backend", "fp16_opt_level"), PRECISION),
-            **dict.fromkeys(("split_batches", "dispatch_batches", "sharded_ddp", "fsdp_min_num_params"), DISTRIBUTED),
-            "fsdp_transformer_layer_cls_to_wrap": DISTRIBUTED,
-            **dict.fromkeys(
-                (
-                    "use_ipex",
-                    "jit_mode_eval",
-                    "tpu_num_cores",
-                    "tpu_metrics_debug",
-                    "ray_scope",
-                    "past_index",
-                    "mp_parameters",
-                    "include_tokens_per_second",
-                    "use_legacy_prediction_loop",
-                    "push_to_hub_organization",
-                    "gradient_checkpointing_use_reentrant",
-                ),
-                REMOVED,
-            ),
-            **dict.fromkeys(("vllm_device", "vllm_dtype", "vllm_enable_prefix_caching", "max_num_seqs"), VLLM),
-            "padding_free": "an SFT option: infgrpo packs update micro-batches itself (model.update.token_budget)",
-        },
-    ),
-    (
-        "Recipe scripts' arguments",
-        {
-            "dataset_prompt_column": ("data.prompt_column",),
-            "system_prompt": ("data.system_prompt",),
-            "dataset_mixture": ("data.path", "data.config_name", "data.train_split"),
-            "chat_template": (
-                "a recipe's own Jinja chat template: infgrpo renders with the tokenizer's template (data.chat_template "
-                "switches it); save the template into a local copy of the tokenizer (tokenizer_config.json)"
-            ),
-            **dict.fromkeys(
-                (
-                    "cosine_min_value_wrong",
-                    "cosine_max_value_wrong",
-                    "cosine_min_value_correct",
-                    "cosine_max_value_correct",
-                    "cosine_max_len",
-                    "repetition_n_grams",
-                    "repetition_max_penalty",
-                    "max_completion_len",
-                    "soft_punish_cache",
-                ),
-                "a reward argument of the recipe's script: in the call of the reward that reads it (cosine, "
-                "repetition_penalty, soft_overlong_punishment) where reward_funcs names it, else unused",
-            ),
-            **dict.fromkeys(
-                (
-                    "benchmarks",
-                    "callbacks",
-                    "hub_model_revision",
-                    "overwrite_hub_revision",
-                    "push_to_hub_revision",
-                    "wandb_entity",
-                    "wandb_project",
-                    "wandb_run_group",
-                    "code_language",
-                    "code_eval_test_batch_size",
-                    "code_eval_scoring_mode",
-                    "parallel_code_exec_per_proc",
-                    "code_provider",
-                    "ioi_provider",
-                    "e2b_router_url",
-                    "morph_router_url",
-                    "enforce_same_language",
-                    "dataset_num_proc",
-                ),
-                RECIPE,
-            ),
-        },
-    ),
-    (
-        "Launcher keys",
-        dict.fromkeys(
-            (
-                "num_processes",
-                "num_machines",
-                "machine_rank",
-                "main_process_ip",
-                "main_process_port",
-                "accelerate_config",
-                "config_file",
-                "multi_gpu",
-                "gpu_ids",
-                "mixed_precision",
-                "use_deepspeed",
-                "deepspeed_config_file",
-                "zero_stage",
-                "use_fsdp",
-                "distributed_type",
-                "dynamo_backend",
-                "rdzv_backend",
-                "same_network",
-                "num_cpu_threads_per_process",
-            ),
-            LAUNCHER,
-        ),
-    ),
-)
-"""Keys that real TRL config files hold but TRL 1.16's dataclasses lack: fields older releases had (besides
-:data:`RENAMED`), the arguments of recipe repositories' own scripts (open-r1's ``grpo.py`` and its kin) and the
-keys of launchers. TRL's parser ignores them; the converter maps or names each."""
-
-OTHER_KEYS: dict[str, Target] = {name: target for _, keys in OTHER_GROUPS for name, target in keys.items()}
-"""Every key of :data:`OTHER_GROUPS`: a tuple of infgrpo keys, or why it has none."""
 
 _LORA = "LoRA only when `use_peft` is true: `model.lora.r` = `lora_r`, else 0"
 _BATCH = "`per_device_train_batch_size` x `gradient_accumulation_steps` / `num_generations`: prompts per rank a step"
