@@ -95,6 +95,8 @@ class UpdateCall:
     no_sync: Callable[[], contextlib.AbstractContextManager]
     rows: list[int] | None
     """The rows it trains (``update.skip_zero_advantage``: those of advantage not 0), or None: every row."""
+    counts: tuple[int, int] | None
+    """(sequences, active tokens) of the whole rollout when ``rows`` skips some (the normalizers count every row)."""
 
     @property
     def device(self) -> torch.device:
@@ -172,7 +174,8 @@ class PolicyUpdate:
         disabled); ``ranks`` / ``no_sync``: data parallelism (see :mod:`infgrpo.update.step`).
         """
         rows = trained_rows(advantages, rollouts.lengths) if self.skip_zero_advantage else None
-        call = UpdateCall(policy, rollouts, advantages, backward, zero_grad, ref_model, ranks, no_sync, rows)
+        counts = self.batch_counts(rollouts) if rows is not None else None  # the normalizers count every row
+        call = UpdateCall(policy, rollouts, advantages, backward, zero_grad, ref_model, ranks, no_sync, rows, counts)
         # 1) the token budget and the micro-batches within it
         budget = self._budget(policy, rollouts)
         adapt_threads(policy, rows=budget)  # CPU threads for the update: work size, free cores
@@ -236,10 +239,9 @@ class PolicyUpdate:
             for mb, mask in zip(mbs, self.entropy_masks(call.policy, mbs, call.ranks, every), strict=True):
                 mb.frozen.entropy_mask = mask
         coef = self.entropy_coef.applied() if self.entropy_coef is not None else None
-        counts = self.batch_counts(call.rollouts) if call.rows is not None else None  # normalizers count every row
         return accumulate_policy_gradients(
             call.policy, mbs, call.advantages, self.loss, call.backward, ranks=call.ranks, no_sync=call.no_sync,
-            entropy_coef=coef, batch_counts=counts,
+            entropy_coef=coef, batch_counts=call.counts,
         )  # fmt: skip
 
     def _split(self, call: UpdateCall, mbs: list[Batch], message: str) -> list[Batch]:

@@ -99,7 +99,8 @@ def check_reward_splits(functions: dict[str, float], data: dict[str, Any]) -> No
 
 def check_reward_models(functions: Mapping[str, float]) -> None:
     """:func:`~infgrpo.rewards.reward_model.check_reward_model_files` for each reward model among ``functions``
-    (``rewards.functions``): its head, tokenizer and vocabulary from its files, before it (or the policy) loads."""
+    (``rewards.functions``): its head, tokenizer and vocabulary from its files (no weights), before it loads (on
+    the command line, before the policy loads too)."""
     for name in functions:
         if is_model_source(name, REWARDS):
             check_reward_model_files(name)

@@ -19,7 +19,7 @@ from infgrpo.trl.transforms.model import RECIPE_ARGUMENTS
 from infgrpo.trl.transforms.registry import Transforms
 from infgrpo.trl.trl_settings import TrlSettings
 
-LR_SCHEDULES = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant"}
+TRL_LR_SCHEDULES = {"linear": "linear", "cosine": "cosine", "constant": "constant", "constant_with_warmup": "constant"}
 """transformers' schedules that infgrpo has (``model.optimizer.lr_scheduler_type``)."""
 
 CHECKPOINT_CALLBACK = "lightning.pytorch.callbacks.ModelCheckpoint"
@@ -53,8 +53,8 @@ def _steps(trl: TrlSettings, name: str, notes: list[str], value: Any = None, key
 def _schedule(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
     """The learning-rate schedule (transformers' names) and its warmup; weight decay."""
     schedule = str(trl["lr_scheduler_type"])
-    ours = LR_SCHEDULES.get(schedule) or ("cosine" if schedule.startswith("cosine") else "linear")
-    if schedule not in LR_SCHEDULES:
+    ours = TRL_LR_SCHEDULES.get(schedule) or ("cosine" if schedule.startswith("cosine") else "linear")
+    if schedule not in TRL_LR_SCHEDULES:
         notes.append(
             f"lr_scheduler_type={schedule!r} is no infgrpo schedule (constant, linear, cosine): {ours} is used"
         )
