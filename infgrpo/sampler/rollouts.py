@@ -39,6 +39,9 @@ class Rollouts:
     """Dynamic sampling: what the rollout found (kept, dropped, capped, ...); None otherwise."""
     adaptive: AdaptiveSummary | None = None
     """Adaptive groups: what the rollout's extensions did (stalled, extended, rescued groups, ...); None otherwise."""
+    tool_masks: list[list[int]] | None = None
+    """Multi-turn rollouts (tools): per entry, 1 on each token the model generated and 0 on each tool-result token
+    (TRL's ``tool_mask``; ``len(tool_masks[i]) == len(completion_ids[i])``); None when no entry called a tool."""
 
     @classmethod
     def from_sequences(cls, prompt_ids: list[list[int]], group_size: int, seqs: list[Sequence]) -> Rollouts:
