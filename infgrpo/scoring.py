@@ -31,9 +31,11 @@ class BatchScores:
     total: torch.Tensor
     """Weighted reward (NaN: unscorable, no reward function applied; see :mod:`infgrpo.rewards.core`)."""
     lengths: torch.Tensor
-    """Completion lengths in tokens."""
+    """Completion lengths in tokens the model generated (a multi-turn rollout's tool results left out, as TRL's
+    ``completions/*_length``)."""
     truncated: torch.Tensor
-    """1.0 where the completion hit ``max_new_tokens`` (finish reason ``length``)."""
+    """1.0 where the completion hit ``max_new_tokens`` (:attr:`~infgrpo.sampler.Rollouts.truncated`: finish reason
+    ``length``, or ending in a tool result, TRL's ``completions/clipped_ratio``)."""
     failed: torch.Tensor
     """1.0 where at least one reward function failed."""
     parts: dict[str, torch.Tensor]
@@ -79,12 +81,22 @@ class Scorer:
     trainer_state: Callable[[], TrainerState] | None = None
     """The run's progress when a rollout is scored (TRL's ``trainer_state``); None: step 0."""
 
-    def __call__(self, rollouts: Rollouts, items: list[dict]) -> Scores:
-        """The scores of ``rollouts``; ``items[p]`` is prompt p's data item (see :func:`score_rollouts`)."""
+    def __call__(
+        self,
+        rollouts: Rollouts,
+        items: list[dict],
+        *,
+        completions: list[Any] | None = None,
+        reward_kwargs: dict[str, list[Any]] | None = None,
+        sources: dict[str, tuple[Callable[..., Any], float]] | None = None,
+    ) -> Scores:
+        """The scores of ``rollouts``; ``items[p]`` is prompt p's data item; a multi-turn rollout's
+        ``completions``, ``reward_kwargs`` and reward ``sources`` (see :func:`score_rollouts`)."""
         state = self.trainer_state() if self.trainer_state is not None else None
         return score_rollouts(
-            self.tokenizer, rollouts, items, self.rewards, self.on_error, self.max_completion_length, state
-        )
+            self.tokenizer, rollouts, items, self.rewards, self.on_error, self.max_completion_length, state,
+            completions=completions, reward_kwargs=reward_kwargs, sources=sources,
+        )  # fmt: skip
 
 
 def score_rollouts(
@@ -95,9 +107,22 @@ def score_rollouts(
     on_error: str,
     max_completion_length: int,
     trainer_state: TrainerState | None = None,
+    *,
+    completions: list[Any] | None = None,
+    reward_kwargs: dict[str, list[Any]] | None = None,
+    sources: dict[str, tuple[Callable[..., Any], float]] | None = None,
 ) -> Scores:
     """Decodes the completions and scores them with ``rewards`` in TRL's convention; ``items[p]`` is prompt p's data
-    item: its row (``meta``, every column by name) and its prompt as the dataset gave it (``prompt``)."""
+    item: its row (``meta``, every column by name) and its prompt as the dataset gave it (``prompt``).
+
+    A multi-turn rollout (tools) gives what TRL hands its rewards: ``completions`` (each completion's exchange, the
+    message list the rewards get as ``completions``; the texts are still decoded, for the logs), ``reward_kwargs``
+    (more keyword arguments, one value per completion: ``environments=``) and ``sources`` (name -> (function,
+    weight): an environment's ``get_reward``, called with the same keywords, None leaving it out of a row, logged
+    as ``rewards/<name>``). Its lengths count the model's tokens only, its truncation is TRL's
+    (:attr:`~infgrpo.sampler.Rollouts.truncated`); the rewards' ``completion_ids`` and ``completion_lengths`` hold
+    every completion token, tool results included (TRL's ``completion_ids``).
+    """
     texts = tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
     of = rollouts.prompt_index
     scored = score_rewards(
@@ -110,12 +135,15 @@ def score_rollouts(
         prompts=[items[i].get("prompt", items[i]["meta"].get("prompt")) for i in of],
         completion_ids=[list(ids) for ids in rollouts.completion_ids],
         trainer_state=trainer_state,
+        messages=completions,
+        reward_kwargs=reward_kwargs,
+        sources=sources,
     )
     dtype = scored.total.dtype
     return Scores(
         total=scored.total,
-        lengths=torch.tensor(rollouts.lengths, dtype=dtype),
-        truncated=torch.tensor([r == "length" for r in rollouts.finish_reasons], dtype=dtype),
+        lengths=torch.tensor(rollouts.model_lengths, dtype=dtype),
+        truncated=torch.tensor(rollouts.truncated, dtype=dtype),
         failed=scored.failed.to(dtype),
         parts=scored.parts,
         texts=texts,

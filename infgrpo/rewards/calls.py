@@ -16,7 +16,9 @@
   per completion, by its name (``solution``, ``answer``, ...);
 - ``trainer_state`` (:class:`TrainerState`: ``global_step``, ``max_steps``, ``epoch``), ``log_extra(column,
   values)`` (a column of the completion table), ``log_metric(name, value)`` (``train/<name>`` in the logs);
-- infgrpo adds ``completion_lengths`` (tokens) and ``max_completion_length`` (``sampler.max_new_tokens``).
+- infgrpo adds ``completion_lengths`` (tokens) and ``max_completion_length`` (``sampler.max_new_tokens``);
+- a multi-turn rollout (tools) gives ``completions`` as its exchange, the message list (assistant, tool, ...,
+  assistant) TRL hands them, and its extra keywords (``environments``: one instance per completion) by name.
 
 A function with ``**kwargs`` gets all of them; one without gets the ones it names. ``async def`` functions (or
 objects with an async ``__call__``) run concurrently, as TRL runs them.
@@ -98,6 +100,11 @@ class RewardInputs:
     """The sampler's ``max_new_tokens``."""
     trainer_state: TrainerState | None = None
     """The run's progress (a fresh :class:`TrainerState` when None)."""
+    messages: list[Any] | None = None
+    """Each completion as rewards receive it, when the rollout gives it (a multi-turn rollout's message list);
+    None: built from ``completions`` (:func:`completion_values`)."""
+    extra: dict[str, list[Any]] = field(default_factory=dict)
+    """More keyword arguments, one value per completion each, for every TRL-convention function (``environments``)."""
 
     def prompt_list(self) -> list[Any]:
         """``prompts``, or each row's ``prompt`` column."""
@@ -158,7 +165,9 @@ def completion_texts(completions: Sequence[Any]) -> list[str]:
 
 def completion_values(inputs: RewardInputs) -> list[Any]:
     """``completions`` as TRL gives them: the text, or ``[{"role": "assistant", "content": text}]`` where the
-    completion's prompt is a conversation."""
+    completion's prompt is a conversation; ``inputs.messages`` when given (a multi-turn rollout's exchanges)."""
+    if inputs.messages is not None:
+        return list(inputs.messages)
     return [
         [{"role": "assistant", "content": text}] if isinstance(prompt, list) else text
         for text, prompt in zip(inputs.completions, inputs.prompt_list(), strict=True)
@@ -169,6 +178,7 @@ def trl_kwargs(fn: Callable[..., Any], inputs: RewardInputs, log: RewardLog) -> 
     """The keyword arguments TRL's convention gives ``fn`` (see the module docstring), filtered to what it takes."""
     columns = [k for k in dict.fromkeys(k for row in inputs.rows for k in row) if k not in EXCLUDED_COLUMNS]
     offered: dict[str, Any] = {k: [row.get(k) for row in inputs.rows] for k in columns}
+    offered.update(inputs.extra)  # after the columns, as TRL adds environments
     offered.update(
         prompts=inputs.prompt_list(),
         completions=completion_values(inputs),

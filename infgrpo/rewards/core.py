@@ -164,6 +164,9 @@ def score_rewards(
     prompts: list[Any] | None = None,
     completion_ids: list[list[int]] | None = None,
     trainer_state: TrainerState | None = None,
+    messages: list[Any] | None = None,
+    reward_kwargs: Mapping[str, list[Any]] | None = None,
+    sources: Mapping[str, tuple[RewardFn, float]] | None = None,
 ) -> RewardScores:
     """Weighted sum of the reward functions over ``completions``, with each function's values and the failures.
 
@@ -173,13 +176,33 @@ def score_rewards(
     that raises or returns inf is a failure: a :class:`RewardError` naming the function under ``on_error="raise"``,
     left out (``"skip"``) or scored 0 (``"zero"``) with a warning (see the module docstring). ``async`` functions
     run concurrently, after the others.
+
+    A multi-turn rollout (tools) may give ``messages`` (what functions get as ``completions``: each completion's
+    exchange; ``completions`` stay the decoded texts), ``reward_kwargs`` (more keyword arguments, one value per
+    completion: ``environments``) and ``sources``: more reward functions by name, each with its weight (an
+    environment's ``get_reward``, named after its class, weight 1, as TRL adds it), called and logged as the
+    others are.
     """
     check_on_error(on_error)
-    inputs = RewardInputs(
-        completions, metadata, prompts, completion_ids, completion_lengths, max_completion_length, trainer_state
-    )
     n, log = len(completions), RewardLog()
-    fns = {name: resolve_reward(name) for name in rewards}
+    extra = dict(reward_kwargs or {})
+    given = {"the completions given (messages)": messages, **{f"reward_kwargs[{k!r}]": v for k, v in extra.items()}}
+    for what, values in given.items():
+        if values is not None and len(values) != n:
+            raise ValueError(f"{what} has {len(values)} values for {n} completions; give one per completion")
+    inputs = RewardInputs(
+        completions, metadata, prompts, completion_ids, completion_lengths, max_completion_length, trainer_state,
+        messages, extra,
+    )  # fmt: skip
+    sources = dict(sources or {})
+    clash = next((name for name in sources if name in rewards), None)
+    if clash is not None:
+        raise ValueError(
+            f"the reward source {clash!r} has the name of a reward function ({', '.join(rewards)}); each reward needs "
+            "its own name (its values are logged as rewards/<name>)"
+        )
+    fns = {name: resolve_reward(name) for name in rewards} | {name: fn for name, (fn, _) in sources.items()}
+    rewards = {**rewards, **{name: weight for name, (_, weight) in sources.items()}}
     returned: dict[str, Any] = {}
     for name, fn in fns.items():  # plain functions in order; async ones gathered after
         if not is_async(fn):

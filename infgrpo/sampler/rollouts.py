@@ -66,3 +66,20 @@ class Rollouts:
 
     def __len__(self) -> int:
         return len(self.completion_ids)
+
+    @property
+    def model_lengths(self) -> list[int]:
+        """Tokens the model generated, one per entry: :attr:`lengths` less the tool-result tokens (TRL counts
+        ``sum(tool_mask)`` for ``completions/*_length`` and the loss's token count)."""
+        if self.tool_masks is None:
+            return self.lengths
+        return [sum(m) for m in self.tool_masks]
+
+    @property
+    def truncated(self) -> list[bool]:
+        """Entries cut at ``max_new_tokens``: finish reason ``length``, or a multi-turn entry whose last token is a
+        tool result's (TRL's ``is_truncated``: the last token is not the end of a model turn)."""
+        cut = [r == "length" for r in self.finish_reasons]
+        if self.tool_masks is None:
+            return cut
+        return [c or (bool(m) and m[-1] == 0) for c, m in zip(cut, self.tool_masks, strict=True)]

@@ -6,7 +6,7 @@ A micro-batch is laid out as ``[left-padded prompt | right-padded completion]``:
     attention_mask   (n, P + C)   1 on real tokens
     position_ids     (n, P + C)   0.. along real tokens (padding does not shift positions)
     completion_ids   (n, C)
-    completion_mask  (n, C)       1 on generated tokens
+    completion_mask  (n, C)       the loss mask: 1 on generated tokens (0 on tool results, on rows out of the loss)
 
 so the completion occupies the last C columns and its log-probs come from the last C + 1 logits. Each
 micro-batch carries its :class:`Frozen` tensors (old, reference and behaviour log-probs, entropy mask), which

@@ -263,9 +263,8 @@ class PolicyUpdate:
     def batch_counts(self, rollouts: Rollouts) -> tuple[int, int]:
         """(sequences, active completion tokens) of the whole rollout, as its micro-batches' masks would count."""
         masked = self.mask_truncated_completions
-        tokens = sum(
-            n for n, r in zip(rollouts.lengths, rollouts.finish_reasons, strict=True) if not (masked and r == "length")
-        )
+        lengths, truncated = rollouts.model_lengths, rollouts.truncated  # model tokens: tool results are not trained
+        tokens = sum(n for n, cut in zip(lengths, truncated, strict=True) if not (masked and cut))
         return len(rollouts), tokens
 
     def entropy_masks(
@@ -323,8 +322,12 @@ class PolicyUpdate:
         """The rollout's micro-batches within ``budget`` padded tokens (on the CPU), of ``rows`` only when given
         (each micro-batch's ``rows`` are then still indices of the whole rollout).
 
-        With ``mask_truncated_completions``, completions cut at ``max_new_tokens`` (reason ``length``) get an
-        all-zero loss mask: they keep their place in the group's advantages but add nothing to the loss.
+        With ``mask_truncated_completions``, completions cut at ``max_new_tokens`` (:attr:`Rollouts.truncated`) get
+        an all-zero loss mask: they keep their place in the group's advantages but add nothing to the loss. A
+        multi-turn rollout's tool-result tokens (``Rollouts.tool_masks`` 0) stay in the input ids and the attention
+        (the model reads them) and leave the loss mask, so the loss, KL, entropy, token counts and the behaviour
+        terms see model tokens only (TRL's ``completion_mask * tool_mask``); they travel with their rows through
+        any split.
         """
         rows = list(range(len(rollouts))) if rows is None else rows
         completions = [rollouts.completion_ids[i] for i in rows]
@@ -339,10 +342,16 @@ class PolicyUpdate:
         if len(rows) != len(rollouts):
             for mb in mbs:
                 mb.rows = [rows[r] for r in mb.rows]
-        if self.mask_truncated_completions:
+        if rollouts.tool_masks is not None:
             for mb in mbs:
                 for r, row in enumerate(mb.rows):
-                    if rollouts.finish_reasons[row] == "length":
+                    tool_mask = rollouts.tool_masks[row]
+                    mb.completion_mask[r, : len(tool_mask)] *= torch.tensor(tool_mask, dtype=mb.completion_mask.dtype)
+        if self.mask_truncated_completions:
+            truncated = rollouts.truncated
+            for mb in mbs:
+                for r, row in enumerate(mb.rows):
+                    if truncated[row]:
                         mb.completion_mask[r] = 0.0
         return mbs
 

@@ -112,8 +112,10 @@ class TRLLoss:
         sampling=None,
         importance_sampling_ratio=None,
         sync_gradients=True,
+        tool_mask=None,
     ):
-        """TRL's loss of one micro-batch: ``logp``, ``entropy``, ``mask`` (n, C); ``advantages`` (n,)."""
+        """TRL's loss of one micro-batch: ``logp``, ``entropy``, ``mask`` (n, C); ``advantages`` (n,);
+        ``tool_mask`` (n, C): TRL's ``inputs["tool_mask"]`` of a multi-turn batch (0 on tool-result tokens)."""
         n, c = mask.shape
         self.trainer._get_per_token_logps_and_entropies = lambda *a, **k: (logp, entropy, None)
         self.trainer.accelerator.sync_gradients = sync_gradients
@@ -130,6 +132,7 @@ class TRLLoss:
             ("ref_per_token_logps", ref),
             ("sampling_per_token_logps", sampling),
             ("importance_sampling_ratio", importance_sampling_ratio),
+            ("tool_mask", tool_mask),
         ):
             if value is not None:
                 inputs[key] = value

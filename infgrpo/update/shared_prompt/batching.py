@@ -8,7 +8,7 @@ group that share a micro-batch, instead of once per completion. A :class:`Shared
     row_prompt       (n,)       the prompt row of each completion row
     completion_ids   (n, C)     right-padded completions
     completion_real  (n, C)     1 on generated tokens
-    completion_mask  (n, C)     the loss mask (generated tokens; 0 on a row left out of the loss)
+    completion_mask  (n, C)     the loss mask (generated tokens; 0 on tool results, on a row left out of the loss)
     prompts          [n_p]      the rollout's index of each prompt row (which prompt it is)
     frozen                      its rows' old, reference and behaviour log-probs and entropy mask, (n, C) each
 
