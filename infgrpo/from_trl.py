@@ -185,7 +185,8 @@ def convert(config: Any, strict: bool = False) -> Conversion:
 
     A key the converter does not know is left out and named in the notes, as TRL's parser ignores it; with
     ``strict`` it is refused. Raises a :class:`ConversionError` for a value TRL would refuse (``reward_weights`` of
-    another length than the rewards), a reward name that resolves to nothing, or a mixture of several datasets.
+    another length than the rewards), a reward name that resolves to nothing or an import path that does not import
+    from the working folder, or a mixture of several datasets.
     """
     given, explicit = _read(config)
     notes: list[str] = []

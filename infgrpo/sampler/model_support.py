@@ -3,6 +3,7 @@
     check_engine_support(model, max_new_tokens)         # attn_implementation sdpa or eager; window
     check_prompts(model, prompt_ids, max_new_tokens)    # no empty prompt, none past the context or window
     context_overflow(model.config, 30, max_new_tokens)  # the rule itself, from a config: why 30 tokens cannot fit
+    sequence_positions(model.config)                    # the positions a prompt and its completion may take
     kv_shape(model.config)                              # (layers, kv_heads, head_dim)
 
 Also the model introspection the sampler, the pool sizing and the update share (``text_config``,
@@ -91,28 +92,39 @@ def stop_token_ids(model: PreTrainedModel, eos_id: int, extra: list[int]) -> lis
     return list(dict.fromkeys([eos_id, *listed, *extra]))
 
 
+def sequence_positions(config) -> int | None:  # noqa: ANN001 - a PretrainedConfig
+    """The most positions a sequence (prompt and completion) may take in a model of ``config`` on the slot-pool
+    engine: below a sliding attention window (it attends over whole sequences) and within the context
+    (``max_position_embeddings``); None without a bound."""
+    cfg = text_config(config)
+    window = sliding_window_of(cfg)
+    limit = getattr(cfg, "max_position_embeddings", None)
+    return min([b for b in (window - 1 if window is not None else None, limit) if b is not None], default=None)
+
+
 def context_overflow(config, length: int, max_new_tokens: int) -> str | None:  # noqa: ANN001 - a PretrainedConfig
     """Why a prompt of ``length`` tokens cannot take ``max_new_tokens`` more in a model of ``config``, or None.
 
-    The one rule (read from the config alone, so it also runs before the weights load): the sequence must stay
-    below a sliding attention window (the slot-pool engine attends over whole sequences) and within the context
-    (``max_position_embeddings``). The reason continues ``"... with max_new_tokens=M "``.
+    The one rule (read from the config alone, so it also runs before the weights load):
+    :func:`sequence_positions`. The reason continues ``"... with max_new_tokens=M "``; it gives the largest
+    ``max_new_tokens`` that fits, or says that the prompt alone leaves no room for a completion.
     """
-    cfg = text_config(config)
-    limit = getattr(cfg, "max_position_embeddings", None)
-    window = sliding_window_of(cfg)
-    if window is not None and length + max_new_tokens >= window:
-        return (
+    positions = sequence_positions(config)
+    if positions is None or length + max_new_tokens <= positions:
+        return None
+    window = sliding_window_of(text_config(config))
+    if window is not None and positions == window - 1:
+        what = (
             f"a sequence reaches {length + max_new_tokens} positions, but the model has sliding-window attention "
-            f"layers (sliding_window={window}) and the slot-pool engine attends over whole sequences. Keep prompt + "
-            f"max_new_tokens below {window}."
+            f"layers (sliding_window={window}) and the slot-pool engine attends over whole sequences, so a sequence "
+            f"stays below {window}"
         )
-    if limit is not None and length + max_new_tokens > limit:
-        return (
-            f"it needs {length + max_new_tokens} positions but the model's context (max_position_embeddings) is "
-            f"{limit}. Shorten the prompt or lower max_new_tokens to <= {limit - length}."
-        )
-    return None
+    else:
+        needs = length + max_new_tokens
+        what = f"it needs {needs} positions but the model's context (max_position_embeddings) is {positions}"
+    if length >= positions:
+        return f"{what}; the prompt alone takes {length} of them, leaving no room for a completion."
+    return f"{what}. Shorten the prompt or lower max_new_tokens to <= {positions - length}."
 
 
 def check_prompts(model: PreTrainedModel, prompt_ids: list[list[int]], max_new_tokens: int) -> None:

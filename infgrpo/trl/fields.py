@@ -108,7 +108,8 @@ FIELD_GROUPS: tuple[tuple[str, dict[str, Target]], ...] = (
             "chat_template_kwargs": ("data.chat_template_kwargs",),
             "data_seed": ("data.seed",),
             "datasets": ("data.path", "data.config_name", "data.train_split"),
-            **dict.fromkeys(("dataset_streaming", "streaming", "test_split_size"), DATASETS),
+            "test_split_size": ("data.eval_fraction", "data.eval_split", "data.eval_size"),
+            **dict.fromkeys(("dataset_streaming", "streaming"), DATASETS),
             **dict.fromkeys(
                 (
                     "shuffle_dataset",
@@ -173,7 +174,7 @@ FIELD_GROUPS: tuple[tuple[str, dict[str, Target]], ...] = (
                 ),
                 ENGINE,
             ),
-            "max_tool_calling_iterations": "tool calling: infgrpo samples each completion in one turn, without tools",
+            "max_tool_calling_iterations": ("model.agent.max_turns",),
         },
     ),
     (
@@ -379,7 +380,13 @@ script's arguments and ``DatasetMixtureConfig`` (and a config file's ``env``): a
 sets, or (a ``str``) why it sets none."""
 
 _LORA = "LoRA only when `use_peft` is true: `model.lora.r` = `lora_r`, else 0"
-_BATCH = "`per_device_train_batch_size` x `gradient_accumulation_steps` / `num_generations`: prompts per rank a step"
+BATCH = (
+    "prompts per rank a step, each sampled model.group_size times: per_device_train_batch_size x "
+    "gradient_accumulation_steps / num_generations. TRL 1.16 samples that x num_processes completions a step (its "
+    "generation_batch_size) and refuses a count that is no multiple of num_generations: on one GPU a group is never "
+    "spread over GPUs (on several it may span them; infgrpo keeps each group on one rank)"
+)
+"""TRL's batch fields as ``data.batch_size``: the one explanation of the table and of :mod:`infgrpo.trl.names`."""
 _CHECKPOINTING = "TRL's default is true; `activation_checkpointing` (transformers 5's name) wins"
 _CORRECTION = "only with `use_vllm` (TRL corrects vLLM's log-probs only): the mode, else `none`"
 
@@ -397,6 +404,8 @@ HOW: dict[str, str] = {
     "stays float32 (no autocast)",
     "fp16": "as `bf16`, in float16",
     "dataset_test_split": "only when `eval_strategy` is not `no`",
+    "test_split_size": "TRL's script splits a dataset mixture only: a share in (0, 1) is `data.eval_fraction` (no "
+    "evaluation when `eval_strategy` is `no`: `data.eval_size: 0`); a number of rows: named, with the share to write",
     "data_seed": "null: `seed`",
     "datasets": "a mixture of one dataset: its `path`, `name` and `split` (the split's rows only); of several: refused "
     "(infgrpo reads one source)",
@@ -404,13 +413,14 @@ HOW: dict[str, str] = {
     "max_prompt_length": "older TRL cut longer prompts from the left; infgrpo refuses them (`data.long_prompts`)",
     "warmup_ratio": "a share of the run's optimizer steps: `ceil(ratio x max_steps)`; without `max_steps`: named with "
     "what to set; `warmup_steps` > 0 wins (as transformers)",
-    "per_device_train_batch_size": _BATCH,
-    "gradient_accumulation_steps": _BATCH,
+    "per_device_train_batch_size": BATCH,
+    "gradient_accumulation_steps": BATCH,
     "max_completion_length": "null (no limit) is not carried over: infgrpo needs a bound",
+    "max_tool_calling_iterations": "an integer >= 1; null (no bound) is infgrpo's default too, not written",
     "reward_funcs": "TRL's names -> `trl.rewards:<name>` (`get_soft_overlong_punishment` called with the script's "
     "1280 and 256), dotted paths -> `module:function`, reasoning recipes' registry names with a twin (`accuracy`, "
-    "`format`, `cosine`, `repetition_penalty`, `soft_overlong_punishment`) to it; other names: one error listing "
-    "each with what to write; `accuracy`: TRL's accuracy reward",
+    "`format`, `cosine`, `repetition_penalty`, `soft_overlong_punishment`) to it; other names, and paths that do not "
+    "import from the working folder: one error listing each with what to write; `accuracy`: TRL's accuracy reward",
     "reward_model_name_or_path": "the id, first of `functions` (TRL puts the reward model first)",
     "reward_weights": "one per reward, in TRL's order; unset: 1.0 each",
     "epsilon": "the lower clip",

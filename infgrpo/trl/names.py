@@ -22,15 +22,11 @@ from typing import Any
 import yaml
 
 from infgrpo.settings import config_paths
-from infgrpo.trl.fields import TRL_FIELDS, Target
+from infgrpo.trl.fields import BATCH, TRL_FIELDS, Target
 from infgrpo.trl.other_keys import OTHER_GROUPS, RENAMED
 
 SHOWN = 4
 """TRL names spelled out in one message (the rest counted)."""
-BATCH = (
-    "data.batch_size counts prompts per rank, each sampled model.group_size times: TRL's "
-    "per_device_train_batch_size x gradient_accumulation_steps / num_generations"
-)
 TRL_NAMES: dict[str, Target] = {
     **TRL_FIELDS,
     **{old: TRL_FIELDS[new] for old, new in RENAMED.items()},
@@ -38,7 +34,7 @@ TRL_NAMES: dict[str, Target] = {
 }
 """The names pointed to infgrpo's keys: TRL 1.16's fields, their older names and fields older releases had (not
 recipe scripts' arguments or launcher keys, whose names are too common to tell)."""
-NOTES = {"per_device_train_batch_size": BATCH, "gradient_accumulation_steps": BATCH}
+NOTES = dict.fromkeys(("per_device_train_batch_size", "gradient_accumulation_steps"), f"data.batch_size counts {BATCH}")
 """What a TRL name's message adds, where infgrpo's key counts otherwise."""
 
 

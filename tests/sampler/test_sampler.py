@@ -3,7 +3,7 @@ import torch
 
 from infgrpo import MicroGroupSampler, SamplerConfig
 from infgrpo.sampler.engine.slot_pool import pool_width
-from infgrpo.sampler.model_support import kv_bytes_per_token
+from infgrpo.sampler.model_support import context_overflow, kv_bytes_per_token, sequence_positions
 from infgrpo.update import collate, completion_logprobs
 from tests.helpers import random_model
 
@@ -148,6 +148,21 @@ def test_sliding_window_models_decode_like_hf_below_the_window_and_are_refused_b
         s.sample([prompt + [7, 8]], group_size=2)
     with pytest.raises(ValueError, match=r"max_new_tokens=12 does not fit .*\(sliding_window=12\)"):
         MicroGroupSampler(model, 2, SamplerConfig(max_new_tokens=12))
+
+
+def test_the_context_rule_gives_a_positive_bound_or_says_the_prompt_alone_is_too_long():
+    windowed = sliding_qwen3(window=12).config  # a sequence stays below the window: 11 positions
+    assert sequence_positions(windowed) == 11 and context_overflow(windowed, 6, 5) is None
+    assert context_overflow(windowed, 6, 6).endswith("Shorten the prompt or lower max_new_tokens to <= 5.")
+    alone = context_overflow(windowed, 11, 1)
+    assert "(sliding_window=12)" in alone
+    assert alone.endswith("stays below 12; the prompt alone takes 11 of them, leaving no room for a completion.")
+    full = random_model("llama").config
+    positions = full.max_position_embeddings
+    assert sequence_positions(full) == positions and context_overflow(full, positions - 1, 1) is None
+    past = context_overflow(full, positions + 38, 64)  # a long system prompt: once "max_new_tokens <= -38"
+    assert f"is {positions}; the prompt alone takes {positions + 38} of them, leaving no room" in past
+    assert "<=" not in past
 
 
 def test_attention_implementations_the_engine_cannot_drive_are_refused():

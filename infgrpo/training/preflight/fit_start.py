@@ -45,7 +45,8 @@ def check_data_prompts(model: PreTrainedModel, datamodule: Any, max_new_tokens: 
             check_prompts(model, [item["prompt_ids"] for item in items], max_new_tokens)
         except ValueError as err:
             raise ValueError(
-                f"{split} prompts: {err} (set data.max_prompt_length with data.long_prompts: skip to drop such prompts)"
+                f"{split} prompts: {err} (set data.max_prompt_length with data.long_prompts: skip to drop such "
+                "prompts; data.system_prompt is in every prompt)"
             ) from err
 
 

@@ -36,7 +36,7 @@ from infgrpo.rewards.core import REWARDS
 from infgrpo.rewards.reward_model import check_reward_model_files
 from infgrpo.rewards.signature import check_reward_data
 from infgrpo.rewards.sources import is_model_source
-from infgrpo.sampler.model_support import context_overflow
+from infgrpo.sampler.model_support import context_overflow, sequence_positions
 from infgrpo.sampler.stop_tokens import FIELD, check_stop_token_ids, config_vocab_size
 from infgrpo.settings import ConfigError
 from infgrpo.training.hparams import ModuleSettings
@@ -59,13 +59,27 @@ def check_max_steps(max_steps: Any) -> None:
 
 def check_context(config: PretrainedConfig, max_new_tokens: int, prompts: list[tuple[str, int, int]]) -> None:
     """Raises a ConfigError naming ``model.sampler.max_new_tokens`` when the longest of ``prompts`` ((split, row,
-    tokens), read before loading) cannot take that many new tokens in the model's context; without prompts, when
-    even a one-token prompt cannot."""
+    tokens), read before loading) cannot take that many new tokens in the model's context (without prompts: when
+    even a one-token prompt cannot), or naming the prompt settings when that prompt alone leaves no room for a
+    completion (``data.max_prompt_length``, ``data.system_prompt``, the model)."""
     split, row, tokens = max(prompts, key=lambda p: p[2]) if prompts else (None, 0, 1)
     reason = context_overflow(config, tokens, max_new_tokens)
     if reason is None:
         return
     which = f"row {row} of split {split!r} has {tokens} tokens" if split is not None else "a prompt of 1 token"
+    positions = sequence_positions(config) or 0
+    if tokens >= positions:  # the prompt alone: no max_new_tokens fits, the prompts must shrink
+        room = positions - max_new_tokens
+        bound = (
+            f"set data.max_prompt_length: {room} with data.long_prompts: skip (longer prompts left out)"
+            if room >= 1
+            else f"lower model.sampler.max_new_tokens below {positions}, then data.max_prompt_length to the rest"
+        )
+        raise ConfigError(
+            f"the prompts are too long for the model: {which}; with max_new_tokens={max_new_tokens} {reason} To fit: "
+            f"{bound}, shorten data.system_prompt (it is in every prompt), or give model.policy.model_name_or_path a "
+            "model with a longer context"
+        )
     raise ConfigError(
         f"model.sampler.max_new_tokens={max_new_tokens} does not fit the model's context: {which}; with "
         f"max_new_tokens={max_new_tokens} {reason}"

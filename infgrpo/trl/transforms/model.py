@@ -8,7 +8,13 @@ in the order they stand here; :mod:`infgrpo.trl.transforms` runs this module's b
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import importlib.util
 import inspect
+import math
+import os
+import sys
 from typing import Any
 
 from infgrpo.trl.fields import ConversionError
@@ -177,10 +183,15 @@ def _batch(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
         f"= {per_rank} completions per rank a step, / num_generations={groups}: prompts per rank (N ranks sample "
         f"N x {size} prompts a step); the update's micro-batches follow model.update.token_budget"
     )
-    if per_rank % groups:
+    if per_rank % groups:  # TRL 1.16: generation_batch_size = per_rank x num_processes, a multiple of groups
+        gpus = groups // math.gcd(per_rank, groups)
+        prompts = gpus * per_rank // groups
         what += (
-            f"; {per_rank} is no multiple of {groups}: TRL spreads a group over ranks, infgrpo keeps each group on "
-            f"one rank ({size * groups} completions per rank): set data.batch_size for your number of ranks"
+            f"; {per_rank} is no multiple of num_generations={groups}, which TRL 1.16 refuses on one GPU (its "
+            f"generation_batch_size, {per_rank} x the GPUs, must be one): TRL runs it on a multiple of {gpus} GPUs "
+            f"only, where a group spans GPUs ({prompts} prompt{'s' * (prompts > 1)} a step on {gpus}); infgrpo keeps "
+            f"each group on one rank ({size * groups} completions per rank): set data.batch_size so that ranks x "
+            "data.batch_size is TRL's prompts a step"
         )
     notes.append(what)
 
@@ -194,11 +205,30 @@ def _max_new_tokens(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
     out.put("model.sampler.max_new_tokens", trl.integer("max_completion_length"), True)
 
 
+@TRANSFORMS.converts("max_tool_calling_iterations")
+def _tool_turns(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
+    """TRL's bound on an agent's tool-calling turns is ``model.agent.max_turns``; TRL's None (no bound) is infgrpo's
+    default too, so it is not written."""
+    if trl["max_tool_calling_iterations"] is None:
+        return
+    turns = trl.integer("max_tool_calling_iterations", 0)
+    if turns == 0:
+        notes.append(
+            "max_tool_calling_iterations=0 not mapped: TRL then parses tool calls and runs none; model.agent.max_turns "
+            "takes an integer >= 1 or null (no bound)"
+        )
+        return
+    out.put("model.agent.max_turns", turns, True)
+
+
 def _reward_name(trl: TrlSettings, func: str, notes: list[str]) -> str | None:
-    """infgrpo's name of a reward of ``reward_funcs``: TRL's script's names, a dotted import path, a recipe's name
-    with a twin (:data:`RECIPE_REWARDS`, with a note); None for a name that resolves to nothing."""
+    """infgrpo's name of a reward of ``reward_funcs``: TRL's script's names, an import path (``module:function``, or
+    dotted as TRL takes it), a recipe's name with a twin (:data:`RECIPE_REWARDS`, with a note); None for a name that
+    resolves to nothing."""
     if func in TRL_REWARDS:
         return TRL_REWARDS[func]
+    if ":" in func:  # infgrpo's own form
+        return func
     if "." in func:  # TRL: a module path and an attribute, split at the last dot
         module, _, attribute = func.rpartition(".")
         return f"{module}:{attribute}"
@@ -215,8 +245,40 @@ def _reward_name(trl: TrlSettings, func: str, notes: list[str]) -> str | None:
     return name
 
 
-def _unknown_rewards(funcs: list[str]) -> str:
-    """The one line for the reward names that resolve to nothing, each with what to write instead."""
+def _import_problem(func: str, name: str, notes: list[str]) -> str | None:
+    """Why the reward ``name`` (``module:function``, of ``reward_funcs``' ``func``) does not import with the working
+    folder first on ``sys.path``, as TRL's script and ``python -m infgrpo.fit`` import it, and what to write; None
+    when it imports, or when its package is not found here (a note: fit imports it where it runs)."""
+    module, _, attribute = name.partition("(")[0].partition(":")
+    package = module.partition(".")[0]
+    sys.path.insert(0, os.getcwd())
+    try:
+        importlib.invalidate_caches()  # files written since the last import of this process
+        if importlib.util.find_spec(package) is None:
+            notes.append(
+                f"reward_funcs {func!r}: {package} is not importable from this folder, so {name} is unchecked; "
+                "python -m infgrpo.fit imports it as the run starts (start it where it imports, or set PYTHONPATH)"
+            )
+            return None
+        found = importlib.import_module(module)
+    except Exception as err:  # noqa: BLE001 - the user's module: its error says what is wrong
+        return f"importing {module} raised {type(err).__name__}: {' '.join(str(err).split())}"
+    finally:
+        sys.path.remove(os.getcwd())
+    target = getattr(found, attribute, None)
+    if callable(target):
+        return None
+    functions = module_functions(found)
+    if target is not None:
+        return f"{module}.{attribute} is not callable ({type(target).__name__}): name one of {', '.join(functions)}"
+    close = difflib.get_close_matches(attribute, functions, n=1)
+    instead = f"write '{module}:{close[0]}'" if close else f"its functions: {', '.join(functions) or 'none'}"
+    return f"{module} has no {attribute!r}: {instead}"
+
+
+def _bad_rewards(unknown: list[str], broken: dict[str, str]) -> str:
+    """The one line for every reward of ``reward_funcs`` that resolves to nothing (``unknown`` names; ``broken``:
+    import paths, each with why it does not import), each with what to write instead."""
     installed = trl_reward_functions()
 
     def instead(name: str) -> str:
@@ -225,21 +287,30 @@ def _unknown_rewards(funcs: list[str]) -> str:
             return f"the recipe function's import path, e.g. 'my_recipe.rewards:{name}_reward'"
         return f"'trl.rewards:{twin}{'(<its arguments>)' if twin.startswith('get_') else ''}'"
 
-    each = "; ".join(f"{f!r} -> {instead(f)}" for f in funcs)
-    return (
-        f"reward_funcs: {', '.join(map(repr, funcs))} {'are' if len(funcs) > 1 else 'is'} neither TRL's names "
-        f"({', '.join(TRL_REWARDS)}) nor dotted import paths, nor a reasoning recipe's name infgrpo has a twin of "
-        f"({', '.join(RECIPE_REWARDS)}): write {each} (module:function, or module.function as TRL takes it); the "
-        f"installed trl.rewards has {', '.join(installed)} ('trl.rewards:<name>')"
-    )
+    parts = []
+    if unknown:
+        each = "; ".join(f"{f!r} -> {instead(f)}" for f in unknown)
+        parts.append(
+            f"{', '.join(map(repr, unknown))} {'are' if len(unknown) > 1 else 'is'} neither TRL's names "
+            f"({', '.join(TRL_REWARDS)}) nor import paths, nor a reasoning recipe's name infgrpo has a twin of "
+            f"({', '.join(RECIPE_REWARDS)}): write {each} (module:function, or module.function as TRL takes it); "
+            f"the installed trl.rewards has {', '.join(installed)} ('trl.rewards:<name>')"
+        )
+    parts += [f"{func!r} does not import from this folder: {why}" for func, why in broken.items()]
+    return "reward_funcs: " + "; ".join(parts)
+
+
+def module_functions(module: Any) -> list[str]:
+    """The public functions of ``module`` (its ``__all__``, for lazy modules such as ``trl.rewards``), sorted."""
+    names = getattr(module, "__all__", None) or dir(module)
+    return sorted(n for n in names if not n.startswith("_") and inspect.isfunction(getattr(module, n, None)))
 
 
 def trl_reward_functions() -> list[str]:
     """The reward functions (and factories) of the installed ``trl.rewards``."""
     import trl.rewards
 
-    names = getattr(trl.rewards, "__all__", None) or dir(trl.rewards)
-    return sorted(n for n in names if not n.startswith("_") and inspect.isfunction(getattr(trl.rewards, n, None)))
+    return module_functions(trl.rewards)
 
 
 @TRANSFORMS.converts("reward_funcs", "reward_model_name_or_path", "reward_weights")
@@ -251,17 +322,20 @@ def _rewards(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
         names.append(str(model))
         notes.append(f"reward_model_name_or_path={model!r}: a reward model, first of model.rewards.functions as in TRL")
     funcs = trl["reward_funcs"] or []
-    unknown = []
-    for func in [funcs] if isinstance(funcs, str) else funcs:
-        name = _reward_name(trl, str(func), notes)
+    unknown, broken = [], {}
+    for func in map(str, [funcs] if isinstance(funcs, str) else funcs):
+        name = _reward_name(trl, func, notes)
         if name is None:
-            unknown.append(str(func))
+            unknown.append(func)
         elif name in names:
             raise ConversionError(f"reward_funcs: {func!r} is named twice; give it once, with the sum of its weights")
         else:
             names.append(name)
-    if unknown:
-        raise ConversionError(_unknown_rewards(unknown))
+            problem = _import_problem(func, name, notes) if ":" in func or "." in func else None  # an import path
+            if problem:
+                broken[func] = problem
+    if unknown or broken:
+        raise ConversionError(_bad_rewards(unknown, broken))
     weights = trl["reward_weights"]
     if names:
         weights = [1.0] * len(names) if weights is None else list(weights)

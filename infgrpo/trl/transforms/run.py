@@ -307,6 +307,58 @@ def _dataset(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
         )
 
 
+def _split_size(trl: TrlSettings) -> tuple[str, Any]:
+    """TRL's ``test_split_size`` as (its name in the notes, its value): a recipe's mixture mapping's
+    (``dataset_mixture: {datasets, test_split_size}``), else the top level's (``DatasetMixtureConfig``'s)."""
+    for field in ("dataset_mixture", "datasets"):
+        if isinstance(trl[field], Mapping) and trl[field].get("test_split_size") is not None:
+            return f"{field}.test_split_size", trl[field]["test_split_size"]
+    return "test_split_size", trl["test_split_size"]
+
+
+@TRANSFORMS.converts("test_split_size")
+def _test_split(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
+    """TRL's script splits a dataset mixture into train and test rows (datasets' ``train_test_split``), and evaluates
+    on the test rows: a share is ``data.eval_fraction`` (its held-out rows replace ``data.eval_split``)."""
+    field, size = _split_size(trl)
+    mixture = _mixture(trl) if size is not None else None
+    if mixture is None:
+        if size is not None:
+            notes.append(
+                f"{field}={size} ignored: TRL's grpo script splits a datasets mixture only (dataset_name is read as it "
+                "is); data.eval_fraction holds out a share of the training rows"
+            )
+        return
+    share = isinstance(size, float) and 0 < size < 1
+    if not share and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ConversionError(
+            f"{field}={size!r} must be a share of the rows in (0, 1) or a number of rows >= 1 (datasets' "
+            "train_test_split test_size)"
+        )
+    evaluated = trl["eval_strategy"] != "no"
+    out.put("data.eval_split", None, True)  # TRL's test rows come from the split, not from a split of the dataset
+    path, source = mixture
+    if not share:
+        notes.append(
+            f"{field}={size} rows not mapped: data.eval_fraction takes a share; write data.eval_fraction: {size} / "
+            f"the rows of {path}'s split {source['split']!r} (until then no row is held out"
+            + (" and none evaluated)" if evaluated else ")")
+        )
+        return
+    out.put("data.eval_fraction", float(size), True)
+    if not evaluated:
+        out.put("data.eval_size", 0, True)
+    notes.append(
+        f"{field}={size}: data.eval_fraction={size}, a seeded share of the rows held out of training as TRL's "
+        f"train_test_split holds it (round({size} x rows) here, datasets rounds up); "
+        + (
+            "the first data.eval_size of them are scored, TRL scores all"
+            if evaluated
+            else "eval_strategy=no: none scored (data.eval_size: 0), as in TRL"
+        )
+    )
+
+
 @TRANSFORMS.converts("model_name_or_path")
 def _model_name(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
     """``model.policy.model_name_or_path`` (a ``GRPOConfig`` alone names no model)."""

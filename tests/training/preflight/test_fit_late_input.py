@@ -57,6 +57,23 @@ def test_the_context_rule_is_the_samplers_at_its_bounds():
         check_context(config, 237, [("train", 0, 5), ("train", 3, 20)])
 
 
+def test_a_prompt_too_long_by_itself_names_the_prompt_settings(capsys):
+    config = load_model_config("tiny")  # 256 positions
+    with pytest.raises(ConfigError) as err:
+        check_context(config, 64, [("train", 0, 5), ("train", 3, 300)])
+    line = str(err.value)
+    assert line.startswith("the prompts are too long for the model: row 3 of split 'train' has 300 tokens; ")
+    assert "the prompt alone takes 300 of them, leaving no room for a completion. To fit: set " in line
+    assert "data.max_prompt_length: 192 with data.long_prompts: skip" in line and "data.system_prompt" in line
+    assert "a model with a longer context" in line and "<=" not in line
+    with pytest.raises(ConfigError, match="lower model.sampler.max_new_tokens below 256, then data.max_prompt_length"):
+        check_context(config, 300, [("train", 3, 256)])
+    recipe = "You are a helpful AI Assistant that provides well-reasoned and detailed responses. " * 4
+    line = cli_error(capsys, *TINY, "--data.system_prompt", recipe, "--data.max_prompt_length", "2000")
+    assert "the prompts are too long for the model: row " in line and "data.max_prompt_length: 160 with" in line
+    assert "model.sampler.max_new_tokens=" not in line and "<= -" not in line
+
+
 @pytest.mark.parametrize("steps", ["-5", "0"])
 def test_max_steps_other_than_minus_one_or_positive_is_refused(capsys, steps):
     line = cli_error(capsys, *TINY, "--trainer.max_steps", steps)
