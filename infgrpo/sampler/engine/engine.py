@@ -240,6 +240,8 @@ class Engine:
             started += sched.start(picks, ends)
             done = [seq for (_, seq), end in zip(picks, ends, strict=True) if end]
             runner.keep(sched.release(done))
+            if tools is not None:
+                runner.drop_resumed(done)  # a slot refilled in this admission holds one re-prefilled sample at most
             feed.ended(done if tools is None else tools.offer(done))
         for slot, seq in started:
             runner.load(slot, seq)

@@ -26,7 +26,7 @@ then starts after its last token, ``t`` counting model tokens only.
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,9 +145,13 @@ class ModelRunner:
         """Drops the prefilled K/V of every prompt not in ``prompts`` (the scheduler's ``held``)."""
         self.prompt_kv = {i: st for i, st in self.prompt_kv.items() if i in prompts}
 
-    def drop_resumed(self) -> None:
-        """Drops the K/V of the resumed samples (loaded into their slots, or ended): after an admission."""
-        self.resumed.clear()
+    def drop_resumed(self, seqs: Iterable[Sequence] | None = None) -> None:
+        """Drops the K/V of these resumed samples (ended on their first token), or of all (loaded into their slots:
+        after an admission)."""
+        if seqs is None:
+            self.resumed.clear()
+        for seq in seqs or ():
+            self.resumed.pop((seq.prompt_idx, seq.sample_idx), None)
 
     def load(self, slot: int, seq: Sequence) -> None:
         """Copies ``seq``'s prompt K/V (a resumed sample: its own) into ``slot`` (packed: the first free pool slot);
