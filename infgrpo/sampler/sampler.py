@@ -228,7 +228,7 @@ class MicroGroupSampler:
         rows = [s for i in chosen for s in feed.rows(i)]  # group_size of each (of a grown group: the judge's pick)
         rollouts = Rollouts.from_sequences([feed.prompts[i] for i in chosen], feed.group_size, rows)
         rollouts.sample_ids = [s.sample_idx for s in rows]
-        rollouts.stats = stats.to_stats([len(s) for group in feed.groups for s in group])  # all decoded
+        rollouts.stats = stats.to_stats([s.model_tokens for group in feed.groups for s in group])  # all decoded
         rollouts.dynamic = found = feed.summary()
         if found is not None:
             rollouts.drawn = chosen

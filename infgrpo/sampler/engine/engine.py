@@ -98,8 +98,9 @@ class EngineStats:
     """With ``turns``: the tool rounds, the seconds samples waited on them and the steps run meanwhile."""
 
     def to_stats(self, lengths: list[int]) -> dict[str, Any]:
-        """The rollout's ``Rollouts.stats`` for completions of these ``lengths``: counters, slot utilization
-        and its bubble, K/V bytes, and the decode steps against their lower bound (first tokens are free)."""
+        """The rollout's ``Rollouts.stats`` for completions of these ``lengths`` (the tokens the model generated: with
+        turns, tool results are not counted): counters, slot utilization and its bubble, K/V bytes, the decode steps
+        against their lower bound (first tokens are free) and, with turns, the tool counters."""
         steps = self.decode_steps
         utilization = self.busy_slot_steps / (self.num_slots * steps) if steps else 1.0
         bound = lower_bound_steps([max(n - 1, 0) for n in lengths], self.num_slots)
