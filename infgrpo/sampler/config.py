@@ -24,6 +24,13 @@ JUDGED = {
     "dynamic_sampling": "groups are judged and replaced inside the slot pool as they end",
 }
 """The settings whose groups the engine judges as they end, and why that needs decoder ``engine``."""
+ENGINE_ONLY = {
+    **{key: (f"{key}.enabled", why, f"{key}.enabled: false") for key, why in JUDGED.items()},
+    "agent": ("agent.tools or agent.environment", "a sample leaves the slot pool while its tools run",
+              "no agent.tools and no agent.environment"),
+}  # fmt: skip
+"""Key -> (the setting, why it needs decoder ``engine``, how to turn it off): what :meth:`SamplerConfig.require_engine`
+names."""
 
 
 @dataclass
@@ -126,10 +133,12 @@ class SamplerConfig:
         check_graph_width(self.cuda_graphs, self.decode_width)  # 'auto' is 'pool' where graphs run
 
     def require_engine(self, key: str) -> None:
-        """A ConfigError naming ``<key>.enabled`` (a key of :data:`JUDGED`) unless ``decoder`` is ``engine``: the
-        baseline decoders return whole groups at the end of a rollout."""
+        """A ConfigError naming the setting of ``key`` (a key of :data:`ENGINE_ONLY`: ``<key>.enabled`` for those of
+        :data:`JUDGED`; ``agent``: tools) unless ``decoder`` is ``engine``: the baseline decoders return whole groups
+        at the end of a rollout."""
         if self.decoder != "engine":
+            setting, why, off = ENGINE_ONLY[key]
             raise ConfigError(
-                f"{key}.enabled needs sampler.decoder='engine' ({JUDGED[key]}); got {self.decoder!r}: set "
-                f"sampler.decoder: engine, or {key}.enabled: false for a baseline decoder"
+                f"{setting} needs sampler.decoder='engine' ({why}); got {self.decoder!r}: set "
+                f"sampler.decoder: engine, or {off} for a baseline decoder"
             )

@@ -45,13 +45,16 @@ class Rollouts:
 
     @classmethod
     def from_sequences(cls, prompt_ids: list[list[int]], group_size: int, seqs: list[Sequence]) -> Rollouts:
-        """The rollouts of finished sequences (the engine's), prompt-major."""
+        """The rollouts of finished sequences (the engine's), prompt-major; ``tool_masks`` when some sequence
+        took tool results."""
+        tools = any(s.tool_mask is not None for s in seqs)
         return cls(
             prompt_ids=[list(p) for p in prompt_ids],
             group_size=group_size,
             completion_ids=[s.token_ids for s in seqs],
             logprobs=[s.logprobs for s in seqs],
             finish_reasons=[s.finish_reason for s in seqs],
+            tool_masks=[s.tool_mask if s.tool_mask is not None else [1] * len(s) for s in seqs] if tools else None,
         )
 
     @property

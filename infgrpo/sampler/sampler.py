@@ -34,6 +34,7 @@ from infgrpo.sampler.engine.feed import Feed, FixedBatch
 from infgrpo.sampler.engine.plan import AdaptiveSpec, DynamicSpec, FeedPlan, Replay
 from infgrpo.sampler.engine.pool_keeper import PoolKeeper
 from infgrpo.sampler.engine.rescue_rates import RescueRates
+from infgrpo.sampler.engine.turns import Turns
 from infgrpo.sampler.feeds import make_feed
 from infgrpo.sampler.hf.baselines import BASELINES, generation_kwargs
 from infgrpo.sampler.hf.request import DecodeRequest
@@ -108,6 +109,7 @@ class MicroGroupSampler:
         prompt_offset: int = 0,
         ranks: Ranks | None = None,
         adaptive: AdaptiveSpec | None = None,
+        turns: Callable[[], Turns] | None = None,
     ) -> Rollouts:
         """``group_size`` completions of each prompt, prompt-major (see :class:`Rollouts`).
 
@@ -117,7 +119,10 @@ class MicroGroupSampler:
         predictor is pooled over them, so every rank's predictor stays identical. ``adaptive``: groups
         without a reward spread grow (:mod:`infgrpo.sampler.engine.adaptive`); each prompt still returns
         ``group_size`` completions, the ones ``adaptive.judge.select`` picks (``Rollouts.sample_ids``), with
-        ``Rollouts.adaptive`` and ``adaptive/*`` statistics.
+        ``Rollouts.adaptive`` and ``adaptive/*`` statistics. ``turns``: multi-turn samples (tools,
+        :mod:`infgrpo.sampler.engine.turns`), a factory called once per engine run (an attempt that ran out of
+        memory starts again with a fresh one: the last one made holds the returned samples' turns); the rollouts
+        then carry ``tool_masks`` and the ``tool_rounds``, ``tool_wait_s`` and ``steps_while_waiting`` statistics.
         """
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1")
@@ -128,10 +133,12 @@ class MicroGroupSampler:
             if self.config.decoder != "engine":
                 if adaptive is not None:
                     self.config.require_engine("adaptive_groups")
+                if turns is not None:
+                    self.config.require_engine("agent")
                 rollouts = self._baseline(prompt_ids, group_size, seed, prompt_offset)
             else:
                 plan = FeedPlan(group_size, seed, prompt_offset, prompts=prompt_ids, adaptive=adaptive)
-                rollouts = self._on_engine(plan, self.sizer.slots(self.model, prompt_ids), ranks)
+                rollouts = self._on_engine(plan, self.sizer.slots(self.model, prompt_ids), ranks, turns)
         return self._finish(rollouts, start)
 
     def sample_dynamic(
@@ -144,6 +151,7 @@ class MicroGroupSampler:
         prompt_offset: int = 0,
         ranks: Ranks | None = None,
         adaptive: AdaptiveSpec | None = None,
+        turns: Callable[[], Turns] | None = None,
     ) -> Rollouts:
         """Dynamic sampling (:mod:`infgrpo.sampler.engine.dynamic`): prompts drawn from ``source`` as the pool needs
         work, each finished group judged by ``spec.keep``, until ``spec.target_groups`` informative groups are
@@ -152,7 +160,8 @@ class MicroGroupSampler:
         ``max_prompt_len`` bounds every prompt the source can yield (the pool's width). The admission's
         informative rate is the one observed in earlier rollouts (checkpointed); the length predictor learns
         from the trained groups. ``adaptive``: a group without spread grows first and is dropped only when it
-        cannot grow (:mod:`infgrpo.sampler.engine.adaptive`; not with ``rounds``).
+        cannot grow (:mod:`infgrpo.sampler.engine.adaptive`; not with ``rounds``). ``turns``: multi-turn samples, as
+        in :meth:`sample` (a group is judged once its samples' last turns ended).
         """
         self.config.require_engine("dynamic_sampling")
         adapt_threads(self.model, rows=spec.target_groups * group_size)
@@ -163,7 +172,7 @@ class MicroGroupSampler:
         plan = FeedPlan(group_size, seed, prompt_offset, None, Replay(source), spec, max_prompt_len, adaptive)
         with self._decoding():
             slots = self.sizer.slots(self.model, [[self.pad_id] * max_prompt_len])
-            rollouts = self._on_engine(plan, slots, ranks)
+            rollouts = self._on_engine(plan, slots, ranks, turns)
         return self._finish(rollouts, start)
 
     def generate_one(self, prompt_ids: list[list[int]], batch_size: int = 128) -> Rollouts:
@@ -205,19 +214,21 @@ class MicroGroupSampler:
         keep = self.config.keep_pool
         return keep if isinstance(keep, bool) else next(self.model.parameters()).device.type == "cuda"
 
-    def _on_engine(self, plan: FeedPlan, slots: int, ranks: Ranks | None) -> Rollouts:
+    def _on_engine(
+        self, plan: FeedPlan, slots: int, ranks: Ranks | None, turns: Callable[[], Turns] | None = None
+    ) -> Rollouts:
         """Decodes ``plan`` on the engine (a new feed, and new looks, again with half the slots on OOM); returns the
         groups the feed trains on, prompt-major, with what it found. What the rollout teaches the next ones is
         learned here: the informative share (dynamic sampling), the rescue rates (adaptive groups) and, from the
         trained groups' lengths, the length predictor."""
         predictor = self.predictor
-        attempt = functools.partial(self._attempt, plan)
+        attempt = functools.partial(self._attempt, plan, turns=turns)
         (feed, stats, looks), retries = self._backoff(attempt, slots, "model.sampler.num_slots")
         chosen = feed.trained()
         rows = [s for i in chosen for s in feed.rows(i)]  # group_size of each (of a grown group: the judge's pick)
         rollouts = Rollouts.from_sequences([feed.prompts[i] for i in chosen], feed.group_size, rows)
         rollouts.sample_ids = [s.sample_idx for s in rows]
-        rollouts.stats = stats.to_stats([len(s) for group in feed.groups for s in group])  # all decoded
+        rollouts.stats = stats.to_stats([s.model_tokens for group in feed.groups for s in group])  # all decoded
         rollouts.dynamic = found = feed.summary()
         if found is not None:
             rollouts.drawn = chosen
@@ -237,11 +248,14 @@ class MicroGroupSampler:
             rollouts.stats["predict_time_s"] = seen.seconds
         return rollouts
 
-    def _attempt(self, plan: FeedPlan, num_slots: int) -> tuple[Feed, EngineStats, Looks | None]:
-        """One engine run of ``plan`` on ``num_slots`` slots: a new feed, and new looks at the prompts' lengths."""
+    def _attempt(
+        self, plan: FeedPlan, num_slots: int, turns: Callable[[], Turns] | None = None
+    ) -> tuple[Feed, EngineStats, Looks | None]:
+        """One engine run of ``plan`` on ``num_slots`` slots: a new feed, new looks at the prompts' lengths and, with
+        ``turns``, a new Turns from it."""
         looks = Looks(self.predictor, self.model) if self.predictor is not None else None
         feed = make_feed(plan, looks, self.rescue)
-        return feed, self.engine.run(feed, num_slots), looks
+        return feed, self.engine.run(feed, num_slots, None if turns is None else turns()), looks
 
     def _decode(self, prompt_ids: list[list[int]], group_size: int, seed: int, num_slots: int) -> Rollouts:
         """One engine run of a fixed batch on ``num_slots`` slots, no length prediction, as :class:`Rollouts`."""

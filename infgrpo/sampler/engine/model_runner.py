@@ -17,11 +17,16 @@ run, and hands the scheduler each slot's row. A
 prefill draws every sample's first token at once from the prompt's last logits, each with its own
 uniform (its stream at token 0, :mod:`infgrpo.sampler.engine.counter_rng`), so no sample needs a decode
 step or a prefill of its own; those tokens are the prefill's one read-back.
+
+A multi-turn sample back from its tools (:mod:`infgrpo.sampler.engine.turns`) holds no K/V: :meth:`ModelRunner.resume`
+prefills the round's resumed samples (prompt + tokens so far, each a row) in one left-padded forward and draws each
+one's next token from its last logits, with the uniform of its stream at ``t`` = its model tokens so far; the slot
+then starts after its last token, ``t`` counting model tokens only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +73,7 @@ class ModelRunner:
         self.model, self.pool, self.step, self.settings = model, pool, step, settings
         self.prompts, self.groups = prompts, groups
         self.prompt_kv: dict[int, PromptState] = {}
+        self.resumed: dict[tuple[int, int], PromptState] = {}  # (prompt, sample) -> K/V of a resumed sample, its draw
         self.prefill_tokens = self.prefill_calls = self.prompt_kv_bytes_peak = 0
         self.place = np.arange(pool.num_slots)  # the pool slot of each scheduler slot (the same unless packed)
         self.held: list[int | None] = [None] * pool.num_slots  # the scheduler slot each pool slot holds
@@ -95,26 +101,66 @@ class ModelRunner:
         for k, (i, w) in enumerate(zip(prompt_indices, waiting, strict=True)):
             first = {seq.sample_idx: (tokens[k][j], logps[k][j]) for j, seq in enumerate(w)}
             self.prompt_kv[i] = PromptState(kv[k], first)
-        self.prefill_tokens += sum(map(len, prompts))
+        self.prefilled(prompts)
+
+    def resume(self, seqs: list[Sequence]) -> None:
+        """Prefills resumed samples (prompt + tokens so far, one row each) in one forward; keeps their K/V and draws
+        each one's next token from its last logits at ``t`` = its model tokens so far."""
+        if not seqs:
+            return
+        rows = [self.prompts[seq.prompt_idx] + seq.token_ids for seq in seqs]
+        keys = torch.tensor([seq.key for seq in seqs])  # (P, 2)
+        t = torch.tensor([[seq.model_tokens] for seq in seqs])  # (P, 1)
+        u_dtype = torch.float64 if self.pool.dtype == torch.float64 else torch.float32
+        uniforms = counter_uniform(keys[:, :1], keys[:, 1:], t, u_dtype).to(self.pool.kv.device)  # (P, 1)
+        s = self.settings
+        kv, tokens, logps = prefill(
+            self.model, rows, uniforms, self.pool.dtype, s.temperature, s.top_k, s.top_p, s.pad_id
+        )
+        tokens, logps = tokens[:, 0].cpu().numpy().tolist(), logps[:, 0].double().cpu().numpy()
+        check_logprobs(logps, "the prefill", "resumed samples")
+        for seq, k, token, logp in zip(seqs, kv, tokens, logps.tolist(), strict=True):
+            self.resumed[seq.prompt_idx, seq.sample_idx] = PromptState(k, {seq.sample_idx: (token, logp)})
+        self.prefilled(rows)
+
+    def prefilled(self, rows: list[list[int]]) -> None:
+        """Counts a prefill of ``rows`` and the K/V held after it."""
+        self.prefill_tokens += sum(map(len, rows))
         self.prefill_calls += 1
         held = sum(st.kv.numel() * st.kv.element_size() for st in self.prompt_kv.values())
+        if self.resumed:
+            held += sum(st.kv.numel() * st.kv.element_size() for st in self.resumed.values())
         self.prompt_kv_bytes_peak = max(self.prompt_kv_bytes_peak, held)
 
+    def state(self, seq: Sequence) -> PromptState:
+        """The prefill ``seq`` starts from: its prompt's, or a resumed sample's own."""
+        return self.resumed[seq.prompt_idx, seq.sample_idx] if seq.turns else self.prompt_kv[seq.prompt_idx]
+
     def first_token(self, seq: Sequence) -> tuple[int, float]:
-        """``seq``'s first token and its log-prob, drawn by its prompt's prefill."""
-        return self.prompt_kv[seq.prompt_idx].first[seq.sample_idx]
+        """``seq``'s first token and its log-prob, drawn by its prompt's prefill (a resumed sample: its next token,
+        drawn by its own)."""
+        return self.state(seq).first[seq.sample_idx]
 
     def keep(self, prompts: Container[int]) -> None:
         """Drops the prefilled K/V of every prompt not in ``prompts`` (the scheduler's ``held``)."""
         self.prompt_kv = {i: st for i, st in self.prompt_kv.items() if i in prompts}
 
+    def drop_resumed(self, seqs: Iterable[Sequence] | None = None) -> None:
+        """Drops the K/V of these resumed samples (ended on their first token), or of all (loaded into their slots:
+        after an admission)."""
+        if seqs is None:
+            self.resumed.clear()
+        for seq in seqs or ():
+            self.resumed.pop((seq.prompt_idx, seq.sample_idx), None)
+
     def load(self, slot: int, seq: Sequence) -> None:
-        """Copies ``seq``'s prompt K/V into ``slot`` (packed: the first free pool slot); the step feeds
-        its first token after the prompt."""
+        """Copies ``seq``'s prompt K/V (a resumed sample: its own) into ``slot`` (packed: the first free pool slot);
+        the step feeds its last token after them and samples its next model token."""
         place = self.held.index(None) if self.step.busy_width else slot
         self.place[slot], self.held[place] = place, slot
-        self.pool.load_prompt(place, self.prompt_kv[seq.prompt_idx].kv)
-        self.step.start(place, seq.last_token, len(self.prompts[seq.prompt_idx]), seq.key, len(seq))
+        self.pool.load_prompt(place, self.state(seq).kv)
+        position = len(self.prompts[seq.prompt_idx]) + len(seq) - 1  # the last token's; a new sample: the first's
+        self.step.start(place, seq.last_token, position, seq.key, seq.model_tokens)
 
     def decode(self) -> np.ndarray:
         """One decode step: the (S, 2) host array of every scheduler slot's token and log-prob (rows of

@@ -21,10 +21,17 @@ to be taken again first, in the order they were taken; the others start. Batchin
 prompts into one prefill is why the picking comes first: a one-token completion is only known once
 its prompt is prefilled. The simulator calls the same methods, so it makes the engine's decisions
 exactly (tests compare every decode step and the timeline).
+
+**Multi-turn samples** (tools, :mod:`infgrpo.sampler.engine.turns`): a sample whose turn ended waits away from the
+pool (:meth:`Scheduler.leave`) and, when its tool results are in, :meth:`Scheduler.resume` queues it ahead of the
+refill policy's work. A resumed sample (``turns > 0``) holds no prompt K/V (the engine prefills its prompt and
+tokens so far anew) and is not the policy's: the policy hears only of each sample's first turn. The timeline has
+one entry per turn.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -90,20 +97,38 @@ class Scheduler:
         self.busy_slot_steps = 0
         self.group_size, self.max_new_tokens, self.stop_ids = group_size, max_new_tokens, set(stop_ids)
         self.waiting = waiting
+        self.resumed: deque[Sequence] = deque()
+        """Multi-turn samples back from their tools, served before the policy's queue."""
+        self.away = 0
+        """Multi-turn samples waiting on their tools (out of the pool)."""
         self._idle: list[int] = []  # slots the policy leaves empty until this admission ends
 
     # -- what a feed asks -----------------------------------------------------------------------
     def wants_work(self) -> bool:
         """Whether a free slot would wait at the next admission: fewer sequences queued than slots free."""
-        return len(self.policy) < len(self.free)
+        return len(self.policy) + len(self.resumed) < len(self.free)
 
     def busy(self) -> bool:
-        """Whether any sequence is running or queued."""
-        return bool(self.running) or len(self.policy) > 0
+        """Whether any sequence is running, queued or waiting on its tools."""
+        return bool(self.running) or len(self.policy) > 0 or bool(self.resumed) or self.away > 0
 
     def queue(self, seqs: list[Sequence]) -> None:
         """Queues ``seqs`` in the refill policy, now (a feed's new work)."""
         self.policy.extend(seqs, self.now)
+
+    def leave(self, seq: Sequence) -> None:
+        """``seq`` (its turn ended, its slot freed) waits on its tools, out of the pool."""
+        self.away += 1
+
+    def resume(self, seq: Sequence) -> None:
+        """``seq`` is back from its tools and goes on: queued ahead of new work (served first come, first served)."""
+        self.away -= 1
+        seq.slot, seq.start_step, seq.end_step = -1, -1, -1
+        self.resumed.append(seq)
+
+    def back(self, seq: Sequence) -> None:
+        """``seq`` is back from its tools and ends there (its tool results rolled back, or no room left)."""
+        self.away -= 1
 
     # -- admission ----------------------------------------------------------------------------
     def schedule(self) -> list[tuple[int, Sequence]]:
@@ -112,9 +137,9 @@ class Scheduler:
         A slot the policy leaves empty is held back until then, and given back afterwards.
         """
         picks: list[tuple[int, Sequence]] = []
-        while len(self.policy) and len(self.free):
+        while (len(self.policy) or self.resumed) and len(self.free):
             slot = self.free.take()
-            seq = self.policy.pop(slot, self.now)
+            seq = self.resumed.popleft() if self.resumed else self.policy.pop(slot, self.now)
             if seq is None:
                 self._idle.append(slot)
             else:
@@ -125,8 +150,9 @@ class Scheduler:
         return picks
 
     def to_prefill(self, picks: list[tuple[int, Sequence]]) -> list[int]:
-        """The prompts of ``picks`` not prefilled yet, ascending (the round's prefill); from now on held."""
-        new = sorted({seq.prompt_idx for _, seq in picks if seq.prompt_idx not in self.held})
+        """The prompts of ``picks`` not prefilled yet, ascending (the round's prefill); from now on held. Resumed
+        samples need none."""
+        new = sorted({seq.prompt_idx for _, seq in picks if seq.prompt_idx not in self.held and not seq.turns})
         self.held.update({i: self.waiting(i) if self.waiting is not None else self.group_size for i in new})
         return new
 
@@ -140,7 +166,8 @@ class Scheduler:
         for (slot, seq), end in zip(picks, ends, strict=True):
             seq.start_step = self.now
             if end:
-                self.policy.finished(seq, slot, self.now)
+                if not seq.turns:  # the policy popped only the first turn
+                    self.policy.finished(seq, slot, self.now)
                 self.record(seq)
                 freed.append(slot)
             else:
@@ -151,8 +178,11 @@ class Scheduler:
         return started
 
     def release(self, seqs: Iterable[Sequence]) -> dict[int, int]:
-        """``seqs`` need their prompts' K/V no more (copied into their slots, or ended); returns :attr:`held`."""
+        """``seqs`` need their prompts' K/V no more (copied into their slots, or ended); returns :attr:`held`.
+        Resumed samples held none."""
         for seq in seqs:
+            if seq.turns:
+                continue
             self.held[seq.prompt_idx] -= 1
             if self.held[seq.prompt_idx] == 0:
                 del self.held[seq.prompt_idx]
@@ -166,6 +196,8 @@ class Scheduler:
         """
         seq.token_ids.append(token)
         seq.logprobs.append(logp)
+        if seq.tool_mask is not None:  # a multi-turn sample: the model's token
+            seq.tool_mask.append(1)
         if token in self.stop_ids:
             seq.finish_reason = "stop"
         elif len(seq) >= self.max_new_tokens:
@@ -191,7 +223,8 @@ class Scheduler:
         """The sequence in ``slot`` ended at step ``now``: frees the slot, tells the policy, records it."""
         seq = self.running.pop(slot)
         self.free.give_back(slot)
-        self.policy.finished(seq, slot, self.now)
+        if not seq.turns:  # the policy popped only the first turn
+            self.policy.finished(seq, slot, self.now)
         self.record(seq)
         return seq
 

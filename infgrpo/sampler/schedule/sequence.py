@@ -1,4 +1,4 @@
-"""Sequence: one completion being decoded (prompt index, sample index, tokens so far)."""
+"""Sequence: one completion being decoded (prompt index, sample index, tokens so far; with tools, its turns)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,18 @@ class Sequence:
     start_step: int = -1
     end_step: int = -1
     predicted_length: float | None = None
+    tool_mask: list[int] | None = None
+    """Multi-turn samples: 1 on each token the model generated, 0 on each tool-result token (TRL's ``tool_mask``);
+    None until the sample first comes back from a tool (then ``[1] * len`` and the suffix's 0s)."""
+    turn_start: int = 0
+    """The index in ``token_ids`` where the current model turn began (0, then past each tool result)."""
+    turns: int = 0
+    """Tool rounds appended so far (a sample with ``turns > 0`` is resumed: its prompt K/V are not held for it)."""
+
+    @property
+    def model_tokens(self) -> int:
+        """Tokens the model generated (tool mask 1): the counter ``t`` of its next token's uniform."""
+        return len(self.token_ids) if self.tool_mask is None else sum(self.tool_mask)
 
     @property
     def last_token(self) -> int:
