@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infgrpo.agent.environments import load_factories
-from infgrpo.agent.tools import load_tools
+from infgrpo.agent.tools import load_factories, load_tools
 from infgrpo.settings import ConfigError, check_types
 
 COMPACT = "compact"

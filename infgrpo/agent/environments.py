@@ -3,7 +3,7 @@
 
     envs = Environments.from_config(cfg)        # probes one instance per factory: reset and methods checked
     envs.start(rows)                            # a new rollout: rows[i] is prompt i's dataset row
-    messages = envs.prompt(0)                   # row 0's prompt with the observation of reset(**row) appended
+    messages = envs.prompt(0)                   # row 0's prompt, its instance's observation appended
     box = envs.box(0, 3)                        # sample 3 of prompt 0: the standalone tools + its instance's methods
     envs.instances([(0, 0), (0, 1)])            # aligned with the completions: the rewards' environments=
     envs.reward_sources()                       # one reward per class that defines get_reward (weight 1)
@@ -25,56 +25,22 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from infgrpo.agent.tools import (
+    Factory,
     ToolBox,
     bound_methods,
+    check_environment,
     defines,
-    environment_tools,
-    load_tool,
+    load_factories,
     load_tools,
     tool_box,
     tool_schema,
 )
-from infgrpo.settings import ConfigError
 
 if TYPE_CHECKING:
     from infgrpo.agent.config import AgentConfig
 
-Factory = Callable[[], Any]
-"""Makes one environment instance: a class, or any callable taking no arguments."""
-
 EMPTY_PROMPT: list[dict[str, str]] = [{"role": "user", "content": ""}]
 """The prompt of a row without one (TRL's default with an environment: reset supplies the task)."""
-
-
-def load_factories(environment: str | Mapping[str, str] | None) -> dict[str | None, Factory]:
-    """``agent.environment``'s factories by name (None for a single one); a ConfigError naming
-    ``environment`` for a path that does not import, an environment without ``reset`` or a method without a
-    schema. A class is checked as it is; another factory is called once to see what it makes (as TRL does)."""
-    if environment is None:
-        return {}
-    if isinstance(environment, str):
-        paths: dict[str | None, str] = {None: environment}
-    elif not environment:
-        raise ConfigError("environment={} names no environment; valid: an import path, or a mapping of names to them")
-    else:
-        paths = dict(environment)
-    factories = {}
-    for name, path in paths.items():
-        factories[name] = load_tool(path, "environment")
-        cls = factories[name] if inspect.isclass(factories[name]) else type(factories[name]())
-        check_environment(cls, f"environment: {path!r}")
-        for method in environment_tools(cls):
-            tool_schema(getattr(cls, method), f"environment: {path!r}'s method {method!r}")
-    return factories
-
-
-def check_environment(cls: type, where: str) -> None:
-    """A ConfigError naming ``where`` unless ``cls`` defines ``reset`` as a plain function (TRL's rule)."""
-    if not defines(cls, "reset"):
-        raise ConfigError(
-            f"{where} makes {cls.__name__} instances, which have no reset method; an environment needs "
-            "reset(self, **row) returning None or a string to append to the prompt"
-        )
 
 
 def with_observation(prompt: str | list[dict[str, Any]], observation: str | None) -> str | list[dict[str, Any]]:

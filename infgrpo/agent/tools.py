@@ -1,9 +1,10 @@
-"""Tools: import paths to callables, their JSON schemas, an environment's tool methods, and one sample's tool box.
+"""Tools: import paths to callables, their JSON schemas, environments' factories and tool methods, tool boxes.
 
     add = load_tool("my_tools:add", "tools")          # ConfigError naming agent.tools when it does not import
     schema = tool_schema(add, "my_tools:add")          # transformers' get_json_schema; one line when it cannot
+    load_factories("my_env:Wordle")                    # {None: Wordle}: imported, reset and every method checked
     environment_tools(Wordle)                          # ['guess']: TRL's rule for an environment's methods
-    box = tool_box([add, *bound_methods(env)], schemas)    # name -> callable, sync and async apart
+    box = tool_box([add, env.guess], schemas)          # name -> callable, sync and async apart
 
 A tool is a plain function (sync or ``async def``) with type hints and a Google-style docstring with an ``Args:``
 line per parameter, as TRL 1.16 takes it: the schema the chat template renders is transformers'
@@ -19,7 +20,7 @@ evaluated).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,9 @@ from transformers.utils import get_json_schema
 
 from infgrpo.registry import Registry
 from infgrpo.settings import ConfigError
+
+Factory = Callable[[], Any]
+"""Makes one environment instance: a class, or any callable taking no arguments."""
 
 NOT_TOOLS = ("reset", "get_reward")
 """An environment's functions that are no tools: its reset and its reward (TRL's rule)."""
@@ -100,3 +104,34 @@ def load_tools(paths: Iterable[str]) -> tuple[list[Callable[..., Any]], list[dic
     paths = list(paths)
     tools = [load_tool(path, "tools") for path in paths]
     return tools, [tool_schema(tool, f"tools: {path!r}") for tool, path in zip(tools, paths, strict=True)]
+
+
+def load_factories(environment: str | Mapping[str, str] | None) -> dict[str | None, Factory]:
+    """``agent.environment``'s factories by name (None for a single one); a ConfigError naming
+    ``environment`` for a path that does not import, an environment without ``reset`` or a method without a
+    schema. A class is checked as it is; another factory is called once to see what it makes (as TRL does)."""
+    if environment is None:
+        return {}
+    if isinstance(environment, str):
+        paths: dict[str | None, str] = {None: environment}
+    elif not environment:
+        raise ConfigError("environment={} names no environment; valid: an import path, or a mapping of names to them")
+    else:
+        paths = dict(environment)
+    factories = {}
+    for name, path in paths.items():
+        factories[name] = load_tool(path, "environment")
+        cls = factories[name] if inspect.isclass(factories[name]) else type(factories[name]())
+        check_environment(cls, f"environment: {path!r}")
+        for method in environment_tools(cls):
+            tool_schema(getattr(cls, method), f"environment: {path!r}'s method {method!r}")
+    return factories
+
+
+def check_environment(cls: type, where: str) -> None:
+    """A ConfigError naming ``where`` unless ``cls`` defines ``reset`` as a plain function (TRL's rule)."""
+    if not defines(cls, "reset"):
+        raise ConfigError(
+            f"{where} makes {cls.__name__} instances, which have no reset method; an environment needs "
+            "reset(self, **row) returning None or a string to append to the prompt"
+        )

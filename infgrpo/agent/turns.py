@@ -1,4 +1,4 @@
-"""ToolTurns: the engine's :class:`~infgrpo.sampler.engine.turns.Turns` for tools, one per rollout.
+"""ToolTurns: the engine's ``Turns`` (``infgrpo.sampler.engine.turns``) for tools, one per rollout.
 
     turns = ToolTurns(tokenizer, boxes, template, kwargs, max_turns=4, workers=ToolWorkers(8))
     future = turns.turn_ended(seq, prompt_ids)   # a turn ended on a stop token: its tool results' ids, or None

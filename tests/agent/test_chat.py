@@ -3,15 +3,7 @@
 import pytest
 from trl.chat_template_utils import parse_response
 
-from infgrpo.agent.chat import (
-    QWEN_TOOL_CALLS,
-    check_tool_template,
-    ensure_response_parser,
-    load_template,
-    parse_turn,
-    render_prompt,
-    tool_suffix_ids,
-)
+from infgrpo.agent import chat
 from infgrpo.agent.config import AgentConfig
 from infgrpo.agent.tools import bound_methods, tool_schema
 from infgrpo.policy.load import load_tokenizer
@@ -40,13 +32,13 @@ def encode(tok, text):
 def test_prompts_rendered_with_tools_are_trls_ids(tokenizer):
     tok, template = tokenizer
     tools = [toolbox.add, toolbox.mul]
-    ours = [render_prompt(tok, p, schemas(tools), template) for p in PROMPTS]
+    ours = [chat.render_prompt(tok, p, schemas(tools), template) for p in PROMPTS]
     assert ours == trl_prompt_ids(tok, template, PROMPTS, tools)
     assert "add" in tok.decode(ours[0]) and "mul" in tok.decode(ours[0])  # the schemas were rendered
-    assert render_prompt(tok, PROMPTS[0], [], template) == trl_prompt_ids(tok, template, PROMPTS[:1], [])[0]
+    assert chat.render_prompt(tok, PROMPTS[0], [], template) == trl_prompt_ids(tok, template, PROMPTS[:1], [])[0]
     env = toolbox.Counter()
     per_prompt = [[toolbox.add, *bound_methods(env)], [toolbox.mul]]
-    ours = [render_prompt(tok, p, schemas(t), template) for p, t in zip(PROMPTS, per_prompt, strict=True)]
+    ours = [chat.render_prompt(tok, p, schemas(t), template) for p, t in zip(PROMPTS, per_prompt, strict=True)]
     assert ours == trl_env_prompt_ids(tok, template, PROMPTS, per_prompt)
 
 
@@ -55,9 +47,9 @@ def test_tool_suffix_ids_are_trls(tokenizer):
     one = [{"role": "tool", "name": "add", "content": "80235"}]
     two = [*one, {"role": "tool", "name": "mul", "content": str({"error": "Tool mul not found."})}]
     for messages in (one, two):
-        ours = tool_suffix_ids(tok, messages, template)
+        ours = chat.tool_suffix_ids(tok, messages, template)
         assert ours == trl_suffix_ids(tok, template, messages)
-    text = tok.decode(tool_suffix_ids(tok, two, template))
+    text = tok.decode(chat.tool_suffix_ids(tok, two, template))
     assert text == (
         "\n<|im_start|>user\n<tool_response>\n80235\n</tool_response>\n<tool_response>\n"
         "{'error': 'Tool mul not found.'}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
@@ -66,7 +58,7 @@ def test_tool_suffix_ids_are_trls(tokenizer):
 
 def test_smollm2_suffix_is_the_recorded_one(smollm2):
     tok, template = smollm2
-    ids = tool_suffix_ids(tok, [{"role": "tool", "name": "add", "content": "5"}], template)
+    ids = chat.tool_suffix_ids(tok, [{"role": "tool", "name": "add", "content": "5"}], template)
     recorded = [198, 1, 4093, 198, 44, 19324, 79, 7639, 46, 198, 37, 198, 9617, 19324, 79, 7639, 46, 2, 198, 1, 520]
     assert ids == [*recorded, 9531, 198]  # docs/design/agents-trl-1.16.md §7, rendered there with TRL
 
@@ -86,31 +78,33 @@ def test_smollm2_suffix_is_the_recorded_one(smollm2):
 def test_parse_turn_is_trls_parse_response(tokenizer, text):
     tok, template = tokenizer
     tools = [toolbox.add, toolbox.mul]
-    prefix = render_prompt(tok, PROMPTS[0], schemas(tools), template)
+    prefix = chat.render_prompt(tok, PROMPTS[0], schemas(tools), template)
     ids = encode(tok, text)
-    ours = parse_turn(tok, ids, prefix, schemas(tools))
+    ours = chat.parse_turn(tok, ids, prefix, schemas(tools))
     assert ours == parse_response(tok, ids, prefix=prefix, tools=tools)
     assert ours["role"] == "assistant" and isinstance(ours["content"], str)
 
 
 def test_parsed_calls_are_typed_by_the_schema(tiny):
     tok, template = tiny
-    prefix = render_prompt(tok, PROMPTS[0], schemas([toolbox.add]), template)
+    prefix = chat.render_prompt(tok, PROMPTS[0], schemas([toolbox.add]), template)
     text = 'Let me add.\n<tool_call>\n{"name": "add", "arguments": {"a": "12", "b": 3}}\n</tool_call>'
-    message = parse_turn(tok, encode(tok, text), prefix, schemas([toolbox.add]))
+    message = chat.parse_turn(tok, encode(tok, text), prefix, schemas([toolbox.add]))
     assert message["content"] == "Let me add."
     assert message["tool_calls"] == [{"type": "function", "function": {"name": "add", "arguments": {"a": 12, "b": 3}}}]
-    broken = parse_turn(tok, encode(tok, '<tool_call>\n{"name": "add", "a'), prefix, [])
+    broken = chat.parse_turn(tok, encode(tok, '<tool_call>\n{"name": "add", "a'), prefix, [])
     assert broken == {"role": "assistant", "content": '<tool_call>\n{"name": "add", "a'}  # decoded, no calls
 
 
 def test_the_template_check_takes_tool_templates_and_names_the_others(tokenizer):
     tok, template = tokenizer
-    check_tool_template(tok, template, "compact" if template else None)  # renders a whole exchange, keeps the prefix
+    chat.check_tool_template(
+        tok, template, "compact" if template else None
+    )  # renders a whole exchange, keeps the prefix
     plain = load_tokenizer("tiny")  # its own template is ChatML without tools: tool_calls dropped
     own = r"^agent\.chat_template=None: the tokenizer's own chat template drops the tool call's or result's name, "
     with pytest.raises(ConfigError, match=own + r"argument, value; pass agent.chat_template: compact") as err:
-        check_tool_template(plain, None)
+        chat.check_tool_template(plain, None)
     assert "\n" not in str(err.value)
     last = "{{ '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
     assert last in COMPACT
@@ -119,36 +113,36 @@ def test_the_template_check_takes_tool_templates_and_names_the_others(tokenizer)
     )
     with pytest.raises(ConfigError, match=r"^agent\.chat_template='x.jinja': the chat template 'x.jinja' renders .*"
                        r"\(not prefix-preserving\)"):  # fmt: skip
-        check_tool_template(plain, marks_the_end, "x.jinja")
+        chat.check_tool_template(plain, marks_the_end, "x.jinja")
     with pytest.raises(ConfigError, match=r"fails on a tool exchange"):
-        check_tool_template(plain, "{{ raise_exception('no tools here') }}", "y.jinja")
+        chat.check_tool_template(plain, "{{ raise_exception('no tools here') }}", "y.jinja")
     plain.chat_template = None
     with pytest.raises(ConfigError, match=r"^agent\.chat_template=None: .* does not exist"):
-        check_tool_template(plain, None)
+        chat.check_tool_template(plain, None)
 
 
 def test_response_parser_is_set_for_qwen_calls_and_kept_when_preset():
     tok = load_tokenizer("tiny")
     assert getattr(tok, "response_template", None) is None
-    ensure_response_parser(tok, COMPACT, "compact")
-    assert tok.response_template == QWEN_TOOL_CALLS and tok.response_template is not QWEN_TOOL_CALLS
+    chat.ensure_response_parser(tok, COMPACT, "compact")
+    assert tok.response_template == chat.QWEN_TOOL_CALLS and tok.response_template is not chat.QWEN_TOOL_CALLS
     preset = {"defaults": {"role": "assistant"}, "fields": {}}
     tok.response_template = preset
-    ensure_response_parser(tok, COMPACT, "compact")
+    chat.ensure_response_parser(tok, COMPACT, "compact")
     assert tok.response_template is preset
     other = load_tokenizer("tiny")
     llama_like = COMPACT.replace("'<tool_call>\\n", "'[CALL]").replace("'\\n</tool_call>'", "'[/CALL]'")
     with pytest.raises(ConfigError, match=r"^agent\.chat_template='l.jinja': .* writes tool calls in a form infgrpo "
                        "has no parser for"):  # fmt: skip
-        ensure_response_parser(other, llama_like, "l.jinja")
+        chat.ensure_response_parser(other, llama_like, "l.jinja")
 
 
 def test_load_template_reads_the_compact_one_or_a_file(tmp_path):
-    assert load_template(AgentConfig()) is None
-    assert load_template(AgentConfig(chat_template="compact")) == COMPACT
+    assert chat.load_template(AgentConfig()) is None
+    assert chat.load_template(AgentConfig(chat_template="compact")) == COMPACT
     path = tmp_path / "t.jinja"
     path.write_text("{{ messages }}")
-    assert load_template(AgentConfig(chat_template=str(path))) == "{{ messages }}"
+    assert chat.load_template(AgentConfig(chat_template=str(path))) == "{{ messages }}"
 
 
 def test_the_template_check_agrees_with_trls_two_checks():
@@ -168,7 +162,7 @@ def test_the_template_check_agrees_with_trls_two_checks():
         tok.chat_template = template
         trl_says = supports_tool_calling(tok) and is_chat_template_prefix_preserving(tok)
         try:
-            check_tool_template(tok, None)
+            chat.check_tool_template(tok, None)
             verdicts[name] = True
         except ConfigError:
             verdicts[name] = False
