@@ -126,6 +126,11 @@ def test_response_parser_is_set_for_qwen_calls_and_kept_when_preset():
     assert getattr(tok, "response_template", None) is None
     chat.ensure_response_parser(tok, COMPACT, "compact")
     assert tok.response_template == chat.QWEN_TOOL_CALLS and tok.response_template is not chat.QWEN_TOOL_CALLS
+    from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template
+
+    trl_tok = load_tokenizer("tiny")
+    trl_tok.chat_template = qwen2_5_chat_template
+    assert add_response_schema(trl_tok).response_template == chat.QWEN_TOOL_CALLS  # what TRL sets for Qwen's
     preset = {"defaults": {"role": "assistant"}, "fields": {}}
     tok.response_template = preset
     chat.ensure_response_parser(tok, COMPACT, "compact")
