@@ -1,0 +1,69 @@
+"""AgentConfig: the tools, the environment and the turns of a multi-turn rollout (``model.agent``).
+
+    AgentConfig(tools=["my_tools:add"], max_turns=4)        # TRL's tools=[add], max_tool_calling_iterations=4
+    AgentConfig(environment="my_env:Wordle", chat_template="compact")      # TRL's environment_factory=Wordle
+    AgentConfig(environment={"calc": "envs:Calc", "game": "envs:Wordle"})  # picked by a row's `environment` column
+
+Everything a setting alone decides is checked here, before any model loads: every import path imports, every tool's
+schema can be built, every environment defines ``reset``, ``max_turns`` is at least 1 and a template file exists.
+Whether the chat template renders a tool exchange needs the tokenizer: :func:`infgrpo.agent.chat.check_tool_template`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from infgrpo.agent.tools import load_factories, load_tools
+from infgrpo.settings import ConfigError, check_types
+
+COMPACT = "compact"
+"""``chat_template`` value of the compact ChatML template shipped for the tiny models (``templates/compact.jinja``)."""
+
+
+@dataclass
+class AgentConfig:
+    """Tools and environments the policy calls in the middle of its completions (TRL 1.16's ``tools=``,
+    ``environment_factory=`` and ``max_tool_calling_iterations``). Off while both ``tools`` and ``environment``
+    are empty."""
+
+    tools: list[str] = field(default_factory=list)
+    """Tool functions by import path, ``module.path:function`` (TRL's ``tools=[...]``): plain or ``async def``
+    functions with a type hint on every parameter and a Google-style docstring with an ``Args:`` line for each;
+    their schemas go into the prompt through the chat template, in this order."""
+    environment: str | dict[str, str] | None = None
+    """An environment class or factory by import path (TRL's ``environment_factory``): one instance per sample,
+    ``reset(**row)`` before the rollout (a returned string is appended to the prompt's last message), its public
+    methods are tools, an optional ``get_reward()`` one more reward (named after the class, weight 1). A mapping of
+    names to import paths picks one per row by the data's ``environment`` column. Null: no environment."""
+    max_turns: int | None = None
+    """Most tool rounds a completion runs (TRL's ``max_tool_calling_iterations``): a turn's calls past it are
+    parsed but never run, and the completion ends there. Null: unbounded, as in TRL (``max_new_tokens`` and the
+    context still end it). At least 1."""
+    tool_workers: int = 8
+    """Threads that run sync tools (a sample's calls stay in call order; samples run side by side, while the
+    others decode). Async tools run on one event-loop thread. At least 1."""
+    chat_template: str | None = None
+    """The chat template that renders the tool schemas, calls and results. Null: the tokenizer's own; 'compact': a
+    small ChatML template with Qwen's ``<tool_call>`` / ``<tool_response>`` blocks, for the tiny models (a stock
+    tool template's prompt is longer than their context); else the path of a ``.jinja`` file."""
+
+    def __post_init__(self) -> None:
+        check_types(self)
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ConfigError(f"max_turns={self.max_turns!r} must be an integer >= 1, or null (unbounded)")
+        if self.tool_workers < 1:
+            raise ConfigError(f"tool_workers={self.tool_workers!r} must be an integer >= 1")
+        load_tools(self.tools)  # imports, a schema each
+        load_factories(self.environment)  # imports, a reset each, every method's schema
+        template = self.chat_template
+        if template is not None and template != COMPACT and not Path(template).expanduser().is_file():
+            raise ConfigError(
+                f"chat_template={template!r} is no file; valid: null (the tokenizer's own), {COMPACT!r} or the path "
+                "of a .jinja file"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether completions may call tools: a tool or an environment is set."""
+        return bool(self.tools) or bool(self.environment)

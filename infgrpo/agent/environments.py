@@ -1,0 +1,181 @@
+"""Environments: one instance per sample, reset from its row, whose methods are the sample's tools (TRL 1.16's
+``environment_factory``).
+
+    envs = Environments.from_config(cfg)        # probes one instance per factory: reset and methods checked
+    envs.start(rows)                            # a new rollout: rows[i] is prompt i's dataset row
+    messages = envs.prompt(0)                   # row 0's prompt, its instance's observation appended
+    box = envs.box(0, 3)                        # sample 3 of prompt 0: the standalone tools + its instance's methods
+    envs.instances([(0, 0), (0, 1)])            # aligned with the completions: the rewards' environments=
+    envs.reward_sources()                       # one reward per class that defines get_reward (weight 1)
+
+As in TRL, instances are made by calling the factory with no arguments and reused from rollout to rollout
+("construct once, reset often"): each name keeps a pool, and a rollout hands its instances out in the order its
+samples first need one (made when the pool runs short). A sample's instance is reset with its row when the rollout
+first needs it: for the prompt (sample 0), for a tool call or for the rewards. ``reset(**row)`` gets every column of
+the row, the ``environment`` column dropped when a mapping picks the factory (TRL's rule). A string it returns is
+appended to the prompt's last message with no separator. Unlike TRL, which renders a prompt per completion, the
+samples of a row share one prefilled prompt, so every sample of a row must get the same observation: a row whose
+samples got different ones is one line naming the row.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from infgrpo.agent.tools import (
+    Factory,
+    ToolBox,
+    bound_methods,
+    check_environment,
+    defines,
+    load_factories,
+    load_tools,
+    tool_box,
+    tool_schema,
+)
+
+if TYPE_CHECKING:
+    from infgrpo.agent.config import AgentConfig
+
+EMPTY_PROMPT: list[dict[str, str]] = [{"role": "user", "content": ""}]
+"""The prompt of a row without one (TRL's default with an environment: reset supplies the task)."""
+
+
+def with_observation(prompt: str | list[dict[str, Any]], observation: str | None) -> str | list[dict[str, Any]]:
+    """``prompt`` with ``observation`` appended to its last message's content (to a string prompt itself), no
+    separator; the last message is rebuilt, never changed in place (TRL's rule)."""
+    if observation is None:
+        return prompt
+    if isinstance(prompt, str):
+        return prompt + observation
+    return [*prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + observation}]
+
+
+def environment_reward(cls: type) -> Callable[..., list[Any]]:
+    """The reward of ``cls``'s ``get_reward`` (TRL's rule): ``fn(environments, **kwargs)`` gives
+    ``get_reward()`` of each instance of exactly ``cls`` and None (no score) for any other; async when
+    ``get_reward`` is. Named after the class, as TRL logs it."""
+    if inspect.iscoroutinefunction(cls.get_reward):
+
+        async def reward(environments: Sequence[Any], **kwargs: Any) -> list[Any]:
+            return [await env.get_reward() if type(env) is cls else None for env in environments]
+
+    else:
+
+        def reward(environments: Sequence[Any], **kwargs: Any) -> list[Any]:
+            return [env.get_reward() if type(env) is cls else None for env in environments]
+
+    reward.__name__ = reward.__qualname__ = cls.__name__
+    reward.__doc__ = f"{cls.__name__}.get_reward() of each completion's environment (None for other environments)."
+    return reward
+
+
+class Environments:
+    """The environment instances of a rollout's samples, keyed by (prompt index, sample index); see the module
+    docstring. ``factories`` maps names to factories (``{None: factory}`` for one environment, used by every row);
+    ``tools`` are the standalone tools and their schemas, listed before each environment's methods."""
+
+    def __init__(
+        self,
+        factories: Mapping[str | None, Factory],
+        tools: tuple[list[Callable[..., Any]], list[dict[str, Any]]] = ([], []),
+    ) -> None:
+        self.factories = dict(factories)
+        self.multi = None not in self.factories
+        """Whether rows pick their environment by an ``environment`` column."""
+        self.tools, tool_schemas = tools
+        self._pool: dict[str | None, list[Any]] = {}
+        self._schemas: dict[str | None, list[dict[str, Any]]] = {}
+        for name, factory in self.factories.items():  # one probe each: its methods' schemas, the pool's first
+            probe = factory()
+            check_environment(type(probe), f"environment {name!r}" if self.multi else "environment")
+            methods = bound_methods(probe)
+            self._pool[name] = [probe]
+            self._schemas[name] = [
+                *tool_schemas,
+                *(tool_schema(m, f"{type(probe).__name__}.{m.__name__}") for m in methods),
+            ]
+        self.start([])
+
+    @classmethod
+    def from_config(cls, cfg: AgentConfig) -> Environments | None:
+        """The environments of ``cfg`` (``agent.environment`` with ``agent.tools``); None without an environment."""
+        if not cfg.environment:
+            return None
+        return cls(load_factories(cfg.environment), load_tools(cfg.tools))
+
+    def start(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """A new rollout of ``rows`` (row i is prompt i's): its instances are handed out afresh; a ValueError
+        naming the row whose ``environment`` is none of the names (with a mapping of factories)."""
+        self.rows = list(rows)
+        self._names = [row.get("environment") if self.multi else None for row in self.rows]
+        for i, name in enumerate(self._names):
+            if name not in self.factories:
+                raise ValueError(
+                    f"row {i} has environment={name!r}, which is none of agent.environment's names: "
+                    f"{', '.join(map(str, self.factories))}"
+                )
+        self._given: dict[str | None, int] = dict.fromkeys(self.factories, 0)  # instances handed out, by name
+        self._instances: dict[tuple[int, int], Any] = {}
+        self._boxes: dict[tuple[int, int], ToolBox] = {}
+        self._observations: dict[int, tuple[int, str | None]] = {}  # row -> (first sample reset, its observation)
+
+    def schemas(self, i: int) -> list[dict[str, Any]]:
+        """The tool schemas prompt ``i`` is rendered with: the standalone tools, then its environment's methods."""
+        return self._schemas[self._names[i]]
+
+    def instance(self, i: int, j: int) -> Any:
+        """The environment of sample ``j`` of prompt ``i``: taken from its pool (made when the pool runs short)
+        and reset with row ``i`` the first time this rollout asks for it."""
+        key = (i, j)
+        if key not in self._instances:
+            name = self._names[i]
+            pool, given = self._pool[name], self._given[name]
+            if given == len(pool):
+                pool.append(self.factories[name]())
+            self._given[name] = given + 1
+            env = self._instances[key] = pool[given]
+            row = self.rows[i]
+            observation = env.reset(**({k: v for k, v in row.items() if k != "environment"} if self.multi else row))
+            self._check_observation(i, j, type(env).__name__, observation)
+        return self._instances[key]
+
+    def _check_observation(self, i: int, j: int, cls: str, observation: Any) -> None:
+        """Records row ``i``'s observation, or raises a ValueError naming the row when sample ``j`` got another."""
+        if observation is not None and not isinstance(observation, str):
+            raise ValueError(
+                f"row {i}: {cls}.reset(**row) returned a {type(observation).__name__}; it must return None or a "
+                "string (appended to the prompt's last message)"
+            )
+        first, seen = self._observations.setdefault(i, (j, observation))
+        if observation != seen:
+            raise ValueError(
+                f"row {i}: {cls}.reset(**row) returned {observation!r} for sample {j} but {seen!r} for sample "
+                f"{first}; the samples of a row share one prompt, so reset must give each the same observation "
+                "(derive it from the row, e.g. seed it with a row column)"
+            )
+
+    def prompt(self, i: int) -> str | list[dict[str, Any]]:
+        """Row ``i``'s prompt (TRL's default user message without a ``prompt`` column) with its observation."""
+        self.instance(i, 0)
+        return with_observation(self.rows[i].get("prompt", EMPTY_PROMPT), self._observations[i][1])
+
+    def box(self, i: int, j: int) -> ToolBox:
+        """The tools sample ``j`` of prompt ``i`` calls: the standalone tools and its instance's methods."""
+        key = (i, j)
+        if key not in self._boxes:
+            self._boxes[key] = tool_box([*self.tools, *bound_methods(self.instance(i, j))], self.schemas(i))
+        return self._boxes[key]
+
+    def instances(self, keys: Iterable[tuple[int, int]]) -> list[Any]:
+        """The instances of the samples ``keys`` ((prompt index, sample index) of each completion, in order): the
+        rewards' ``environments=``."""
+        return [self.instance(i, j) for i, j in keys]
+
+    def reward_sources(self) -> list[Callable[..., list[Any]]]:
+        """One reward per environment class that defines ``get_reward``, once per class (a mapping may name one
+        class twice), in the mapping's order: weight 1, named after the class (TRL's rule)."""
+        classes = dict.fromkeys(type(pool[0]) for pool in self._pool.values())
+        return [environment_reward(cls) for cls in classes if defines(cls, "get_reward")]

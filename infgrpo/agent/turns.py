@@ -1,0 +1,149 @@
+"""ToolTurns: the engine's ``Turns`` (``infgrpo.sampler.engine.turns``) for tools, one per rollout.
+
+    turns = ToolTurns(tokenizer, boxes, template, kwargs, max_turns=4, workers=ToolWorkers(8))
+    future = turns.turn_ended(seq, prompt_ids)   # a turn ended on a stop token: its tool results' ids, or None
+    turns.rolled_back(seq)                       # the engine dropped those results (too long): forget them
+    turns.ended(seq, prompt_ids)                 # the sample is done: its last turn parsed if it was not offered
+    turns.exchange(i, j)                         # [assistant, tool, ..., assistant]: what the rewards read
+    turns.stats()                                # {"calls", "failures", "turns", "wait_seconds"}
+
+At a turn's end (TRL 1.16's ``_tool_call_loop``, per sample instead of per batch): the turn
+``seq.token_ids[seq.turn_start:]`` is parsed after the prompt and the ids before it, and the assistant message joins
+the sample's exchange. When it calls tools and fewer than ``max_turns`` rounds ran (``seq.turns``), the calls and the
+rendering of their results go to a worker thread, and the engine gets the future of the result ids, to append with
+tool mask 0 once done; the other samples keep decoding meanwhile. Otherwise the sample ends there, its calls never
+run (TRL's cap). The tool messages join the exchange when they are in; a rollback removes them again, while the calls
+still count (they ran), as in TRL.
+
+The tokenizer is used by the decoding thread (parsing) and by the workers (rendering results); a lock keeps them
+apart (a fast tokenizer's Rust state must not be borrowed twice at once).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from infgrpo.agent.calls import ToolWorkers, run_calls
+from infgrpo.agent.chat import parse_turn, tool_suffix_ids
+from infgrpo.agent.tools import ToolBox
+from infgrpo.sampler.schedule.sequence import Sequence as Sample
+
+Key = tuple[int, int]
+"""(prompt index, sample index): one sample of a rollout."""
+
+
+class ToolTurns:
+    """The tool side of one rollout's turns (see the module docstring).
+
+    Args:
+        tokenizer: the policy's tokenizer, with a response template (see :mod:`infgrpo.agent.chat`).
+        boxes: each sample's tools: one :class:`ToolBox` per prompt, or a function of (prompt index, sample index)
+            (:meth:`Environments.box <infgrpo.agent.environments.Environments.box>`: a box per sample).
+        template: the chat template (None: the tokenizer's own), as the prompts were rendered.
+        kwargs: the chat template's options (``data.chat_template_kwargs``), as the prompts were rendered.
+        max_turns: most tool rounds a sample runs (None: unbounded).
+        workers: where the tools run, shared by rollouts; an int makes (and :meth:`close` ends) this rollout's own.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        boxes: Sequence[ToolBox] | Callable[[int, int], ToolBox],
+        template: str | None = None,
+        kwargs: dict[str, Any] | None = None,
+        max_turns: int | None = None,
+        workers: ToolWorkers | int = 8,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self._box = boxes if callable(boxes) else (lambda i, j: boxes[i])
+        self.template = template
+        self.kwargs = dict(kwargs or {})
+        self.max_turns = max_turns
+        self._owned = isinstance(workers, int)
+        self.workers = ToolWorkers(workers) if isinstance(workers, int) else workers
+        self._lock = threading.Lock()  # the exchanges and counters: the decoding thread and the workers write them
+        self._tokenizer_lock = threading.Lock()
+        self._exchanges: dict[Key, list[dict[str, Any]]] = {}
+        self._parsed: dict[Key, int] = {}  # the turn_start of each sample's last parsed turn
+        self._results_from: dict[Key, int] = {}  # where each sample's last tool messages start in its exchange
+        self.calls = self.failures = self.rounds = 0
+        self.wait_seconds = 0.0
+
+    def turn_ended(self, seq: Sample, prompt: list[int]) -> Future[list[int]] | None:
+        """A turn of ``seq`` ended on a stop token: parses it into the exchange, and returns the future of its tool
+        results' ids (the tool messages and the next generation prompt) when it called tools and ``max_turns``
+        allows another round; None when the sample ends here."""
+        key, box = (seq.prompt_idx, seq.sample_idx), self._box(seq.prompt_idx, seq.sample_idx)
+        message = self._parse(key, seq, prompt, box)
+        calls = message.get("tool_calls")
+        if not calls or (self.max_turns is not None and seq.turns >= self.max_turns):
+            return None
+        return self.workers.submit(self._answer, key, calls, box, time.perf_counter())
+
+    def _parse(self, key: Key, seq: Sample, prompt: list[int], box: ToolBox) -> dict[str, Any]:
+        """Parses the turn that starts at ``seq.turn_start`` and appends it to the sample's exchange."""
+        start = seq.turn_start
+        with self._tokenizer_lock:
+            message = parse_turn(self.tokenizer, seq.token_ids[start:], [*prompt, *seq.token_ids[:start]], box.schemas)
+        with self._lock:
+            self._exchanges.setdefault(key, []).append(message)
+            self._parsed[key] = start
+        return message
+
+    def _answer(self, key: Key, calls: list[dict[str, Any]], box: ToolBox, asked: float) -> list[int]:
+        """On a worker: runs the turn's calls, records their messages and returns the ids that follow the turn."""
+        result = run_calls(calls, box, self.workers.loop)
+        with self._tokenizer_lock:
+            suffix = tool_suffix_ids(self.tokenizer, result.messages, self.template, self.kwargs)
+        with self._lock:
+            exchange = self._exchanges[key]
+            self._results_from[key] = len(exchange)
+            exchange.extend(result.messages)
+            self.calls += result.calls
+            self.failures += result.failures
+            self.rounds += 1
+            self.wait_seconds += time.perf_counter() - asked
+        return suffix
+
+    def rolled_back(self, seq: Sample) -> None:
+        """The engine dropped ``seq``'s last tool results (they would pass ``max_new_tokens`` or the context): its
+        exchange loses them and ends with the turn that called the tools (TRL's rollback; the counts stay)."""
+        key = (seq.prompt_idx, seq.sample_idx)
+        with self._lock:
+            del self._exchanges[key][self._results_from.pop(key) :]
+
+    def ended(self, seq: Sample, prompt: list[int]) -> list[dict[str, Any]]:
+        """``seq`` is done: its last turn is parsed into the exchange if the engine did not offer it (a turn cut
+        by ``max_new_tokens``; an empty one adds nothing, as in TRL), and the exchange is returned."""
+        key = (seq.prompt_idx, seq.sample_idx)
+        if self._parsed.get(key) != seq.turn_start and len(seq.token_ids) > seq.turn_start:
+            self._parse(key, seq, prompt, self._box(*key))
+        return self.exchange(*key)
+
+    def exchange(self, i: int, j: int) -> list[dict[str, Any]]:
+        """Sample ``j`` of prompt ``i`` as messages, TRL's completion: its assistant turns with the tool messages
+        that answered them (a copy)."""
+        with self._lock:
+            return list(self._exchanges.get((i, j), []))
+
+    def stats(self) -> dict[str, float]:
+        """This rollout's counts: tool ``calls`` made, ``failures`` among them, tool ``turns`` (rounds) run, and
+        ``wait_seconds``, the samples' summed time from a turn's end to its results."""
+        with self._lock:
+            return {
+                "calls": self.calls,
+                "failures": self.failures,
+                "turns": self.rounds,
+                "wait_seconds": self.wait_seconds,
+            }
+
+    def close(self) -> None:
+        """Ends the workers when this rollout made its own (a shared one is left to its owner)."""
+        if self._owned:
+            self.workers.close()

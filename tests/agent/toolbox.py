@@ -1,0 +1,181 @@
+"""Tools and environments the agent tests name by import path (``tests.agent.toolbox:add``)."""
+
+import asyncio
+
+
+def add(a: int, b: int) -> int:
+    """Adds two integers.
+
+    Args:
+        a: the first addend
+        b: the second addend
+    """
+    return a + b
+
+
+async def mul(a: int, b: int) -> int:
+    """Multiplies two integers, asynchronously.
+
+    Args:
+        a: the first factor
+        b: the second factor
+    """
+    await asyncio.sleep(0)
+    return a * b
+
+
+def echo(text: str) -> list:
+    """Returns content blocks (a list result is kept as it is).
+
+    Args:
+        text: what to echo
+    """
+    return [{"type": "text", "text": text}]
+
+
+def broken(x: int) -> int:
+    """Always fails.
+
+    Args:
+        x: ignored
+    """
+    raise RuntimeError(f"broken on {x}")
+
+
+async def broken_async(x: int) -> int:
+    """Always fails, asynchronously.
+
+    Args:
+        x: ignored
+    """
+    raise KeyError(x)
+
+
+def no_hints(a):
+    """No type hint.
+
+    Args:
+        a: something
+    """
+    return a
+
+
+def no_docstring(a: int) -> int:
+    return a
+
+
+def no_args_line(a: int) -> int:
+    """A docstring without an Args section."""
+    return a
+
+
+NOT_CALLABLE = 3
+
+
+class Counter:
+    """An environment: a counter the model moves, reset to the row's start; its reward is the final count."""
+
+    def __init__(self):
+        self.count = 0
+        self.resets = 0
+
+    def reset(self, start: int = 0, **row) -> str:
+        """Sets the count to the row's ``start``; the observation names it."""
+        self.count = start
+        self.resets += 1
+        return f" (start at {start})"
+
+    def step(self, by: int) -> int:
+        """Moves the counter.
+
+        Args:
+            by: how far
+        """
+        self.count += by
+        return self.count
+
+    def peek(self) -> int:
+        """The count now."""
+        return self.count
+
+    def _private(self) -> None:
+        """Not a tool."""
+
+    @property
+    def doubled(self) -> int:
+        """Not a tool (a property)."""
+        return 2 * self.count
+
+    def get_reward(self) -> float:
+        """The final count."""
+        return float(self.count)
+
+
+class Quiet(Counter):
+    """A Counter whose reset returns nothing and which has no reward of its own... but inherits get_reward."""
+
+    def reset(self, **row) -> None:
+        """Nothing to observe."""
+        self.count = 0
+
+
+class Plain:
+    """An environment without get_reward, one async tool."""
+
+    def reset(self, **row) -> None:
+        """Nothing."""
+
+    async def wait(self, n: int) -> str:
+        """Waits.
+
+        Args:
+            n: how many
+        """
+        await asyncio.sleep(0)
+        return "waited " * n
+
+
+class Moody:
+    """Each instance observes something else: the samples of a row disagree."""
+
+    made = 0
+
+    def __init__(self):
+        Moody.made += 1
+        self.me = Moody.made
+
+    def reset(self, **row) -> str:
+        """Its own number."""
+        return str(self.me)
+
+
+class NoReset:
+    """An environment without reset."""
+
+    def step(self, by: int) -> int:
+        """Moves.
+
+        Args:
+            by: how far
+        """
+        return by
+
+
+class BadMethod:
+    """An environment whose tool has no docstring."""
+
+    def reset(self, **row) -> None:
+        """Nothing."""
+
+    def move(self, x):
+        return x
+
+
+def make_counter() -> Counter:
+    """A factory function (not a class)."""
+    return Counter()
+
+
+def make_no_reset() -> NoReset:
+    """A factory function of an environment without reset."""
+    return NoReset()
