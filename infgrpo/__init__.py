@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names load when first used (below): `import infgrpo.sampler` needs no Lightning
+    from infgrpo.agent import AgentConfig
     from infgrpo.algo import Objective
     from infgrpo.evaluation import EvaluationConfig
     from infgrpo.module import GRPOModule
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # the names load when first used (below): `import infgrpo.sam
     from infgrpo.update.config import UpdateConfig
 
 HOMES = {
+    "AgentConfig": "infgrpo.agent",
     "AdaptiveGroupsConfig": "infgrpo.training.adaptive",
     "DynamicSamplingConfig": "infgrpo.training.dynamic",
     "Objective": "infgrpo.algo",
@@ -61,6 +63,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AdaptiveGroupsConfig",
+    "AgentConfig",
     "DynamicSamplingConfig",
     "FSDP2Strategy",
     "EvaluationConfig",

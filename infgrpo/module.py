@@ -21,6 +21,7 @@ from typing import Any, Literal
 import lightning as L
 import torch
 
+from infgrpo.agent import AgentConfig
 from infgrpo.algo import ADVANTAGES, Objective
 from infgrpo.callbacks.completion_table import CompletionTable
 from infgrpo.evaluation import EvaluationConfig, HeldoutMeans, evaluation_sampler_config, score_heldout
@@ -38,6 +39,7 @@ from infgrpo.sampler.engine.finite import NonFiniteLogitsError
 from infgrpo.scoring import Scorer, Scores, trainer_state
 from infgrpo.trainer.policy_sharding import PolicySharding
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
+from infgrpo.training.agent_rollout import AgentRollout
 from infgrpo.training.collapse import CollapseWatch
 from infgrpo.training.divergence import check_update, rollout_divergence
 from infgrpo.training.dynamic import DynamicSamplingConfig
@@ -80,6 +82,8 @@ class GRPOModule(L.LightningModule):
         dynamic_sampling: replace groups whose rewards are all equal during the rollout (DAPO; off by default).
         adaptive_groups: give a prompt whose group has no reward spread more samples during the rollout, and
             train on the ``group_size`` of largest reward variance (off by default).
+        agent: tools and environments the policy calls in the middle of its completions (TRL's ``tools=``,
+            ``environment_factory=``, ``max_tool_calling_iterations``; off by default): multi-turn rollouts.
         output_dir: at the end of fit, write the trained LoRA adapter (a peft adapter folder) or, without
             LoRA, the whole model here. A relative path is under the run's root (``trainer.default_root_dir``;
             the working directory when unset), e.g. ``adapter``.
@@ -105,6 +109,7 @@ class GRPOModule(L.LightningModule):
         logging: LoggingConfig = LoggingConfig(),  # noqa: B008
         dynamic_sampling: DynamicSamplingConfig = DynamicSamplingConfig(),  # noqa: B008
         adaptive_groups: AdaptiveGroupsConfig = AdaptiveGroupsConfig(),  # noqa: B008
+        agent: AgentConfig = AgentConfig(),  # noqa: B008
         output_dir: str | None = None,
         seed: int | None = None,
         threads: int | Literal["auto"] = "auto",
@@ -114,7 +119,7 @@ class GRPOModule(L.LightningModule):
         s = self.settings = check_settings(
             policy=policy, lora=lora, quantization=quantization, group_size=group_size, sampler=sampler,
             rewards=rewards, objective=objective, update=update, optimizer=optimizer, evaluation=evaluation,
-            logging=logging, dynamic_sampling=dynamic_sampling, adaptive_groups=adaptive_groups,
+            logging=logging, dynamic_sampling=dynamic_sampling, adaptive_groups=adaptive_groups, agent=agent,
             output_dir=output_dir, seed=seed, threads=threads,
         )  # fmt: skip
         self.save_hyperparameters(s.hparams())  # plain nested dicts, the seed resolved
@@ -124,6 +129,7 @@ class GRPOModule(L.LightningModule):
         # 2) the policy, its tokenizer and (full fine-tuning with beta > 0) a frozen reference
         check_model_source(s.policy.model_name_or_path, s.policy.gguf_file, "policy.model_name_or_path")
         self.tokenizer = load_tokenizer(s.policy.model_name_or_path, s.policy.gguf_file)
+        self.agent = AgentRollout(s.agent, self.tokenizer) if s.agent.enabled else None  # tools: template checked
         self.policy = load_policy(**load_kwargs(s.policy, s.lora, s.quantization)).train()
         check_chunked_head(self.policy, s.update.logit_chunk_tokens)  # refuses models whose logits it cannot match
         self._ref: list = [frozen_reference(self.policy)] if s.objective.beta > 0 and s.lora.r == 0 else []
@@ -190,6 +196,8 @@ class GRPOModule(L.LightningModule):
         if self.ref_model is not None:
             self.ref_model.to(self.device)
         check_fit_start(self)  # the preflight's steps for the Python API (infgrpo.training.preflight.door.STEPS)
+        if self.agent is not None and self.trainer.datamodule is not None:  # prompts rendered as the data renders
+            self.agent.use_data(self.trainer.datamodule.hparams)
         move_reward_models(self.settings.rewards.functions, self.device, self.policy.dtype)
         self.setup_ranks()
 
@@ -209,6 +217,9 @@ class GRPOModule(L.LightningModule):
                 if self.judged is not None:
                     return self.judged(batch, seed, self.trainer.datamodule, self.ranks)
                 offset, prompts = self.ranks.prompt_offset(len(batch)), [b["prompt_ids"] for b in batch]
+                if self.agent is not None:
+                    args = (self.sampler, self.scorer, batch, self.settings.group_size, seed, offset, self.ranks)
+                    return (*self.agent(*args), batch)
                 rollouts = self.sampler.sample(
                     prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks
                 )
@@ -290,7 +301,10 @@ class GRPOModule(L.LightningModule):
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         """Decodes one completion per held-out prompt (``evaluation.temperature``) and accumulates reward and
         accuracy."""
-        scores, _ = score_heldout(self.eval_sampler, self.scorer, batch, len(batch))  # the training's scorer
+        if self.agent is not None:
+            scores = self.agent.heldout(self.eval_sampler, self.scorer, batch)
+        else:
+            scores, _ = score_heldout(self.eval_sampler, self.scorer, batch, len(batch))  # the training's scorer
         self.heldout.update(scores, self.settings.rewards.accuracy)
 
     def on_validation_epoch_end(self) -> None:

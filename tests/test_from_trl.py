@@ -21,13 +21,12 @@ from infgrpo.from_trl import (  # noqa: E402
     TRANSFORMS,
     TRL_FIELDS,
     ConversionError,
-    config_keys,
     convert,
     infgrpo_default,
     main,
     markdown_table,
 )
-from infgrpo.training.hparams import GROUPS, check_settings  # noqa: E402
+from infgrpo.training.hparams import check_settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,23 +48,6 @@ def test_every_field_of_trl_grpo_config_is_in_the_table():
     assert set(TRL_FIELDS) == grpo | cli | {"env"}  # nothing that TRL does not have
 
 
-@pytest.fixture
-def agent_group(monkeypatch):
-    """``model.agent`` as #54 adds it (``max_turns: int | None = None``, None = no bound), standing in where this
-    branch lacks it; nothing once the group is there (then delete this stand-in)."""
-    if "agent" not in GROUPS:
-
-        @dataclasses.dataclass
-        class AgentStandIn:
-            max_turns: int | None = None
-
-        monkeypatch.setitem(GROUPS, "agent", AgentStandIn)
-    config_keys.cache_clear()
-    yield
-    config_keys.cache_clear()
-
-
-@pytest.mark.usefixtures("agent_group")
 def test_every_target_is_an_infgrpo_key_or_a_reason():
     for name, target in TRL_FIELDS.items():
         if isinstance(target, str):
@@ -196,7 +178,6 @@ def test_rewards_resolve_as_trl_s_script_does_with_their_weights():
         convert({"reward_funcs": ["cosine_scaled"]})  # a name of the installed trl.rewards: its import path
 
 
-@pytest.mark.usefixtures("agent_group")
 def test_max_tool_calling_iterations_is_the_agent_s_max_turns():
     result = convert({"max_tool_calling_iterations": 4})
     assert result.config["model"]["agent"] == {"max_turns": 4}

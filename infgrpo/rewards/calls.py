@@ -44,6 +44,8 @@ PASSED = ("prompts", "completions", "completion_ids", "trainer_state", "log_extr
 """What TRL's convention passes besides the columns."""
 INFO_KEYS = ("completion_lengths", "max_completion_length")
 """What infgrpo passes besides TRL's (and 0.2's ``**info``)."""
+AGENT_KEYS = ("environments",)
+"""What a run with an environment (``agent.environment``) passes besides: one instance per completion (TRL's)."""
 
 _WARNED: set[str] = set()
 
@@ -154,7 +156,7 @@ def needed_columns(fn: Callable[..., Any]) -> list[str]:
     otherwise (``solution`` of ``accuracy_reward``). [] for a 0.2-convention function."""
     if takes_metadata(fn):
         return []
-    return [name for name in required_names(fn) if name not in (*PASSED, *INFO_KEYS)]
+    return [name for name in required_names(fn) if name not in (*PASSED, *INFO_KEYS, *AGENT_KEYS)]
 
 
 def completion_texts(completions: Sequence[Any]) -> list[str]:

@@ -24,7 +24,7 @@ import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from infgrpo.rewards.calls import INFO_KEYS, PASSED, named_only, needed_columns, parameters, takes_metadata
+from infgrpo.rewards.calls import AGENT_KEYS, INFO_KEYS, PASSED, named_only, needed_columns, parameters, takes_metadata
 from infgrpo.settings import ConfigError
 
 EXPECTED = (
@@ -43,7 +43,7 @@ def check_reward_call(name: str, fn: Any) -> None:
         if takes_metadata(fn):
             signature.bind([], [], **named_only(fn, dict.fromkeys(INFO_KEYS)))
         else:
-            offered = dict.fromkeys([*PASSED, *INFO_KEYS, *needed_columns(fn)])
+            offered = dict.fromkeys([*PASSED, *INFO_KEYS, *AGENT_KEYS, *needed_columns(fn)])
             signature.bind(**named_only(fn, offered))
     except TypeError as err:
         raise ConfigError(

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from infgrpo.agent import AgentConfig
 from infgrpo.algo import Objective
 from infgrpo.algo.zero_advantage import resolve_skip
 from infgrpo.evaluation import EvaluationConfig
@@ -31,7 +32,12 @@ from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.compat_v01 import check_rewards_mapping, moved_hint
 from infgrpo.training.dynamic import DynamicSamplingConfig
 from infgrpo.training.optim import OptimizerConfig
-from infgrpo.training.settings_checks import check_judged_rollout, warn_filtered_behaviour_logprobs, warn_ignored
+from infgrpo.training.settings_checks import (
+    check_agent,
+    check_judged_rollout,
+    warn_filtered_behaviour_logprobs,
+    warn_ignored,
+)
 from infgrpo.update.config import UpdateConfig
 
 
@@ -70,6 +76,7 @@ GROUPS: dict[str, type] = {
     "logging": LoggingConfig,
     "dynamic_sampling": DynamicSamplingConfig,
     "adaptive_groups": AdaptiveGroupsConfig,
+    "agent": AgentConfig,
 }
 """``GRPOModule``'s groups by key (``model.<key>.<field>`` on the command line)."""
 
@@ -91,6 +98,7 @@ class ModuleSettings:
     logging: LoggingConfig
     dynamic_sampling: DynamicSamplingConfig
     adaptive_groups: AdaptiveGroupsConfig
+    agent: AgentConfig
     output_dir: str | None
     seed: int
     threads: Threads
@@ -128,6 +136,7 @@ def check_settings(
     resolve_skip(built["update"].skip_zero_advantage, built["objective"], warn=False)  # 'on' where not exact
     warn_filtered_behaviour_logprobs(built["sampler"], built["objective"])
     check_judged_rollout(built, group_size)  # dynamic sampling and adaptive groups: the engine decodes
+    check_agent(built)  # tools: the engine decodes, a rollout of fixed groups
     warn_ignored(built, group_size)  # values a run would ignore, greedy groups without a gradient
     return ModuleSettings(
         group_size=group_size, output_dir=output_dir, seed=run_seed(seed),

@@ -34,9 +34,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from infgrpo.algo import Objective
+from infgrpo.rewards.calls import required_names
+from infgrpo.rewards.core import REWARDS, resolve_reward
+from infgrpo.rewards.reward_model import looks_like_model
 from infgrpo.sampler import SamplerConfig
 from infgrpo.sampler.engine.adaptive import check_grow_scheme
-from infgrpo.settings import InfgrpoWarning
+from infgrpo.settings import ConfigError, InfgrpoWarning
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.dynamic import DynamicSamplingConfig
 
@@ -101,6 +104,31 @@ def check_judged_rollout(built: Mapping[str, Any], group_size: int) -> None:
     adaptive.check(group_size)
     if built["dynamic_sampling"].enabled:
         check_grow_scheme(built["dynamic_sampling"].scheme)
+
+
+def check_agent(built: Mapping[str, Any]) -> None:
+    """Raises a ConfigError when tools or an environment (``agent``) meet a setting that cannot carry them: a decoder
+    other than ``engine`` (a sample leaves the pool while its tools run), dynamic sampling or adaptive groups (their
+    judge scores each group as it ends, without the exchanges the rewards of a tool run read); or when a reward needs
+    ``environments`` and no ``agent.environment`` gives them."""
+    if not built["agent"].environment:
+        for name in built["rewards"].functions:
+            if name not in REWARDS and looks_like_model(name):  # a reward model (its files: the preflight's checks)
+                continue
+            if "environments" in required_names(resolve_reward(name)):
+                raise ConfigError(
+                    f"rewards.functions[{name!r}] needs environments= (one environment a completion), which only a run "
+                    "with agent.environment passes; set agent.environment (an import path), or drop the reward"
+                )
+    if not built["agent"].enabled:
+        return
+    built["sampler"].require_engine("agent")
+    for key in ("dynamic_sampling", "adaptive_groups"):
+        if built[key].enabled:
+            raise ConfigError(
+                f"{key}.enabled: true with agent.tools / agent.environment: a judged rollout scores each group as it "
+                f"ends, before infgrpo hands the rewards a tool run's exchanges; set {key}.enabled: false with tools"
+            )
 
 
 def check_judged_batch(
