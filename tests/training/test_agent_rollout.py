@@ -84,3 +84,21 @@ def test_last_turn_starts_after_the_last_tool_token():
     assert keys == [(0, 0), (0, 1)]
     assert [last_turn(r, n, k).turn_start for n, k in enumerate(keys)] == [4, 0]
     assert last_turn(r, 0, keys[0]).token_ids == [5, 6, 7, 8, 9]
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (["--model.agent.tools", "[tests.agent.toolbox:add]"], "error: model.agent.chat_template=None: the tokenizer's"),
+        (["--model.agent.tools", "[tests.agent.toolbox:no_hints]"], "error: model.agent.tools"),
+        (["--model.agent.environment", "tests.agent.toolbox:NOT_CALLABLE"], "error: model.agent.environment"),
+        (["--model.agent.max_turns", "0"], "error: model.agent.max_turns=0 must be an integer >= 1"),
+    ],
+)
+def test_the_command_line_refuses_bad_agent_settings_before_loading(flags, expected, capsys, monkeypatch, tmp_path):
+    from tests.helpers import refuse_model_load
+    from tests.test_fit import ROOT, cli_error
+
+    refuse_model_load(monkeypatch, tmp_path)
+    line = cli_error(capsys, "--config", str(ROOT / "configs" / "tiny.yaml"), *flags)
+    assert line.startswith(expected), line

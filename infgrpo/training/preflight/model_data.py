@@ -25,8 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from transformers import PretrainedConfig
+from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
+from infgrpo.agent import AgentConfig
+from infgrpo.agent.chat import check_tool_template, ensure_response_parser, load_template
 from infgrpo.data.first_rows import check_first_rows, split_rows
 from infgrpo.data.prompt_rows import prompt_of
 from infgrpo.policy.load import load_tokenizer
@@ -96,8 +98,23 @@ def check_before_loading(config: Any, settings: ModuleSettings) -> None:
     data = data.as_dict() if hasattr(data, "as_dict") else dict(data)
     prompts = check_first_rows(data, lambda: load_tokenizer(policy.model_name_or_path, policy.gguf_file))
     check_context(model_config, settings.sampler.max_new_tokens, prompts)
+    if settings.agent.enabled:
+        check_agent_template(settings.agent, load_tokenizer(policy.model_name_or_path, policy.gguf_file))
     if data.get("train_dataset") is None:
         check_reward_splits(settings.rewards.functions, data)
+
+
+def check_agent_template(agent: AgentConfig, tokenizer: PreTrainedTokenizerBase) -> None:
+    """A ConfigError naming ``model.agent.chat_template`` unless the agent's template renders a tool exchange and
+    infgrpo can parse the calls it writes (:func:`~infgrpo.agent.chat.check_tool_template`); ``GRPOModule`` checks
+    the same when it builds its :class:`~infgrpo.training.agent_rollout.AgentRollout`, after the tokenizer loads
+    and before the model does."""
+    template = load_template(agent)
+    try:
+        check_tool_template(tokenizer, template, agent.chat_template)
+        ensure_response_parser(tokenizer, template, agent.chat_template)
+    except ConfigError as err:
+        raise ConfigError(f"model.{err}") from err
 
 
 def check_reward_splits(functions: dict[str, float], data: dict[str, Any]) -> None:
