@@ -96,19 +96,36 @@ class AgentRollout:
     ) -> tuple[Rollouts, Scores]:
         """``group_size`` multi-turn completions of each item (streams keyed by ``prompt_offset + i``) and their
         scores: the rewards get each completion's exchange, ``environments=`` and the environments' rewards."""
+        rollouts, exchanges = self.decode(sampler, items, group_size, seed, prompt_offset, ranks)
+        return rollouts, self.score(scorer, rollouts, items, exchanges)
+
+    def heldout(self, sampler: MicroGroupSampler, scorer: Scorer, items: list[dict]) -> Scores:
+        """One multi-turn completion of each held-out item (the evaluation sampler's temperature), scored."""
+        rollouts, exchanges = self.decode(sampler, items, 1, 0)
+        return self.score(scorer, rollouts, items, exchanges)
+
+    def decode(
+        self,
+        sampler: MicroGroupSampler,
+        items: list[dict],
+        group_size: int,
+        seed: int,
+        prompt_offset: int = 0,
+        ranks: Ranks | None = None,
+    ) -> tuple[Rollouts, list[list[dict[str, Any]]]]:
+        """The rollouts of ``items`` with tools (no scores) and each entry's exchange, the message list TRL's rewards
+        get as its completion; the tool counters join ``rollouts.stats`` (``tool_calls``, ``tool_failures``)."""
         prompts = self.prompt_ids(items)
         made: list[ToolTurns] = []
         rollouts = sampler.sample(
             prompts, group_size, seed, prompt_offset=prompt_offset, ranks=ranks, turns=lambda: self._turns(made)
         )
-        return rollouts, self.score(scorer, rollouts, items, prompts, made[-1])
-
-    def heldout(self, sampler: MicroGroupSampler, scorer: Scorer, items: list[dict]) -> Scores:
-        """One multi-turn completion of each held-out item (the evaluation sampler's temperature), scored."""
-        prompts = self.prompt_ids(items)
-        made: list[ToolTurns] = []
-        rollouts = sampler.sample(prompts, 1, 0, turns=lambda: self._turns(made))
-        return self.score(scorer, rollouts, items, prompts, made[-1])
+        turns = made[-1]  # an attempt that ran out of memory left its own; the last one holds these rollouts' turns
+        keys = sample_keys(rollouts)
+        exchanges = [turns.ended(last_turn(rollouts, n, key), prompts[key[0]]) for n, key in enumerate(keys)]
+        stats = turns.stats()
+        rollouts.stats.update(tool_calls=stats["calls"], tool_failures=stats["failures"])
+        return rollouts, exchanges
 
     def _turns(self, made: list[ToolTurns]) -> ToolTurns:
         """A fresh :class:`ToolTurns` for one engine run (kept in ``made``: the last one holds the returned turns)."""
@@ -117,14 +134,11 @@ class AgentRollout:
         return made[-1]
 
     def score(
-        self, scorer: Scorer, rollouts: Rollouts, items: list[dict], prompts: list[list[int]], turns: ToolTurns
+        self, scorer: Scorer, rollouts: Rollouts, items: list[dict], exchanges: list[list[dict[str, Any]]]
     ) -> Scores:
-        """Scores ``rollouts`` as TRL's rewards see a tool run, and adds the tool counters to ``rollouts.stats``."""
-        keys = sample_keys(rollouts)
-        exchanges = [turns.ended(last_turn(rollouts, n, key), prompts[key[0]]) for n, key in enumerate(keys)]
-        stats = turns.stats()
-        rollouts.stats.update(tool_calls=stats["calls"], tool_failures=stats["failures"])
-        kwargs = {"environments": self.envs.instances(keys)} if self.envs is not None else None
+        """Scores ``rollouts`` as TRL's rewards see a tool run: the ``exchanges`` as completions, ``environments=``
+        and the environments' ``get_reward``."""
+        kwargs = {"environments": self.envs.instances(sample_keys(rollouts))} if self.envs is not None else None
         return scorer(rollouts, items, completions=exchanges, reward_kwargs=kwargs, sources=self.sources or None)
 
     def close(self) -> None:
