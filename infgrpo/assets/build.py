@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -52,6 +53,17 @@ def chat_prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def pad_batch(seqs: list[list[int]], labels: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded (B, T) input ids and labels (-100 where a label is masked or padded)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id)
+    lab = torch.full((len(seqs), width), -100)
+    for i, (s, lb) in enumerate(zip(seqs, labels, strict=True)):
+        ids[i, : len(s)] = torch.tensor(s)
+        lab[i, : len(lb)] = torch.tensor(lb)
+    return ids, lab
+
+
 def _sft_batch(
     tokenizer: PreTrainedTokenizerBase, rows: list[dict], rng: random.Random, flaw_rate: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,13 +74,27 @@ def _sft_batch(
         c = row["flawed_ids"] if rng.random() < flaw_rate else row["answer_ids"]
         seqs.append(p + c)
         labels.append([-100] * len(p) + c)
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
-    lab = torch.full((len(seqs), width), -100)
-    for i, (s, lb) in enumerate(zip(seqs, labels, strict=True)):
-        ids[i, : len(s)] = torch.tensor(s)
-        lab[i, : len(lb)] = torch.tensor(lb)
-    return ids, lab
+    return pad_batch(seqs, labels, tokenizer.pad_token_id)
+
+
+def fit_supervised(
+    model: Qwen3ForCausalLM, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]], steps: int, lr: float
+) -> None:
+    """``steps`` AdamW steps (one-cycle learning rate) on the (ids, labels) batches ``next_batch`` draws."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
+    model.train()
+    for step in range(steps):
+        ids, lab = next_batch()
+        loss = model(input_ids=ids, labels=lab).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if step % 200 == 0 or step == steps - 1:
+            print(f"warm-start step {step:5d}  loss {loss.item():.4f}", flush=True)
+    model.eval()
 
 
 def warm_start(
@@ -92,26 +118,23 @@ def warm_start(
         }
         for r in rows
     ]
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
-    model.train()
-    for step in range(steps):
-        ids, lab = _sft_batch(tokenizer, rng.sample(rows, batch_size), rng, flaw_rate)
-        loss = model(input_ids=ids, labels=lab).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        if step % 200 == 0 or step == steps - 1:
-            print(f"warm-start step {step:5d}  loss {loss.item():.4f}", flush=True)
-    model.eval()
+    fit_supervised(model, lambda: _sft_batch(tokenizer, rng.sample(rows, batch_size), rng, flaw_rate), steps, lr)
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     """Writes ``rows`` as JSON lines, creating the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def save_model(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerBase, model_dir: Path) -> None:
+    """Saves the model with its tokenizer as a Hugging Face model directory (EOS and padding set for ``generate``)."""
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"wrote {model_dir} ({n / 1e6:.2f}M parameters)")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -142,12 +165,8 @@ def main(argv: list[str] | None = None) -> None:
     model = Qwen3ForCausalLM(config)
     # 4) warm start on noisy demonstrations
     warm_start(model, tokenizer, train, args.steps, args.batch_size, args.lr, args.flaw_rate, args.seed)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    n = sum(p.numel() for p in model.parameters())
-    print(f"wrote {model_dir} ({n / 1e6:.2f}M parameters) and {data_dir}")
+    save_model(model, tokenizer, model_dir)
+    print(f"and {data_dir}")
 
 
 if __name__ == "__main__":
