@@ -137,17 +137,25 @@ def save_model(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerBase, mode
     print(f"wrote {model_dir} ({n / 1e6:.2f}M parameters)")
 
 
+def build_parser(
+    doc: str | None, steps: int, batch_size: int, lr: float, n_train: int, n_eval: int
+) -> argparse.ArgumentParser:
+    """The command line every asset build shares (output folder, warm-start length, split sizes, seed)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", type=Path, default=None, help="root folder (default: the package)")
+    ap.add_argument("--steps", type=int, default=steps, help="warm-start optimizer steps")
+    ap.add_argument("--batch-size", type=int, default=batch_size)
+    ap.add_argument("--lr", type=float, default=lr)
+    ap.add_argument("--n-train", type=int, default=n_train)
+    ap.add_argument("--n-eval", type=int, default=n_eval)
+    ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
 def main(argv: list[str] | None = None) -> None:
     """Builds the tokenizer, the synthetic data and the warm-started tiny model (see the module docstring)."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", type=Path, default=None, help="root folder (default: the package)")
-    ap.add_argument("--steps", type=int, default=1200, help="warm-start optimizer steps")
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap = build_parser(__doc__, steps=1200, batch_size=64, lr=3e-3, n_train=8000, n_eval=500)
     ap.add_argument("--flaw-rate", type=float, default=0.6, help="share of flawed demonstrations")
-    ap.add_argument("--n-train", type=int, default=8000)
-    ap.add_argument("--n-eval", type=int, default=500)
-    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     model_dir = args.out / "tiny-qwen3" if args.out else TINY_MODEL_DIR
     data_dir = args.out / "tiny-data" if args.out else TINY_DATA_DIR
@@ -166,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     # 4) warm start on noisy demonstrations
     warm_start(model, tokenizer, train, args.steps, args.batch_size, args.lr, args.flaw_rate, args.seed)
     save_model(model, tokenizer, model_dir)
-    print(f"and {data_dir}")
+    print(f"wrote {data_dir}")
 
 
 if __name__ == "__main__":

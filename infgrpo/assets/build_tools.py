@@ -19,17 +19,15 @@ rebuild gives the same files on the same torch version (about 6 minutes on one C
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast, Qwen3ForCausalLM
 
 from infgrpo.assets import ASSETS_DIR, TINY_DATA_DIR, TINY_TOOLS_MODEL_DIR
-from infgrpo.assets.build import fit_supervised, pad_batch, save_model, tiny_config, write_jsonl
+from infgrpo.assets.build import build_parser, fit_supervised, pad_batch, save_model, tiny_config, write_jsonl
 from infgrpo.assets.calculator import add, correct, demonstration, make_split, parse_tool_call
 from infgrpo.assets.tokenizer import build_tokenizer
 
@@ -211,16 +209,9 @@ def measure(
 
 def main(argv: list[str] | None = None) -> None:
     """Builds the tool tokenizer, the calculator splits and the warm-started model (see the module docstring)."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", type=Path, default=None, help="root folder (default: the package)")
-    ap.add_argument("--steps", type=int, default=1000, help="warm-start optimizer steps")
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=8e-3)
+    ap = build_parser(__doc__, steps=1000, batch_size=32, lr=8e-3, n_train=4000, n_eval=200)
     ap.add_argument("--p-tool", type=float, default=0.3, help="share of the supervised decisions that call the tool")
     ap.add_argument("--tool-share", type=float, default=0.9, help="share of demonstrations that are tool exchanges")
-    ap.add_argument("--n-train", type=int, default=4000)
-    ap.add_argument("--n-eval", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--measure-only", action="store_true", help="only sample the built model on the held-out split")
     args = ap.parse_args(argv)
     model_dir = args.out / "tiny-qwen3-tools" if args.out else TINY_TOOLS_MODEL_DIR
@@ -243,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     # 4) warm start on noisy demonstrations
     warm_start(model, tokenizer, train, args.steps, args.batch_size, args.lr, args.p_tool, args.tool_share, args.seed)
     save_model(model, tokenizer, model_dir)
-    print(f"and {data_dir} in {time.perf_counter() - start:.0f} s")
+    print(f"wrote {data_dir}; built in {time.perf_counter() - start:.0f} s")
     # 5) what GRPO starts from
     print(measure(model, tokenizer, held, args.seed))
 

@@ -111,9 +111,10 @@ def demonstration(prompt: list[dict[str, Any]], guess: str | None = None) -> lis
 def parse_tool_call(text: str) -> dict[str, Any] | None:
     """The call ``{"name": ..., "arguments": {...}}`` of an assistant turn's text, or None when it holds none.
 
-    ``text`` is the turn as generated, up to its ``<|im_end|>``. A call is well formed when it is one
-    ``<tool_call>`` block of JSON with a string ``name`` and an object ``arguments``, the shape that
-    ``tokenizer.parse_response`` accepts as a tool call; anything else (a direct answer, broken JSON) is None.
+    ``text`` is the turn as generated, up to its ``<|im_end|>``. A call is well formed when the turn is one
+    ``<tool_call>`` block of JSON with a string ``name`` and an object ``arguments``; anything else (a direct
+    answer, broken JSON) is None. This is stricter than ``tokenizer.parse_response`` (which TRL's tool loop uses):
+    that also reads a call after some text, or one whose ``arguments`` key is misspelt.
     """
     match = _CALL.fullmatch(text.removesuffix("<|im_end|>").strip())
     if match is None:
