@@ -14,7 +14,7 @@ examples, so ``tool_share`` (0.9) of the demonstrations are exchanges, while the
 call and an answer is supervised on a subset in which ``p_tool`` (0.3) call. 5) the model is sampled at
 temperature 1 on held-out prompts: it calls the tool in about ``p_tool`` of its samples and answers right more
 often when it does, so GRPO with the ``correct`` reward has a tool-call rate to raise. Everything is seeded, so a
-rebuild gives the same files on the same torch version (about 6 minutes on one CPU thread).
+rebuild gives the same files on the same torch version (about 7 minutes on one CPU thread).
 """
 
 from __future__ import annotations
