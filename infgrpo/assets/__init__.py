@@ -4,6 +4,10 @@
 chat template); ``TINY_DATA_DIR`` holds ``train.jsonl`` and ``eval.jsonl``. Both are produced by
 ``python -m infgrpo.assets.build``. The name ``"tiny"`` stands for them wherever a model or dataset
 path is accepted.
+
+``TINY_TOOLS_MODEL_DIR`` is the same architecture warm-started to call a calculator tool, with a chat template
+that renders tools (:mod:`infgrpo.assets.calculator`); ``python -m infgrpo.assets.build_tools`` builds it and
+writes its task's splits as ``calculator-train.jsonl`` and ``calculator-eval.jsonl`` in ``TINY_DATA_DIR``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from pathlib import Path
 ASSETS_DIR = Path(__file__).resolve().parent
 TINY_MODEL_DIR = ASSETS_DIR / "tiny-qwen3"
 TINY_DATA_DIR = ASSETS_DIR / "tiny-data"
+TINY_TOOLS_MODEL_DIR = ASSETS_DIR / "tiny-qwen3-tools"
 
 
 def resolve_model_path(name: str) -> str:

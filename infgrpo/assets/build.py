@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -52,6 +53,17 @@ def chat_prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str) -> list[int
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
+def pad_batch(seqs: list[list[int]], labels: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded (B, T) input ids and labels (-100 where a label is masked or padded)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id)
+    lab = torch.full((len(seqs), width), -100)
+    for i, (s, lb) in enumerate(zip(seqs, labels, strict=True)):
+        ids[i, : len(s)] = torch.tensor(s)
+        lab[i, : len(lb)] = torch.tensor(lb)
+    return ids, lab
+
+
 def _sft_batch(
     tokenizer: PreTrainedTokenizerBase, rows: list[dict], rng: random.Random, flaw_rate: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,13 +74,27 @@ def _sft_batch(
         c = row["flawed_ids"] if rng.random() < flaw_rate else row["answer_ids"]
         seqs.append(p + c)
         labels.append([-100] * len(p) + c)
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), tokenizer.pad_token_id)
-    lab = torch.full((len(seqs), width), -100)
-    for i, (s, lb) in enumerate(zip(seqs, labels, strict=True)):
-        ids[i, : len(s)] = torch.tensor(s)
-        lab[i, : len(lb)] = torch.tensor(lb)
-    return ids, lab
+    return pad_batch(seqs, labels, tokenizer.pad_token_id)
+
+
+def fit_supervised(
+    model: Qwen3ForCausalLM, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]], steps: int, lr: float
+) -> None:
+    """``steps`` AdamW steps (one-cycle learning rate) on the (ids, labels) batches ``next_batch`` draws."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
+    model.train()
+    for step in range(steps):
+        ids, lab = next_batch()
+        loss = model(input_ids=ids, labels=lab).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if step % 200 == 0 or step == steps - 1:
+            print(f"warm-start step {step:5d}  loss {loss.item():.4f}", flush=True)
+    model.eval()
 
 
 def warm_start(
@@ -92,20 +118,7 @@ def warm_start(
         }
         for r in rows
     ]
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
-    model.train()
-    for step in range(steps):
-        ids, lab = _sft_batch(tokenizer, rng.sample(rows, batch_size), rng, flaw_rate)
-        loss = model(input_ids=ids, labels=lab).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        if step % 200 == 0 or step == steps - 1:
-            print(f"warm-start step {step:5d}  loss {loss.item():.4f}", flush=True)
-    model.eval()
+    fit_supervised(model, lambda: _sft_batch(tokenizer, rng.sample(rows, batch_size), rng, flaw_rate), steps, lr)
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -114,17 +127,35 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def save_model(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerBase, model_dir: Path) -> None:
+    """Saves the model with its tokenizer as a Hugging Face model directory (EOS and padding set for ``generate``)."""
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"wrote {model_dir} ({n / 1e6:.2f}M parameters)")
+
+
+def build_parser(
+    doc: str | None, steps: int, batch_size: int, lr: float, n_train: int, n_eval: int
+) -> argparse.ArgumentParser:
+    """The command line every asset build shares (output folder, warm-start length, split sizes, seed)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", type=Path, default=None, help="root folder (default: the package)")
+    ap.add_argument("--steps", type=int, default=steps, help="warm-start optimizer steps")
+    ap.add_argument("--batch-size", type=int, default=batch_size)
+    ap.add_argument("--lr", type=float, default=lr)
+    ap.add_argument("--n-train", type=int, default=n_train)
+    ap.add_argument("--n-eval", type=int, default=n_eval)
+    ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
 def main(argv: list[str] | None = None) -> None:
     """Builds the tokenizer, the synthetic data and the warm-started tiny model (see the module docstring)."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--out", type=Path, default=None, help="root folder (default: the package)")
-    ap.add_argument("--steps", type=int, default=1200, help="warm-start optimizer steps")
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap = build_parser(__doc__, steps=1200, batch_size=64, lr=3e-3, n_train=8000, n_eval=500)
     ap.add_argument("--flaw-rate", type=float, default=0.6, help="share of flawed demonstrations")
-    ap.add_argument("--n-train", type=int, default=8000)
-    ap.add_argument("--n-eval", type=int, default=500)
-    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     model_dir = args.out / "tiny-qwen3" if args.out else TINY_MODEL_DIR
     data_dir = args.out / "tiny-data" if args.out else TINY_DATA_DIR
@@ -142,12 +173,8 @@ def main(argv: list[str] | None = None) -> None:
     model = Qwen3ForCausalLM(config)
     # 4) warm start on noisy demonstrations
     warm_start(model, tokenizer, train, args.steps, args.batch_size, args.lr, args.flaw_rate, args.seed)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    n = sum(p.numel() for p in model.parameters())
-    print(f"wrote {model_dir} ({n / 1e6:.2f}M parameters) and {data_dir}")
+    save_model(model, tokenizer, model_dir)
+    print(f"wrote {data_dir}")
 
 
 if __name__ == "__main__":
