@@ -38,6 +38,7 @@ BENCHMARKS = {
     "busy-cpu": "benchmarks.busy_cpu",
     "learn": "benchmarks.learn",
     "update": "benchmarks.update",
+    "agent": "benchmarks.agent",
     "dynamic": "benchmarks.dynamic",
     "skip": "benchmarks.skip",
     "adaptive": "benchmarks.adaptive",

@@ -70,8 +70,9 @@ class HeldoutMeans(torch.nn.Module):
         means = {"reward": self.reward.compute()}
         if accuracy is not None:
             means["accuracy"] = self.accuracy.compute()
-        self.reward.reset()
-        self.accuracy.reset()
+        with torch.inference_mode(False):  # fresh states usable by any later loop (trainer.validate, then fit)
+            self.reward.reset()
+            self.accuracy.reset()
         return means
 
 

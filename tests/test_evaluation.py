@@ -39,3 +39,20 @@ def test_the_0_1_keywords_are_refused_since_0_3_as_python_refuses_an_unknown_key
     for old in ({"accuracy_reward": "overlong"}, {"reward_on_error": "skip"}):
         with pytest.raises(TypeError, match=f"unexpected keyword argument '{next(iter(old))}'"):
             evaluate(tiny_model, tokenizer, items, **old, **kwargs)
+
+
+def test_heldout_means_take_updates_after_a_validate_run_in_inference_mode():
+    """trainer.validate (inference mode) and then fit: the means' fresh states are no inference tensors."""
+    from infgrpo.evaluation import HeldoutMeans
+    from infgrpo.scoring import Scores
+
+    def scores(values):
+        t = torch.tensor(values)
+        return Scores(total=t, lengths=t, truncated=t * 0, failed=t * 0, parts={"acc": t})
+
+    means = HeldoutMeans()
+    with torch.inference_mode():
+        means.update(scores([1.0, 0.0]), "acc")
+        assert means.compute("acc") == {"reward": torch.tensor(0.5), "accuracy": torch.tensor(0.5)}
+    means.update(scores([1.0, 1.0]), "acc")  # raised "Inplace update to inference tensor" before
+    assert means.compute("acc") == {"reward": torch.tensor(1.0), "accuracy": torch.tensor(1.0)}

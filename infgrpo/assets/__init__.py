@@ -20,6 +20,11 @@ TINY_DATA_DIR = ASSETS_DIR / "tiny-data"
 TINY_TOOLS_MODEL_DIR = ASSETS_DIR / "tiny-qwen3-tools"
 
 
+MODEL_ALIASES = {"tiny": TINY_MODEL_DIR, "tiny-tools": TINY_TOOLS_MODEL_DIR}
+"""The shipped models by name: the tiny default, and the tiny model that calls the calculator tool."""
+
+
 def resolve_model_path(name: str) -> str:
-    """Maps the alias ``"tiny"`` to the shipped model directory; other names pass through."""
-    return str(TINY_MODEL_DIR) if name == "tiny" else name
+    """Maps an alias of :data:`MODEL_ALIASES` (``"tiny"``, ``"tiny-tools"``) to its shipped folder; other names pass
+    through."""
+    return str(MODEL_ALIASES[name]) if name in MODEL_ALIASES else name

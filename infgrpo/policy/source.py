@@ -24,7 +24,7 @@ def check_model_source(name: str, gguf_file: str | None = None, field: str = FIE
     check_gguf_file(name, gguf_file, field.rpartition(".")[0])
     from huggingface_hub import try_to_load_from_cache
 
-    if name in ("tiny", "smollm2") or Path(name).expanduser().exists():
+    if name in ("tiny", "tiny-tools", "smollm2") or Path(name).expanduser().exists():
         return
     if not is_hub_id(name, (".gguf",)):
         raise ConfigError(
