@@ -15,9 +15,11 @@ temperature 1. Each configuration runs in a fresh process (``--threads``, defaul
    ``model.agent``'s turns, one slot a sample: no queue) and by TRL 1.16's ``GRPOTrainer._generate`` (its
    ``_tool_call_loop``), in one process, in alternating order, ``--repeats`` times each; the tool sleeps
    ``--slow`` s on about one call in four (operands summing to a multiple of 4: the same calls whichever trainer
-   makes them). Both use the same model object, prompt ids (TRL renders them; checked equal), ``max_new_tokens``,
-   ``--max-turns`` and sampling settings. Wall seconds of each and their ratio, the calls and slow calls each made,
-   and infgrpo's decode steps run while some sample waited on a tool.
+   makes them). Both use the same model object, prompt ids (TRL renders them; checked equal), ``max_new_tokens`` and
+   ``--max-turns``, and decode greedily (``--latency-temperature 0``, the default): then both make the same exchanges
+   (tests/training/test_agent_trl.py checks them equal), so both run the same calls, slow ones included. Wall
+   seconds of each and their ratio, the calls and slow calls each made, and infgrpo's decode steps run while some
+   sample waited on a tool.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--latency-group", type=int, default=8)
     ap.add_argument("--slow", type=float, default=0.5, help="latency: seconds a slow call (one in four) sleeps")
     ap.add_argument("--repeats", type=int, default=3, help="latency: rollouts of each trainer")
+    ap.add_argument("--latency-temperature", type=float, default=0.0, help="latency: 0 = greedy (the same exchanges)")
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--max-turns", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds each configuration may take")
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> dict:
     ]
     latency = {
         **common, "part": "latency", "prompts": args.latency_prompts, "group_size": args.latency_group,
-        "slow": args.slow, "repeats": args.repeats,
+        "slow": args.slow, "repeats": args.repeats, "temperature": args.latency_temperature,
     }  # fmt: skip
     rows = spawn_all("agent", [*memory, latency], timeout=args.timeout)
     return {"memory": rows[:-1], "latency": rows[-1]}
@@ -83,11 +86,13 @@ def setup(cfg: dict) -> tuple:
     return model, tokenizer, agent, items
 
 
-def sampler_for(model, tokenizer, slots: int, max_new_tokens: int):  # noqa: ANN001, ANN201
-    """infgrpo's sampler: ``slots`` slots, temperature 1, no top-k / top-p, FIFO (no length predictor)."""
+def sampler_for(model, tokenizer, slots: int, max_new_tokens: int, temperature: float = 1.0):  # noqa: ANN001, ANN201
+    """infgrpo's sampler: ``slots`` slots, ``temperature``, no top-k / top-p, FIFO (no length predictor)."""
     from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 
-    cfg = SamplerConfig(num_slots=slots, max_new_tokens=max_new_tokens, temperature=1.0, length_predictor="none")
+    cfg = SamplerConfig(
+        num_slots=slots, max_new_tokens=max_new_tokens, temperature=temperature, length_predictor="none"
+    )
     return MicroGroupSampler(model, tokenizer, cfg)
 
 
@@ -119,7 +124,7 @@ def latency(cfg: dict, model, tokenizer, agent, items: list[dict]) -> dict:  # n
 
     trl = trl_trainer(model, tokenizer, cfg)
     g = cfg["group_size"]
-    sampler = sampler_for(model, tokenizer, len(items) * g, cfg["max_new_tokens"])
+    sampler = sampler_for(model, tokenizer, len(items) * g, cfg["max_new_tokens"], cfg["temperature"])
     trl_prompts = [it["prompt"] for it in items for _ in range(g)]
     ours_ids = agent.prompt_ids(items)
     trl_ids = trl._tokenize_prompts(trl_prompts)[0]
@@ -159,8 +164,9 @@ def trl_trainer(model, tokenizer, cfg: dict):  # noqa: ANN001, ANN201
     g = cfg["group_size"]
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(), per_device_train_batch_size=g, num_generations=g,
-        max_completion_length=cfg["max_new_tokens"], max_tool_calling_iterations=cfg["max_turns"], temperature=1.0,
-        top_k=0, top_p=1.0, report_to=[], use_cpu=True, bf16=False, logging_steps=1,
+        max_completion_length=cfg["max_new_tokens"], max_tool_calling_iterations=cfg["max_turns"],
+        temperature=cfg["temperature"] or 1.0, top_k=0, top_p=1.0, report_to=[], use_cpu=True, bf16=False,
+        generation_kwargs={} if cfg["temperature"] else {"do_sample": False},
     )  # fmt: skip
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}]}] * g)
     return GRPOTrainer(
