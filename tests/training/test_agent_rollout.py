@@ -89,7 +89,7 @@ def test_last_turn_starts_after_the_last_tool_token():
 @pytest.mark.parametrize(
     "flags, expected",
     [
-        (["--model.agent.tools", "[tests.agent.toolbox:add]"], "error: model.agent.chat_template=None: the tokenizer's"),
+        (["--model.agent.tools", "[tests.agent.toolbox:add]"], "error: model.agent.chat_template=None: the tokenizer"),
         (["--model.agent.tools", "[tests.agent.toolbox:no_hints]"], "error: model.agent.tools"),
         (["--model.agent.environment", "tests.agent.toolbox:NOT_CALLABLE"], "error: model.agent.environment"),
         (["--model.agent.max_turns", "0"], "error: model.agent.max_turns=0 must be an integer >= 1"),
