@@ -60,13 +60,12 @@ FORMATS = ("infgrpo", "trl")
 """``--format``: ``infgrpo`` (the data module generates the task's prompts; reward ``reasoning_gym``, behind TRL's
 signature on the TRL side), ``trl`` (both trainers read the task written as TRL's conversational jsonl and are
 rewarded by :data:`TRL_ACCURACY`)."""
-BOXED_SYSTEM = (
-    "You are a helpful assistant. Solve the user's problem, then give the final answer inside \\boxed{}, "
-    "once, at the end of your reply. Example: 3 + 4 = \\boxed{7}"
-)
-"""The system message of ``--recipe boxed``, in the style of reasoning recipes (open-r1's, DeepSeek-R1's "put your
-final answer within \\boxed{}"), with one example: SmolLM2-135M boxed 35% of its completions given an example before
-the question, at most 14% without one (benchmarks/results/learn.md)."""
+BOXED_SYSTEM = "Put your final answer within \\boxed{}. Example: 3 + 4 = \\boxed{7}"
+"""The system message of ``--recipe boxed``: DeepSeek-R1's recipe wording ("put your final answer within
+\\boxed{}") and one example. A probe of the untrained SmolLM2-135M-Instruct (8 training prompts x 4 completions,
+temperature 1, 64 new tokens) boxed 6 of 32 completions with it, against 3 of 32 (at 96 tokens) for a longer
+helpful-assistant wording with the example, 1 of 32 for "Reply with the final answer only, as in this
+example." + the example; none of the 96 was a right answer."""
 RECIPES = {
     "none": {"system": None, "template": BOXED, "max_new_tokens": 48},
     "boxed": {"system": BOXED_SYSTEM, "template": "{question}", "max_new_tokens": 64},
