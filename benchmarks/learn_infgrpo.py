@@ -26,6 +26,7 @@ from benchmarks.learn_job import (
     adapter_sha,
     data_kwargs,
     device_info,
+    job_rewards,
     lora_settings,
     optimizer_settings,
     out_of_time,
@@ -78,6 +79,7 @@ class StepLog(L.Callback):
             rollout_s=float(metrics["train/time/rollout_s"]),
             update_s=float(metrics["train/time/update_s"]),
             completions=len(pl_module.last_step.rollouts.completion_ids),
+            rewards=reward_means(metrics, list(self.job.get("rewards") or [])),
             **{k.removeprefix("train/"): float(v) for k, v in metrics.items() if k.startswith(COUNTED)},
         )
         self.steps.append(self.current)
@@ -88,6 +90,14 @@ class StepLog(L.Callback):
             save_trained(pl_module.policy, pl_module.tokenizer, snapshot_dir(self.adapter_dir, len(self.steps)))
         if out_of_time(self.job, [s["seconds"] for s in self.steps]):  # --minutes: the clock is spent
             trainer.should_stop = True
+
+
+def reward_means(metrics: dict, names: list[str]) -> dict[str, float]:
+    """Each reward's mean over the step's completions, ``{name: mean}``, from what the module logged (with one
+    reward only the total, ``train/reward``, is logged: it is that reward's mean at weight 1)."""
+    if len(names) == 1:
+        return {names[0]: float(metrics["train/reward"])}
+    return {name: float(metrics[f"train/rewards/{name}"]) for name in names}
 
 
 def module_kwargs(job: dict) -> dict[str, Any]:
@@ -101,7 +111,7 @@ def module_kwargs(job: dict) -> dict[str, Any]:
         lora=dict(r=job["lora_r"], alpha=job["lora_alpha"], dropout=0.0, target_modules="all-linear"),
         group_size=job["group_size"],
         sampler=dict(max_new_tokens=job["max_new_tokens"], temperature=job["temperature"], top_k=0, top_p=1.0),
-        rewards=dict(functions={reward: 1.0}, accuracy=reward, on_error=reward_on_error(job)),
+        rewards=dict(functions=job_rewards(job), accuracy=reward, on_error=reward_on_error(job)),
         objective=dict(scale_rewards=job["scale_rewards"], loss_type=job["loss_type"], beta=job["beta"]),
         optimizer=dict(
             learning_rate=job["lr"], lr_scheduler_type=job["lr_schedule"], warmup_steps=0, weight_decay=0.0,
@@ -134,7 +144,7 @@ def train_infgrpo(job: dict) -> dict[str, Any]:
     data = PromptDataModule(**data_kwargs(job))
     data.setup("fit")  # before the memory is watched, as on the TRL side (fit's own setup then returns at once)
     memory = TrainingMemory()
-    log = StepLog(memory, snapshot_steps(job), job["adapter_dir"], job)
+    log = StepLog(memory, snapshot_steps(job), job["adapter_dir"], {**job, "rewards": job_rewards(job)})
     with tempfile.TemporaryDirectory(prefix="infgrpo-learn-") as root:
         trainer = L.Trainer(
             max_steps=job["steps"],

@@ -21,6 +21,11 @@ TRL's conversational format, ``train.jsonl`` (the training questions the data mo
 
 (the user turn: :data:`BOXED`); both trainers read those files (the job's ``data_files``) and are rewarded by
 TRL's own ``trl.rewards:accuracy_reward`` (math-verify of the ``\\boxed{}`` answer against ``solution``).
+
+``--recipe boxed`` (:data:`RECIPES`) makes it a reasoning recipe's job: each row's prompt is a system message
+(:data:`BOXED_SYSTEM`: answer in ``\\boxed{}``, with one example) and the question as the user turn, and both trainers
+are rewarded by :data:`~benchmarks.learn_rewards.RECIPE_REWARDS` (a format reward and ``accuracy_reward``, weights
+1 and 1); held-out accuracy stays ``accuracy_reward`` >= 1.
 """
 
 from __future__ import annotations
@@ -55,6 +60,19 @@ FORMATS = ("infgrpo", "trl")
 """``--format``: ``infgrpo`` (the data module generates the task's prompts; reward ``reasoning_gym``, behind TRL's
 signature on the TRL side), ``trl`` (both trainers read the task written as TRL's conversational jsonl and are
 rewarded by :data:`TRL_ACCURACY`)."""
+BOXED_SYSTEM = "Put your final answer within \\boxed{}. Example: 3 + 4 = \\boxed{7}"
+"""The system message of ``--recipe boxed``: DeepSeek-R1's recipe wording ("put your final answer within
+\\boxed{}") and one example. A probe of the untrained SmolLM2-135M-Instruct (8 training prompts x 4 completions,
+temperature 1, 64 new tokens) boxed 6 of 32 completions with it, against 3 of 32 (at 96 tokens) for a longer
+helpful-assistant wording with the example, 1 of 32 for "Reply with the final answer only, as in this
+example." + the example; none of the 96 was a right answer."""
+RECIPES = {
+    "none": {"system": None, "template": BOXED, "max_new_tokens": 48},
+    "boxed": {"system": BOXED_SYSTEM, "template": "{question}", "max_new_tokens": 64},
+}
+"""``--recipe`` of ``--format trl``: ``none`` (the user turn :data:`BOXED`, no system message, reward
+``accuracy_reward``), ``boxed`` (system message :data:`BOXED_SYSTEM`, the question as the user turn, rewards
+:data:`~benchmarks.learn_rewards.RECIPE_REWARDS`, 64 new tokens by default: room for a short working and the box)."""
 MAX_PROMPT_TOKENS = 512
 """Prompts longer than this are an error (neither trainer truncates them)."""
 
@@ -66,11 +84,11 @@ def default_task_config(task: str) -> dict[str, Any] | None:
     return dict(CHAIN_SUM) if task == "chain_sum" else {}
 
 
-def default_template(task: str, fmt: str = "infgrpo") -> str | None:
+def default_template(task: str, fmt: str = "infgrpo", recipe: str = "none") -> str | None:
     """``--prompt-template`` when none is given: the prompt as it is for ``tiny``, :data:`ANSWER_ONLY` otherwise;
-    :data:`BOXED` for ``--format trl``."""
+    for ``--format trl`` the recipe's user turn (:data:`RECIPES`: :data:`BOXED` without a recipe)."""
     if fmt == "trl":
-        return BOXED
+        return RECIPES[recipe]["template"]
     return None if task == TINY_TASK else ANSWER_ONLY
 
 
@@ -80,6 +98,16 @@ def reward_name(task: str, fmt: str = "infgrpo") -> str:
     if fmt == "trl":
         return TRL_ACCURACY
     return "synthetic" if task == TINY_TASK else "reasoning_gym"
+
+
+def job_rewards(job: dict) -> dict[str, float]:
+    """The rewards both trainers are given, ``{name: weight}`` (names as infgrpo's ``rewards.functions``):
+    :data:`~benchmarks.learn_rewards.RECIPE_REWARDS` for ``--recipe boxed``, else the job's one reward."""
+    if job.get("recipe", "none") == "boxed":
+        from benchmarks.learn_rewards import RECIPE_REWARDS
+
+        return dict(RECIPE_REWARDS)
+    return {job["reward_function"]: 1.0}
 
 
 def is_trl_format(job: dict) -> bool:
@@ -93,11 +121,13 @@ def reward_on_error(job: dict) -> str:
     return "skip" if is_trl_format(job) else "raise"
 
 
-def trl_rows(rows: list[dict], template: str) -> list[dict[str, Any]]:
+def trl_rows(rows: list[dict], template: str, system: str | None = None) -> list[dict[str, Any]]:
     """Task rows (the data module's, with ``question`` and ``answer``) as TRL's conversational rows:
-    ``{"prompt": [{"role": "user", "content": template.format(**row)}], "solution": str(answer)}``."""
+    ``{"prompt": [{"role": "user", "content": template.format(**row)}], "solution": str(answer)}``, the prompt
+    opened by ``{"role": "system", "content": system}`` when ``system`` is given."""
+    head = [{"role": "system", "content": system}] if system is not None else []
     user = [{"role": "user", "content": template.format(**row)} for row in rows]
-    return [{"prompt": [turn], "solution": str(row["answer"])} for turn, row in zip(user, rows, strict=True)]
+    return [{"prompt": [*head, turn], "solution": str(row["answer"])} for turn, row in zip(user, rows, strict=True)]
 
 
 def write_trl_data(job: dict, folder: str | Path) -> dict[str, Any]:
@@ -113,7 +143,7 @@ def write_trl_data(job: dict, folder: str | Path) -> dict[str, Any]:
     train, held_out = source.rows()
     out = {}
     for split, rows in (("train", train), ("eval", held_out)):
-        converted = trl_rows(rows, job["prompt_template"])
+        converted = trl_rows(rows, job["prompt_template"], RECIPES[job.get("recipe", "none")]["system"])
         path = Path(folder) / f"{split}.jsonl"
         path.write_text("".join(json.dumps(row) + "\n" for row in converted))
         out[split] = {"path": str(path), "rows": len(converted), "sha": digest(converted)}

@@ -22,7 +22,7 @@ from benchmarks.harness import recorded_command
 from benchmarks.learn_tables import same_job, tables
 from benchmarks.results import read_json, write_json
 
-JOB_DEFAULTS = {"format": "infgrpo"}
+JOB_DEFAULTS = {"format": "infgrpo", "recipe": "none"}
 """Job fields added after some results were recorded: a result without one ran with this value."""
 UNTRAINED_KEYS = ("accuracy", "accuracy_by", "eval_prompts", "eval_prompts_sha")
 """The untrained evaluation's fields that must agree: the same model on the same held-out prompts, greedy."""

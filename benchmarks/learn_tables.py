@@ -153,6 +153,32 @@ def clock_table(rows: list[dict]) -> str:
     return markdown_table(columns, points)
 
 
+def reward_parts_table(rows: list[dict]) -> str:
+    """Each reward's mean over the first 10 and the last 10 training steps of each run (per step: the mean over the
+    step's completions), for runs with more than one reward (``--recipe boxed``: the format reward and accuracy)."""
+    ran = [r for r in rows if any(len(s.get("rewards") or {}) > 1 for s in r.get("per_step") or [])]
+    if not ran:
+        return ""
+
+    def mean(values: list[float]) -> float | None:
+        kept = [v for v in values if not math.isnan(v)]
+        return statistics.mean(kept) if kept else None
+
+    table = [
+        {"run": r["run"], "reward": name, "values": [s["rewards"][name] for s in r["per_step"]]}
+        for r in ran
+        for name in dict.fromkeys(n for s in r["per_step"] for n in s.get("rewards") or {})
+    ]
+    columns: list[Column] = [
+        ("run", lambda t: t["run"]),
+        ("reward", lambda t: t["reward"].rpartition(":")[2]),
+        ("steps", lambda t: len(t["values"])),
+        ("mean, first 10 steps", lambda t: fmt(mean(t["values"][:10]), ".3f")),
+        ("mean, last 10 steps", lambda t: fmt(mean(t["values"][-10:]), ".3f")),
+    ]
+    return markdown_table(columns, table)
+
+
 def kind_table(result: dict) -> str:
     """Held-out greedy accuracy by kind of answer (``accuracy_by``: chain_sum's kinds), untrained and after each run:
     right answers / prompts of the kind."""
@@ -174,9 +200,10 @@ def kind_table(result: dict) -> str:
 
 
 def tables(result: dict) -> str:
-    """The summary, accuracy by kind, the held-out curve, the matched settings and the per-step table, from the
-    result alone."""
+    """The summary, each reward's first and last steps (several rewards), accuracy by kind, the held-out curve, the
+    matched settings and the per-step table, from the result alone."""
     rows = result["rows"]
-    parts = [summary_table(result), kind_table(result), curve_table(rows), clock_table(rows), settings_table(rows)]
+    parts = [summary_table(result), reward_parts_table(rows), kind_table(result), curve_table(rows), clock_table(rows)]
+    parts.append(settings_table(rows))
     parts.append(steps_table(rows))
     return "\n\n".join(p for p in parts if p)

@@ -17,7 +17,8 @@ What is shared with the infgrpo side, so the job is the same:
 - with ``--format trl``: the job's ``train.jsonl`` read as a ``datasets.Dataset`` (``Dataset.from_json``), its rows
   selected in infgrpo's order (checked row by row against the items infgrpo draws), and TRL's own
   ``trl.rewards.accuracy_reward`` as ``reward_funcs`` (no wrapper; what it returned is observed in
-  ``_calculate_rewards``);
+  ``_calculate_rewards``); with ``--recipe boxed`` also the format reward of :mod:`~benchmarks.learn_rewards`, the
+  function itself, before it (``reward_weights`` 1 and 1);
 - the settings of :func:`trl_config`, each read back from the trainer after training (``matched``).
 
 Per step: seconds (``on_step_begin`` to ``on_step_end``: generation, scoring and the update) and the
@@ -44,6 +45,7 @@ from benchmarks.learn_job import (
     device_info,
     is_trl_format,
     job_data,
+    job_rewards,
     lora_settings,
     optimizer_settings,
     ordered_batches,
@@ -155,15 +157,29 @@ def trl_reward(name: str, items: list[dict], group_size: int, max_len: int, reco
     return reward
 
 
-def observed_record(rec: dict, group_size: int) -> dict[str, Any]:
-    """One generation batch's record (:func:`trl_reward`'s fields) from what ``_calculate_rewards`` was given and
-    returned (``--format trl``, where TRL calls its own function); a ValueError unless the batch is whole groups."""
+def nan_mean(values: list[float]) -> float:
+    """The mean of the values that are not NaN (NaN when none is)."""
+    kept = [v for v in values if not math.isnan(v)]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
+def observed_record(rec: dict, group_size: int, rewards: dict[str, float]) -> dict[str, Any]:
+    """One generation batch's record (:func:`trl_reward`'s fields, and ``rewards``: each function's mean, by the
+    names of ``rewards``, ``{name: weight}`` in TRL's ``reward_funcs`` order) from what ``_calculate_rewards`` was
+    given and returned (``--format trl``, where TRL calls the functions itself); a ValueError unless the batch is
+    whole groups. Each row's reward is TRL's: the weighted sum of the values that are not None (NaN-sum)."""
     users = rec["users"]
     if any(len(set(users[i : i + group_size])) != 1 for i in range(0, len(users), group_size)):
         raise ValueError(f"TRL's generation batch is not whole groups of {group_size} in order: {users}")
-    values = [row[0] for row in rec["values"]]  # one reward function; NaN where it returned None
-    scored = [v for v in values if not math.isnan(v)]
-    return {"users": users[::group_size], "completions": len(users), "reward_fn_mean": scored or [math.nan]}
+    weights = list(rewards.values())
+    totals = [
+        sum(w * v for w, v in zip(weights, row, strict=True) if not math.isnan(v))
+        for row in rec["values"]  # NaN where a function returned None
+        if not all(math.isnan(v) for v in row)
+    ]
+    means = {name: nan_mean([row[k] for row in rec["values"]]) for k, name in enumerate(rewards)}
+    return {"users": users[::group_size], "completions": len(users), "reward_fn_mean": totals or [math.nan],
+            "rewards": means}  # fmt: skip
 
 
 def trl_config(job: dict, output_dir: str) -> GRPOConfig:
@@ -203,6 +219,7 @@ def trl_config(job: dict, output_dir: str) -> GRPOConfig:
         fp16=False,
         shuffle_dataset=False,
         max_steps=job["steps"],
+        reward_weights=list(job_rewards(job).values()),
         seed=job["seed"],
         report_to=[],
         logging_steps=1,
@@ -256,18 +273,18 @@ def train_trl(job: dict) -> dict[str, Any]:
         task_type="CAUSAL_LM",
     )
     records: list[dict] = []
-    if trl_format:  # TRL's own function, as a TRL user passes it
-        from trl.rewards import accuracy_reward
+    if trl_format:  # the functions themselves, as a TRL user passes them (TRL's own accuracy_reward among them)
+        from infgrpo.rewards.core import resolve_reward
 
-        reward = accuracy_reward
+        funcs = [resolve_reward(name) for name in job_rewards(job)]
     else:
-        reward = trl_reward(job["reward_function"], items, job["group_size"], job["max_new_tokens"], records)
+        funcs = [trl_reward(job["reward_function"], items, job["group_size"], job["max_new_tokens"], records)]
     clock = StepClock(job)
     with tempfile.TemporaryDirectory(prefix="infgrpo-learn-trl-") as out:
         args = trl_config(job, out)
         trainer = ObservedGRPOTrainer(
             model=model,
-            reward_funcs=[reward],
+            reward_funcs=funcs,
             args=args,
             train_dataset=dataset,
             processing_class=tok,
@@ -281,7 +298,7 @@ def train_trl(job: dict) -> dict[str, Any]:
     # 3) one record per optimizer step
     group = job["group_size"]
     if trl_format:  # what TRL's own reward function was given and returned
-        records = [observed_record(rec, group) for rec in trainer.observed_rewards]
+        records = [observed_record(rec, group, job_rewards(job)) for rec in trainer.observed_rewards]
     steps = []
     for i, (rec, ids, seconds) in enumerate(zip(records, trainer.observed_prompt_ids, clock.seconds, strict=True)):
         fn_rewards = rec["reward_fn_mean"]
@@ -292,6 +309,7 @@ def train_trl(job: dict) -> dict[str, Any]:
                 "seconds": seconds,
                 "reward": clock.rewards.get(i, float("nan")),
                 "reward_fn_mean": sum(fn_rewards) / len(fn_rewards),
+                "rewards": rec.get("rewards") or {job["reward_function"]: sum(fn_rewards) / len(fn_rewards)},
                 "rollout_s": trainer.generation_s[i],
                 "update_s": seconds - trainer.generation_s[i],
             }

@@ -18,6 +18,7 @@ from benchmarks.learn_infgrpo import module_kwargs
 from benchmarks.learn_job import (
     CHAIN_SUM,
     KINDS,
+    TRL_ACCURACY,
     VARIANTS,
     TrainingMemory,
     answer_kind,
@@ -324,3 +325,57 @@ def test_format_trl_needs_a_reasoning_gym_task():
     with pytest.raises(ValueError, match="--format trl writes a reasoning-gym task's questions"):
         job("--format", "trl", "--task", "tiny")
     assert job()["format"] == "infgrpo" and job("--format", "trl")["prompt_template"].endswith("\\boxed{{}}.")
+
+
+def test_recipe_boxed_gives_both_trainers_a_system_prompt_and_the_format_and_accuracy_rewards(tmp_path, children_here):
+    from benchmarks.learn_job import BOXED_SYSTEM
+    from benchmarks.learn_rewards import FORMAT_REWARD, RECIPE_REWARDS
+    from benchmarks.learn_tables import reward_parts_table
+
+    children_here(learn, run_one)  # every child in this process (the wiring is the parent's)
+    argv = [*TRL_FORMAT, "--recipe", "boxed", "--max-new-tokens", "8", "--steps", "2", "--eval-size", "8"]
+    result = main([*argv, "--threads", "1"])
+    cfg = job(*argv)
+    assert (cfg["recipe"], cfg["prompt_template"], cfg["reward_function"]) == ("boxed", "{question}", TRL_ACCURACY)
+    assert job(*TRL_FORMAT, "--recipe", "boxed")["max_new_tokens"] == 64 and job(*TRL_FORMAT)["max_new_tokens"] == 48
+
+    # 1) each row's prompt: the recipe's system message, then the question as the user turn
+    files = write_trl_data(cfg, tmp_path)
+    _, eval_rows = PromptDataModule(path="reasoning_gym:chain_sum", task_config=CHAIN_SUM, eval_size=8).rows()
+    written = [json.loads(line) for line in open(files["eval"]["path"])]
+    assert [w["prompt"] for w in written] == [
+        [{"role": "system", "content": BOXED_SYSTEM}, {"role": "user", "content": r["question"]}] for r in eval_rows
+    ]
+    assert "\\boxed{}" in BOXED_SYSTEM and "Example: 3 + 4 = \\boxed{7}" in BOXED_SYSTEM
+
+    # 2) both trained on the same prompt token ids (the system message rendered alike) with the same two functions
+    infgrpo, trl = result["rows"]
+    assert "skipped" not in infgrpo | trl
+    assert result["same_job"] == {"same": True, "runs": 2, "steps": 2, "first_difference": None}
+    names = ["benchmarks.learn_rewards.boxed_format_reward", "trl.rewards.accuracy_rewards.accuracy_reward"]
+    assert infgrpo["reward_funcs"] == trl["reward_funcs"] == names
+    assert infgrpo["settings"]["rewards"]["functions"] == RECIPE_REWARDS and trl["settings"]["reward_weights"] == [1, 1]
+
+    # 3) per step and trainer, each reward's mean; the step's reward is their sum (weights 1 and 1, no None)
+    for r in (infgrpo, trl):
+        for s in r["per_step"]:
+            assert list(s["rewards"]) == list(RECIPE_REWARDS) and all(0 <= v <= 1 for v in s["rewards"].values())
+            assert s["reward"] == pytest.approx(sum(s["rewards"].values()), abs=1e-6)
+        assert [e["step"] for e in r["eval_curve"]] == [0, 2] and 0 <= r["eval"]["accuracy"] <= 1
+    lines = reward_parts_table(result["rows"]).splitlines()
+    assert lines[0] == "| run | reward | steps | mean, first 10 steps | mean, last 10 steps |"
+    assert [line.split(" | ")[:3] for line in lines[2:]] == [
+        [f"| {r['run']}", name.rpartition(":")[2], "2"] for r in (infgrpo, trl) for name in RECIPE_REWARDS
+    ]
+    assert "boxed_format_reward" in tables(result) and FORMAT_REWARD.endswith(":boxed_format_reward")
+
+
+def test_the_format_reward_wants_one_non_empty_box():
+    from benchmarks.learn_rewards import boxed_format_reward
+
+    texts = ["so \\boxed{7}", "\\boxed{\\frac{1}{2}} done", "\\boxed{ }", "\\boxed{1} or \\boxed{2}", "\\boxed{3", "7"]
+    as_messages = [[{"role": "assistant", "content": t}] for t in texts]
+    assert boxed_format_reward(completions=as_messages) == boxed_format_reward(completions=texts)
+    assert boxed_format_reward(completions=texts, solution=["7"] * 6) == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="--recipe boxed is a recipe of --format trl's conversational data"):
+        job("--recipe", "boxed")
