@@ -47,14 +47,8 @@ from typing import Any
 
 import yaml
 
-from infgrpo.trl.fields import (
-    FIELD_GROUPS,
-    HOW,
-    TRL_FIELDS,
-    TRL_VERSION,
-    ConversionError,
-    Target,
-)
+from infgrpo.trl.fields import FIELD_GROUPS, TRL_FIELDS, TRL_VERSION, ConversionError, Target
+from infgrpo.trl.how import HOW
 from infgrpo.trl.keys import Keys, default
 from infgrpo.trl.other_keys import OTHER_GROUPS, OTHER_KEYS, RENAMED
 from infgrpo.trl.transforms import TRANSFORMS
@@ -235,7 +229,7 @@ def read_trl_file(path: str | Path) -> dict[str, Any]:
 def markdown_table() -> str:
     """:data:`~infgrpo.trl.fields.TRL_FIELDS` and the other keys of real config files
     (:data:`~infgrpo.trl.other_keys.OTHER_GROUPS`) as a Markdown table, by group; fields with the same target (and
-    :data:`~infgrpo.trl.fields.HOW`) share a row."""
+    :data:`~infgrpo.trl.how.HOW`) share a row."""
     lines = ["| TRL | infgrpo | how |", "|---|---|---|"]
     for title, fields in FIELD_GROUPS + OTHER_GROUPS:
         lines.append(f"| **{title}** | | |")

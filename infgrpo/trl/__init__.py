@@ -5,7 +5,8 @@
   1.16 lacks (older names, recipe scripts' arguments, launcher keys), in the same shape;
 - :mod:`~infgrpo.trl.trl_settings`: TRL's defaults and the settings of one TRL config over them;
 - :mod:`~infgrpo.trl.keys`: infgrpo's keys being written, with infgrpo's defaults;
-- :mod:`~infgrpo.trl.transforms`: the functions for the fields whose values are not copied as they are;
+- :mod:`~infgrpo.trl.transforms`: the functions for the fields whose values are not copied as they are, and
+  :mod:`~infgrpo.trl.how`: one line of how each does it, for the table;
 - :mod:`~infgrpo.trl.names`: TRL's names on ``python -m infgrpo.fit``'s command line, pointed to infgrpo's keys.
 
 The command, ``python -m infgrpo.from_trl`` (:mod:`infgrpo.from_trl`), stands above and puts them together. The

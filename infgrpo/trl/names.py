@@ -22,7 +22,8 @@ from typing import Any
 import yaml
 
 from infgrpo.settings import config_paths
-from infgrpo.trl.fields import BATCH, TRL_FIELDS, Target
+from infgrpo.trl.fields import TRL_FIELDS, Target
+from infgrpo.trl.how import BATCH
 from infgrpo.trl.other_keys import OTHER_GROUPS, RENAMED
 
 SHOWN = 4

@@ -14,7 +14,7 @@ from trl.scripts.utils import DatasetConfig  # noqa: E402
 from infgrpo.data import PromptDataModule  # noqa: E402
 from infgrpo.data.datamodule import check_data_settings  # noqa: E402
 from infgrpo.from_trl import HOW, ConversionError, convert  # noqa: E402
-from infgrpo.trl.fields import BATCH  # noqa: E402
+from infgrpo.trl.how import BATCH  # noqa: E402
 from infgrpo.trl.names import trl_keys  # noqa: E402
 
 

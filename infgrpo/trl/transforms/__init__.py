@@ -5,7 +5,7 @@
 A new one is a function ``(trl, out, notes) -> None`` (:data:`~infgrpo.trl.transforms.registry.Transform`) in
 :mod:`~infgrpo.trl.transforms.model` (the model's settings) or :mod:`~infgrpo.trl.transforms.run` (the run around
 it), registered with ``@TRANSFORMS.converts("field", ...)``; its fields' rows in
-:data:`~infgrpo.trl.fields.FIELD_GROUPS` name the keys it writes, and :data:`~infgrpo.trl.fields.HOW` says how.
+:data:`~infgrpo.trl.fields.FIELD_GROUPS` name the keys it writes, and :data:`~infgrpo.trl.how.HOW` says how.
 """
 
 from infgrpo.trl.transforms import model, run
