@@ -185,7 +185,7 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         trainer_defaults={"num_sanity_val_steps": 0, "use_distributed_sampler": False},
     )
     cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
-    if cli.model.rescued_to is not None:
+    if cli.model.output.rescued_to is not None:
         sys.exit(1)
     stopped = next((c for c in cli.trainer.callbacks if isinstance(c, Interruption) and c.signal), None)
     if stopped is not None:

@@ -15,7 +15,6 @@ would draw); batch-wide quantities are gathered over :class:`~infgrpo.runtime.ra
 from __future__ import annotations
 
 import contextlib
-from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
@@ -48,7 +47,7 @@ from infgrpo.training.judged_rollout import JudgedRollout
 from infgrpo.training.metrics import StepRecord, progress_bar, step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_for_run
 from infgrpo.training.preflight.door import check_fit_start
-from infgrpo.training.preflight.files import write_output_dir
+from infgrpo.training.preflight.files import RunOutput
 from infgrpo.training.preflight.fit_start import move_reward_models, warn_slow_cpu_dtype
 from infgrpo.training.preflight.trainer_check import check_sharded_mesh
 from infgrpo.training.run_state import RunState, trainer_ranks
@@ -82,8 +81,7 @@ class GRPOModule(L.LightningModule):
         dynamic_sampling: replace groups whose rewards are all equal during the rollout (DAPO; off by default).
         adaptive_groups: give a prompt whose group has no reward spread more samples during the rollout, and
             train on the ``group_size`` of largest reward variance (off by default).
-        agent: tools and environments the policy calls in the middle of its completions (TRL's ``tools=``,
-            ``environment_factory=``, ``max_tool_calling_iterations``; off by default): multi-turn rollouts.
+        agent: tools and environments the completions call (TRL's ``tools=``, ``environment_factory=``; off by default).
         output_dir: at the end of fit, write the trained LoRA adapter (a peft adapter folder) or, without
             LoRA, the whole model here. A relative path is under the run's root (``trainer.default_root_dir``;
             the working directory when unset), e.g. ``adapter``.
@@ -129,7 +127,7 @@ class GRPOModule(L.LightningModule):
         # 2) the policy, its tokenizer and (full fine-tuning with beta > 0) a frozen reference
         check_model_source(s.policy.model_name_or_path, s.policy.gguf_file, "policy.model_name_or_path")
         self.tokenizer = load_tokenizer(s.policy.model_name_or_path, s.policy.gguf_file)
-        self.agent = AgentRollout(s.agent, self.tokenizer) if s.agent.enabled else None  # tools: template checked
+        self.agent = AgentRollout(s.agent, self.tokenizer, s.group_size) if s.agent.enabled else None  # tools
         self.policy = load_policy(**load_kwargs(s.policy, s.lora, s.quantization)).train()
         check_chunked_head(self.policy, s.update.logit_chunk_tokens)  # refuses models whose logits it cannot match
         self._ref: list = [frozen_reference(self.policy)] if s.objective.beta > 0 and s.lora.r == 0 else []
@@ -143,9 +141,7 @@ class GRPOModule(L.LightningModule):
         self.scorer = Scorer(
             self.tokenizer, s.rewards.functions, s.rewards.on_error, s.sampler.max_new_tokens, self.progress
         )
-        judging = s.dynamic_sampling.enabled or s.adaptive_groups.enabled  # groups judged as they end
-        args = (s.dynamic_sampling, s.adaptive_groups, self.sampler, self.scorer, s.group_size, s.rewards.accuracy)
-        self.judged = JudgedRollout(*args) if judging else None
+        self.judged = JudgedRollout.for_run(s, self.sampler, self.scorer)  # None unless groups are judged as they end
         self.heldout = HeldoutMeans()  # val/reward and val/accuracy of each validation epoch
         self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
         self.sharding = PolicySharding()  # unsharded: a no-op; configure_model makes it from a sharding strategy
@@ -153,8 +149,7 @@ class GRPOModule(L.LightningModule):
         self.last_step: StepRecord | None = None  # read by the CompletionTable callback and benchmarks
         self.collapse = CollapseWatch(s.optimizer, s.rewards)  # warns once: entropy and reward spread at 0, no reward
         self._resume = RunState()  # a resumed checkpoint's random states and streams (on_load_checkpoint)
-        self.rescued_to: Path | None = None  # where the model went when output_dir failed at the end (fit: exit 1)
-        self._output_written = False  # output_dir is written once: at the end, or first thing after a signal
+        self.output = RunOutput(s.output_dir, "adapter" if s.lora.r else "model")  # fit exits 1 when it was rescued
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> GRPOModule:  # noqa: D417
@@ -196,8 +191,6 @@ class GRPOModule(L.LightningModule):
         if self.ref_model is not None:
             self.ref_model.to(self.device)
         check_fit_start(self)  # the preflight's steps for the Python API (infgrpo.training.preflight.door.STEPS)
-        if self.agent is not None and self.trainer.datamodule is not None:  # prompts rendered as the data renders
-            self.agent.use_data(self.trainer.datamodule.hparams)
         move_reward_models(self.settings.rewards.functions, self.device, self.policy.dtype)
         self.setup_ranks()
 
@@ -216,10 +209,9 @@ class GRPOModule(L.LightningModule):
             with self.phase_memory.phase("rollout", self.device), self.sharding.rollout(self.device):  # full weights
                 if self.judged is not None:
                     return self.judged(batch, seed, self.trainer.datamodule, self.ranks)
+                if self.agent is not None:  # tools: multi-turn samples
+                    return self.agent(self.sampler, self.scorer, batch, seed, self.trainer.datamodule, self.ranks)
                 offset, prompts = self.ranks.prompt_offset(len(batch)), [b["prompt_ids"] for b in batch]
-                if self.agent is not None:
-                    args = (self.sampler, self.scorer, batch, self.settings.group_size, seed, offset, self.ranks)
-                    return (*self.agent(*args), batch)
                 rollouts = self.sampler.sample(
                     prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks
                 )
@@ -286,12 +278,7 @@ class GRPOModule(L.LightningModule):
         """Writes the trained adapter (LoRA) or model to ``output_dir`` once, on every rank's call (see
         :func:`~infgrpo.training.preflight.files.write_output_dir`): at the end of fit, or first thing when a signal
         stops the run (:class:`~infgrpo.callbacks.interruption.Interruption`), before Lightning's evaluation."""
-        if self.settings.output_dir and not self._output_written:
-            self._output_written = True
-            what, full_state = "adapter" if self.settings.lora.r else "model", self.sharding.full_state
-            self.rescued_to = write_output_dir(
-                self.trainer, self.policy, self.tokenizer, self.settings.output_dir, what, full_state
-            )
+        self.output.write(self.trainer, self.policy, self.tokenizer, self.sharding.full_state)
 
     # -- evaluation -------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:
@@ -302,7 +289,7 @@ class GRPOModule(L.LightningModule):
         """Decodes one completion per held-out prompt (``evaluation.temperature``) and accumulates reward and
         accuracy."""
         if self.agent is not None:
-            scores = self.agent.heldout(self.eval_sampler, self.scorer, batch)
+            scores = self.agent.heldout(self.eval_sampler, self.scorer, batch, self.trainer.datamodule)
         else:
             scores, _ = score_heldout(self.eval_sampler, self.scorer, batch, len(batch))  # the training's scorer
         self.heldout.update(scores, self.settings.rewards.accuracy)

@@ -1,7 +1,7 @@
 """AgentRollout: a run's multi-turn rollouts with tools and environments (``model.agent``), without Lightning.
 
-    agent = AgentRollout(AgentConfig(tools=["my_tools:add"]), tokenizer)   # template checked, parser set
-    rollouts, scores = agent(sampler, scorer, items, group_size=8, seed=0)  # decode with tools, then score
+    agent = AgentRollout(AgentConfig(tools=["my_tools:add"]), tokenizer, group_size=8)  # template checked, parser set
+    rollouts, scores, items = agent(sampler, scorer, items, seed=0)        # decode with tools, then score
     scores = agent.heldout(eval_sampler, scorer, items)                      # one completion a held-out prompt
 
 One rollout, as TRL 1.16's ``GRPOTrainer`` does it with ``tools=`` / ``environment_factory=``, minus its barrier:
@@ -39,18 +39,20 @@ class AgentRollout:
         cfg: the ``model.agent`` settings (enabled).
         tokenizer: the policy's tokenizer: its template (or ``cfg.chat_template``) must render a tool exchange
             (a ConfigError otherwise); it gets a response parser for Qwen-style tool calls when it has none.
+        group_size: completions a prompt in training rollouts (``model.group_size``).
         system_prompt, chat_template_kwargs: the data's (``data.system_prompt``, ``data.chat_template_kwargs``),
-            which the prompts are rendered with; :meth:`use_data` sets them from the data module when fit starts.
+            which the prompts are rendered with; a rollout given the data module takes them from it.
     """
 
     def __init__(
         self,
         cfg: AgentConfig,
         tokenizer: PreTrainedTokenizerBase,
+        group_size: int = 1,
         system_prompt: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        self.cfg, self.tokenizer = cfg, tokenizer
+        self.cfg, self.tokenizer, self.group_size = cfg, tokenizer, group_size
         self.template = load_template(cfg)
         check_tool_template(tokenizer, self.template, cfg.chat_template)
         ensure_response_parser(tokenizer, self.template, cfg.chat_template)
@@ -63,10 +65,13 @@ class AgentRollout:
         self.workers = ToolWorkers(cfg.tool_workers)  # the tool threads, shared by every rollout of the run
         self.system_prompt, self.kwargs = system_prompt, dict(chat_template_kwargs or {})
 
-    def use_data(self, hparams: Mapping[str, Any]) -> None:
-        """Renders prompts as the data module does: its ``system_prompt`` and ``chat_template_kwargs``."""
-        self.system_prompt = hparams.get("system_prompt")
-        self.kwargs = dict(hparams.get("chat_template_kwargs") or {})
+    def use_data(self, datamodule: Any) -> None:
+        """Renders prompts as ``datamodule`` does (its ``system_prompt`` and ``chat_template_kwargs``); None: as
+        before."""
+        hparams: Mapping[str, Any] | None = getattr(datamodule, "hparams", None)
+        if hparams is not None:
+            self.system_prompt = hparams.get("system_prompt")
+            self.kwargs = dict(hparams.get("chat_template_kwargs") or {})
 
     # -- one rollout ----------------------------------------------------------------------------
     def prompt_ids(self, items: list[dict]) -> list[list[int]]:
@@ -89,18 +94,21 @@ class AgentRollout:
         sampler: MicroGroupSampler,
         scorer: Scorer,
         items: list[dict],
-        group_size: int,
         seed: int,
-        prompt_offset: int = 0,
+        datamodule: Any = None,
         ranks: Ranks | None = None,
-    ) -> tuple[Rollouts, Scores]:
-        """``group_size`` multi-turn completions of each item (streams keyed by ``prompt_offset + i``) and their
-        scores: the rewards get each completion's exchange, ``environments=`` and the environments' rewards."""
-        rollouts, exchanges = self.decode(sampler, items, group_size, seed, prompt_offset, ranks)
-        return rollouts, self.score(scorer, rollouts, items, exchanges)
+    ) -> tuple[Rollouts, Scores, list[dict]]:
+        """``group_size`` multi-turn completions of each item (streams keyed by the global prompt index), their
+        scores (the rewards get each completion's exchange, ``environments=`` and the environments' rewards) and
+        ``items``; prompts rendered as ``datamodule`` renders them."""
+        self.use_data(datamodule)
+        offset = ranks.prompt_offset(len(items)) if ranks is not None else 0
+        rollouts, exchanges = self.decode(sampler, items, self.group_size, seed, offset, ranks)
+        return rollouts, self.score(scorer, rollouts, items, exchanges), items
 
-    def heldout(self, sampler: MicroGroupSampler, scorer: Scorer, items: list[dict]) -> Scores:
+    def heldout(self, sampler: MicroGroupSampler, scorer: Scorer, items: list[dict], datamodule: Any = None) -> Scores:
         """One multi-turn completion of each held-out item (the evaluation sampler's temperature), scored."""
+        self.use_data(datamodule)
         rollouts, exchanges = self.decode(sampler, items, 1, 0)
         return self.score(scorer, rollouts, items, exchanges)
 

@@ -19,7 +19,7 @@ import itertools
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,6 +33,9 @@ from infgrpo.settings import InfgrpoWarning
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.dynamic import DynamicSamplingConfig, judge, resolve_criterion
 from infgrpo.training.settings_checks import check_judged_batch
+
+if TYPE_CHECKING:
+    from infgrpo.training.hparams import ModuleSettings
 
 WARN_AFTER = 3  # consecutive capped steps before the warning
 
@@ -145,6 +148,14 @@ class JudgedRollout:
         resolve_criterion(dynamic.criterion)  # the criterion also judges adaptive groups
         self.capped_in_a_row = 0
         self.unrescued: list[tuple[int, int]] = []  # (groups extended, extension samples) of steps in a row
+
+    @classmethod
+    def for_run(cls, s: ModuleSettings, sampler: MicroGroupSampler, scorer: Scorer) -> JudgedRollout | None:
+        """A run's judged rollout (``GRPOModule``'s settings ``s``): None unless dynamic sampling or adaptive groups
+        are on (groups judged as they end)."""
+        if not (s.dynamic_sampling.enabled or s.adaptive_groups.enabled):
+            return None
+        return cls(s.dynamic_sampling, s.adaptive_groups, sampler, scorer, s.group_size, s.rewards.accuracy)
 
     def check(self, datamodule: Any) -> None:
         """Before the first step: the data module can stream prompts, and the cap and budget hold a batch."""

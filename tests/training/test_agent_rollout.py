@@ -50,7 +50,7 @@ def tiny_float64():
 
 def test_environment_rollout_feeds_the_rewards_as_trl_does(tiny_float64):
     tok = load_tokenizer("tiny")
-    agent = AgentRollout(AgentConfig(environment="tests.agent.toolbox:Counter", chat_template="compact"), tok)
+    agent = AgentRollout(AgentConfig(environment="tests.agent.toolbox:Counter", chat_template="compact"), tok, 2)
     items = [{"prompt": [{"role": "user", "content": "count"}], "meta": {"start": s, "answer": "x"}} for s in (3, 7)]
     prompts = agent.prompt_ids(items)
     # the prompt is the row's with the environment's observation appended, rendered with the Counter's methods
@@ -64,7 +64,7 @@ def test_environment_rollout_feeds_the_rewards_as_trl_does(tiny_float64):
     assert prompts[1] == list(expected) and "peek() step(by)" in tok.decode(prompts[1])
     sampler = MicroGroupSampler(tiny_float64, tok, SamplerConfig(num_slots=3, max_new_tokens=12))
     scorer = Scorer(tok, {"tests.training.agent_rewards:final_count": 1.0}, "raise", 12)
-    rollouts, scores = agent(sampler, scorer, items, group_size=2, seed=0)
+    rollouts, scores, _ = agent(sampler, scorer, items, seed=0)
     # get_reward is one more source named after the class (weight 1), and the reward read environments=
     assert set(scores.parts) == {"tests.training.agent_rewards:final_count", "Counter"}
     assert scores.parts["Counter"].tolist() == [3.0, 3.0, 7.0, 7.0]

@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,25 @@ def write_output_dir(
         rescued = write_trained(model, tokenizer, path, rescue, what, state)
     trainer.strategy.barrier("output_dir")
     return rescued
+
+
+@dataclass
+class RunOutput:
+    """``model.output_dir`` of a run, written once: at the end of fit, or first thing when a signal stops the run."""
+
+    output_dir: str | None
+    """Where (None: nothing is written)."""
+    what: str
+    """What is written: ``adapter`` (LoRA) or ``model``."""
+    written: bool = False
+    rescued_to: Path | None = None
+    """Where the model went when ``output_dir`` failed (fit then exits 1), else None."""
+
+    def write(self, trainer: Any, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, full_state: Any) -> None:
+        """:func:`write_output_dir`, unless it ran already (every rank calls it)."""
+        if self.output_dir and not self.written:
+            self.written = True
+            self.rescued_to = write_output_dir(trainer, model, tokenizer, self.output_dir, self.what, full_state)
 
 
 def check_run_folders(config: Any) -> None:
