@@ -156,9 +156,10 @@ class AgentRollout:
 
 def sample_keys(rollouts: Rollouts) -> list[tuple[int, int]]:
     """(prompt index, sample index) of each entry of ``rollouts``, prompt-major."""
-    g = rollouts.group_size
-    ids = rollouts.sample_ids if rollouts.sample_ids is not None else [n % g for n in range(len(rollouts))]
-    return [(n // g, j) for n, j in enumerate(ids)]
+    ids = rollouts.sample_ids
+    if ids is None:
+        ids = [n % rollouts.group_size for n in range(len(rollouts))]
+    return list(zip(rollouts.prompt_index, ids, strict=True))
 
 
 def last_turn(rollouts: Rollouts, n: int, key: tuple[int, int]) -> Sequence:
