@@ -32,7 +32,7 @@ from transformers.processing_utils import ProcessorMixin
 
 from infgrpo.assets import resolve_model_path
 from infgrpo.settings import ConfigError
-from infgrpo.vision.families import is_vision_config
+from infgrpo.vision.families import family_of, is_vision_config
 
 
 @functools.cache
@@ -77,13 +77,16 @@ def processor_class(folder: str) -> type[ProcessorMixin] | None:
 def load_processor(name: str, processor_kwargs: dict[str, Any] | None = None) -> ProcessorMixin | None:
     """The processor of the model ``name`` (an alias of :data:`infgrpo.assets.MODEL_ALIASES`, a folder or a hub id)
     with ``processor_kwargs`` (``AutoProcessor.from_pretrained``'s, e.g. ``min_pixels``/``max_pixels``), padding on
-    the left; None when the model is text-only (its config has no ``vision_config``).
+    the left, its :class:`~infgrpo.vision.families.Family` as ``processor.family``; None when the model is text-only
+    (its config has no ``vision_config``).
 
     A ConfigError naming ``data.processor_kwargs`` when a key is none of the image processor's settings.
     """
     folder = resolve_model_path(name)
-    if not is_vision_config(AutoConfig.from_pretrained(folder)):
+    config = AutoConfig.from_pretrained(folder)
+    if not is_vision_config(config):
         return None
+    family = family_of(config)  # a ValueError naming the supported families for another one
     kwargs = dict(processor_kwargs or {})
     stock = processor_class(folder) if Path(folder).is_dir() else None
     if torchvision_usable() or stock is None or "video_processor" not in stock.get_attributes():
@@ -91,6 +94,7 @@ def load_processor(name: str, processor_kwargs: dict[str, Any] | None = None) ->
     else:
         processor = images_only(stock).from_pretrained(folder, backend="pil", **kwargs)
     check_processor_kwargs(processor, kwargs)
+    processor.family = family  # what the data module and the vision inputs read
     processor.tokenizer.padding_side = "left"
     if processor.tokenizer.pad_token_id is None:
         processor.tokenizer.pad_token = processor.tokenizer.eos_token

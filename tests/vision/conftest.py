@@ -8,7 +8,6 @@ from transformers import AutoModelForImageTextToText
 
 from infgrpo.assets.shapes import draw, sample_scene
 from infgrpo.assets.tiny_vlm import tiny_vlm_config, vlm_tokenizer, write_processor_files
-from infgrpo.vision.families import family_of
 from infgrpo.vision.inputs import VisionInputs
 from infgrpo.vision.processor import load_processor
 
@@ -45,16 +44,8 @@ def render(processor, n_images: int, text: str, seed: int = 0):
         [{"role": "user", "content": blocks}], add_generation_prompt=True, tokenize=True, return_dict=True,
         return_tensors="pt",
     )  # fmt: skip
-    family = family_of_processor(processor)
-    vision = VisionInputs.from_processor(out, family, processor.image_token_id) if n_images else None
+    vision = VisionInputs.from_processor(out, processor.family, processor.image_token_id) if n_images else None
     return out["input_ids"][0].tolist(), vision, out
 
 
-def family_of_processor(processor):
-    from infgrpo.vision.families import FAMILIES as ROWS
-
-    name = "qwen-vl" if "Qwen" in type(processor).__name__ else "idefics3"
-    return next(f for f in ROWS if f.name == name)
-
-
-__all__ = ["family_of", "images", "render"]
+__all__ = ["images", "render"]
