@@ -45,6 +45,7 @@ from transformers import PreTrainedTokenizerBase
 from infgrpo.assets import TINY_DATA_DIR
 from infgrpo.data.conversation import encode_prompt, last_user_text
 from infgrpo.data.hub_source import check_hub_source
+from infgrpo.data.images import image_root
 from infgrpo.data.in_memory import dataset_rows, held_out_split
 from infgrpo.data.local_files import check_local_source, read_file, read_split
 from infgrpo.data.prompt_rows import prompt_of
@@ -239,7 +240,7 @@ class PromptDataModule(L.LightningDataModule):
                 )
             item, images = {"prompt": prompt, "prompt_text": last_user_text(prompt), "meta": row}, None
             if self.processor is not None:  # vision hook: TRL's rewrite, rendered by the processor
-                item["prompt"], images = image_prompt(row, prompt, split, i, self.image_root())
+                item["prompt"], images = image_prompt(row, prompt, split, i, image_root(hp.path))
             if self.processor is not None and images:
                 ids, vision = encode_image_prompt(self.processor, item["prompt"], hp.system_prompt, kwargs)
                 item |= {"images": images, "image_tokens": vision.image_tokens}
@@ -304,11 +305,6 @@ class PromptDataModule(L.LightningDataModule):
         self.train_items = self._encode(tok, train, hp.train_split)
         if held_out:
             self.eval_items = self._encode(tok, held_out, hp.eval_split or "eval")
-
-    def image_root(self) -> Path | None:
-        """The folder relative image paths are read under: the local data's folder (None for other sources)."""
-        path = Path(self.hparams.path).expanduser()
-        return path if path.is_dir() else path.parent if path.is_file() else None
 
     def collate(self, items: list[dict]) -> list[dict]:
         """A batch: the items as a list; with images, each a copy holding its ``vision`` inputs, processed now (once

@@ -86,6 +86,13 @@ def open_image(value: Any, where: str, root: Path | None = None) -> Any:
     )
 
 
+def image_root(path: str) -> Path | None:
+    """The folder a data source's relative image paths are read under: a local folder, a local file's folder; None
+    for a hub dataset or a generated task."""
+    source = Path(path).expanduser()
+    return source if source.is_dir() else source.parent if source.is_file() else None
+
+
 def find_image_file(path: Path, root: Path | None) -> Path | None:
     """``path`` if it is a file (absolute, or relative to the working folder), else ``root / path``; None if neither."""
     path = path.expanduser()

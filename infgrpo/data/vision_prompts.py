@@ -112,3 +112,23 @@ def too_long_message(split: str, count: int, total: int, row: int, tokens: int, 
         "data.processor_kwargs (e.g. {max_pixels: ...} for Qwen-VL, {size: {longest_edge: ...}} for SmolVLM), raise "
         "data.max_prompt_length, or set data.long_prompts: skip"
     )
+
+
+def first_rows_image_tokens(
+    hp: dict[str, Any], split: str, rows: list[dict[str, Any]], prompts: list[Prompt], root: Path | None
+) -> list[tuple[int, int] | None] | None:
+    """(prompt tokens, image tokens) of each first row with images, rendered by the processor (None for a row
+    without), or None when no row holds images: the command line's check before the model loads, with the data
+    module's rules (the refusals of the module docstring)."""
+    if not rows_with_images(rows):
+        return None
+    processor = image_processor_for(rows, hp["tokenizer"], hp.get("processor_kwargs"), split)
+    out: list[tuple[int, int] | None] = []
+    for i, (row, prompt) in enumerate(zip(rows, prompts, strict=True)):
+        messages, images = image_prompt(row, prompt, split, i, root)
+        if not images:
+            out.append(None)
+            continue
+        ids, vision = encode_image_prompt(processor, messages, hp.get("system_prompt"), hp.get("chat_template_kwargs"))
+        out.append((len(ids), vision.image_tokens))
+    return out

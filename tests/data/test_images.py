@@ -8,7 +8,6 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 from trl.data_utils import prepare_multimodal_messages
 from trl.trainer.grpo_trainer import GRPOTrainer
 
@@ -170,12 +169,33 @@ def test_unknown_processor_settings_are_refused(vlm_folder):
 
 def test_local_files_with_relative_image_paths(vlm_folder, tmp_path):
     rows = shapes_rows(3)
-    for i, r in enumerate(rows):
-        r["image"].save(tmp_path / f"{i}.png")
-    with (tmp_path / "train.jsonl").open("w") as f:
-        for i, r in enumerate(rows):
-            f.write(json.dumps({"prompt": r["prompt"], "image": f"{i}.png", "answer": r["answer"]}) + "\n")
+    write_image_rows(tmp_path, rows)
     dm = PromptDataModule(path=str(tmp_path), tokenizer=vlm_folder, eval_split=None, batch_size=3)
     dm.setup("fit")
     assert [it["images"][0].tobytes() for it in dm.train_items] == [r["image"].tobytes() for r in rows]
-    assert isinstance(Image.open(tmp_path / "0.png"), Image.Image)
+
+
+def write_image_rows(folder, rows, image=lambda i: f"{i}.png"):
+    with (folder / "train.jsonl").open("w") as f:
+        for i, r in enumerate(rows):
+            r["image"].save(folder / f"{i}.png")
+            f.write(json.dumps({"prompt": r["prompt"], "image": image(i), "answer": r["answer"]}) + "\n")
+
+
+def test_the_first_rows_check_measures_image_tokens_and_refuses_before_loading(vlm_folder, tmp_path):
+    from infgrpo.data.first_rows import check_first_rows
+    from infgrpo.policy.load import load_tokenizer
+
+    write_image_rows(tmp_path, shapes_rows(3))
+    hp = dict(PromptDataModule(path=str(tmp_path), tokenizer=vlm_folder, eval_split=None).hparams)
+    kept = check_first_rows(hp, lambda: load_tokenizer(vlm_folder))
+    dm = PromptDataModule(path=str(tmp_path), tokenizer=vlm_folder, eval_split=None)
+    dm.setup("fit")
+    assert [n for _, _, n in kept] == [len(it["prompt_ids"]) for it in dm.train_items]  # the data module's lengths
+    with pytest.raises(ConfigError, match="tokens, 16 of them for its images.*data.processor_kwargs"):
+        check_first_rows({**hp, "max_prompt_length": 30}, lambda: load_tokenizer(vlm_folder))
+    with pytest.raises(ConfigError, match="is a text-only model"):
+        check_first_rows({**hp, "tokenizer": "tiny"}, lambda: load_tokenizer("tiny"))
+    write_image_rows(tmp_path, shapes_rows(2), image=lambda i: f"gone-{i}.png")
+    with pytest.raises(ConfigError, match="row 0 of split 'train', column 'image': image file 'gone-0.png' does not"):
+        check_first_rows(hp, lambda: load_tokenizer(vlm_folder))
