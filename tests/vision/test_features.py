@@ -69,3 +69,15 @@ def test_token_types_are_left_padded_and_extended_with_text():
     v = VisionInputs({}, torch.tensor([0, 1, 1, 0]), 1, 2)
     got = token_types([v, None], width=6, completion=2)
     assert got.tolist() == [[0, 0, 0, 1, 1, 0, 0, 0], [0] * 8]
+
+
+def test_a_vlm_with_a_baseline_decoder_is_one_line(vlm):
+    import pytest
+
+    from infgrpo.settings import ConfigError
+    from infgrpo.vision.checks import check_decoder
+
+    model, _ = vlm
+    check_decoder(model.config, "engine")
+    with pytest.raises(ConfigError, match="model.sampler.decoder='hf_full' decodes token ids only"):
+        check_decoder(model.config, "hf_full")
