@@ -8,6 +8,12 @@ path is accepted.
 ``TINY_TOOLS_MODEL_DIR`` is the same architecture warm-started to call a calculator tool, with a chat template
 that renders tools (:mod:`infgrpo.assets.calculator`); ``python -m infgrpo.assets.build_tools`` builds it and
 writes its task's splits as ``calculator-train.jsonl`` and ``calculator-eval.jsonl`` in ``TINY_DATA_DIR``.
+
+``TINY_VL_MODEL_DIR`` (``tiny-vl``) and ``TINY_IDEFICS3_MODEL_DIR`` (``tiny-idefics3``) are tiny vision-language models
+(Qwen2.5-VL and Idefics3/SmolVLM architectures, with their processors' files), warm-started on the shapes task
+(:mod:`infgrpo.assets.shapes`), whose splits are ``train.parquet`` and ``eval.parquet`` in ``SHAPES_DATA_DIR``
+(TRL's format: a conversational ``prompt`` and an ``image`` column); ``tools/build_tiny_vlms.py`` builds them
+(:mod:`infgrpo.assets.tiny_vlm` is their recipe).
 """
 
 from __future__ import annotations
@@ -18,13 +24,22 @@ ASSETS_DIR = Path(__file__).resolve().parent
 TINY_MODEL_DIR = ASSETS_DIR / "tiny-qwen3"
 TINY_DATA_DIR = ASSETS_DIR / "tiny-data"
 TINY_TOOLS_MODEL_DIR = ASSETS_DIR / "tiny-qwen3-tools"
+TINY_VL_MODEL_DIR = ASSETS_DIR / "tiny-qwen2.5-vl"
+TINY_IDEFICS3_MODEL_DIR = ASSETS_DIR / "tiny-idefics3"
+SHAPES_DATA_DIR = ASSETS_DIR / "tiny-shapes"
 
 
-MODEL_ALIASES = {"tiny": TINY_MODEL_DIR, "tiny-tools": TINY_TOOLS_MODEL_DIR}
-"""The shipped models by name: the tiny default, and the tiny model that calls the calculator tool."""
+MODEL_ALIASES = {
+    "tiny": TINY_MODEL_DIR,
+    "tiny-tools": TINY_TOOLS_MODEL_DIR,
+    "tiny-vl": TINY_VL_MODEL_DIR,
+    "tiny-idefics3": TINY_IDEFICS3_MODEL_DIR,
+}
+"""The shipped models by name: the tiny default, the tiny model that calls the calculator tool, and the tiny
+vision-language models (Qwen2.5-VL, Idefics3)."""
 
 
 def resolve_model_path(name: str) -> str:
-    """Maps an alias of :data:`MODEL_ALIASES` (``"tiny"``, ``"tiny-tools"``) to its shipped folder; other names pass
-    through."""
+    """Maps an alias of :data:`MODEL_ALIASES` (``"tiny"``, ``"tiny-tools"``, ``"tiny-vl"``, ...) to its shipped folder;
+    other names pass through."""
     return str(MODEL_ALIASES[name]) if name in MODEL_ALIASES else name

@@ -19,6 +19,12 @@ data: ``path`` may be one file (``train.jsonl``, ``.json``, ``.csv``, ``.parquet
 ``eval_path`` or a seeded ``eval_fraction`` of it; in Python, ``train_dataset=`` / ``eval_dataset=`` take a
 ``datasets.Dataset`` (or a ``DatasetDict``, split by ``train_split`` / ``eval_split``), as ``GRPOTrainer`` does.
 
+Rows with images (TRL's ``image`` or ``images`` column beside a conversational prompt) are rendered by the model's
+processor (:mod:`infgrpo.data.vision_prompts`): the item's ``prompt`` is TRL's rewrite (image blocks holding the
+images) and it keeps ``images`` and ``image_tokens``; each batch drawn gets ``vision`` per item
+(:class:`~infgrpo.vision.inputs.VisionInputs`, processed once per prompt as the batch is collated, not held for every
+row). ``data.processor_kwargs`` are the processor's settings (e.g. ``{max_pixels: 200704}``).
+
 Rows in TRL's conversational format (the prompt column holds ``[{"role": ..., "content": ...}, ...]``) go
 through the chat template as TRL renders them (:mod:`infgrpo.data.conversation`). Each item keeps
 ``"prompt"``, the prompt as the dataset gave it (a string after ``prompt_template``, or the messages): reward
@@ -27,6 +33,7 @@ functions get it as ``prompts``, and every column of the row (``meta``) by name.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -38,12 +45,14 @@ from transformers import PreTrainedTokenizerBase
 from infgrpo.assets import TINY_DATA_DIR
 from infgrpo.data.conversation import encode_prompt, last_user_text
 from infgrpo.data.hub_source import check_hub_source
+from infgrpo.data.images import image_root
 from infgrpo.data.in_memory import dataset_rows, held_out_split
 from infgrpo.data.local_files import check_local_source, read_file, read_split
 from infgrpo.data.prompt_rows import prompt_of
 from infgrpo.data.prompt_stream import PromptStream
 from infgrpo.data.reasoning_tasks import check_task, is_reasoning_gym, task_rows
 from infgrpo.data.resumable import ResumableBatchSampler
+from infgrpo.data.vision_prompts import encode_image_prompt, image_processor_for, image_prompt, too_long_message
 from infgrpo.policy.load import load_tokenizer  # the policy's own loader: same aliases, GGUF files and pad token
 from infgrpo.runtime.seeds import derive_seed, run_seed
 from infgrpo.settings import ConfigError, check_arguments
@@ -161,6 +170,9 @@ class PromptDataModule(L.LightningDataModule):
         train_size: training prompts: generated ones for ``reasoning_gym:<task>`` (None = 1000),
             else the first ones of the split (None = all).
         task_seed: seed of the generated training prompts of ``reasoning_gym:<task>``.
+        processor_kwargs: (rows with images) keyword arguments of the model's ``AutoProcessor.from_pretrained``, in its
+            family's names: ``{min_pixels: 3136, max_pixels: 1003520}`` for Qwen-VL, ``{size: {longest_edge: 512}}``
+            for SmolVLM; None = the model's saved processor settings. Unknown keys are refused.
         eval_task_seed: seed of its ``eval_size`` generated held-out prompts (None = one derived from
             ``task_seed``). Training prompts whose question is a held-out one are dropped and replaced.
     """
@@ -193,6 +205,7 @@ class PromptDataModule(L.LightningDataModule):
         eval_fraction: float = 0.0,
         train_dataset: Any = None,
         eval_dataset: Any = None,
+        processor_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         check_data_settings(locals())  # before anything loads; errors name data.<field>
@@ -206,6 +219,7 @@ class PromptDataModule(L.LightningDataModule):
         self._pending_state: dict | None = None
         self.stream: PromptStream | None = None  # dynamic sampling's extra prompts (prompt_stream)
         self.stream_start = 0  # where this rank's stream starts (a resumed checkpoint's position)
+        self.processor: Any = None  # the model's processor when the rows hold images (vision_prompts)
 
     def _encode(self, tokenizer: PreTrainedTokenizerBase, rows: list[dict], split: str) -> list[dict]:
         hp = self.hparams
@@ -224,17 +238,27 @@ class PromptDataModule(L.LightningDataModule):
                     f"data.chat_template is false, but row {i} of split {split!r} is a conversation (chat messages "
                     f"in data.prompt_column={hp.prompt_column!r}), which only the chat template can render"
                 )
-            ids = encode_prompt(tokenizer, prompt, hp.system_prompt, hp.chat_template, kwargs)
+            item, images = {"prompt": prompt, "prompt_text": last_user_text(prompt), "meta": row}, None
+            if self.processor is not None:  # vision hook: TRL's rewrite, rendered by the processor
+                item["prompt"], images = image_prompt(row, prompt, split, i, image_root(hp.path))
+            if self.processor is not None and images:
+                ids, vision = encode_image_prompt(self.processor, item["prompt"], hp.system_prompt, kwargs)
+                item |= {"images": images, "image_tokens": vision.image_tokens}
+            else:
+                ids = encode_prompt(tokenizer, prompt, hp.system_prompt, hp.chat_template, kwargs)
             if len(ids) > hp.max_prompt_length:
-                too_long.append((i, len(ids)))
+                too_long.append((i, len(ids), item.get("image_tokens", 0)))
                 continue
-            items.append({"prompt_ids": ids, "prompt": prompt, "prompt_text": last_user_text(prompt), "meta": row})
+            items.append({"prompt_ids": ids, **item})
         if too_long:
-            i, n = too_long[0]
+            i, n, image_tokens = too_long[0]
             msg = (
                 f"{len(too_long)} of {len(rows)} prompts of split {split!r} are longer than "
                 f"data.max_prompt_length={hp.max_prompt_length} tokens (e.g. row {i}: {n} tokens)"
             )
+            if image_tokens and hp.long_prompts == "error":
+                limit = hp.max_prompt_length
+                raise ValueError(too_long_message(split, len(too_long), len(rows), i, n, image_tokens, limit))
             if hp.long_prompts == "error":
                 raise ValueError(msg + "; raise max_prompt_length or set data.long_prompts: skip")
             print(f"[infgrpo] skipping: {msg}")
@@ -277,9 +301,24 @@ class PromptDataModule(L.LightningDataModule):
         hp = self.hparams
         tok = load_tokenizer(hp.tokenizer, hp.gguf_file)
         train, held_out = self.rows()
+        self.processor = image_processor_for(train + held_out, hp.tokenizer, hp.get("processor_kwargs"), hp.train_split)
         self.train_items = self._encode(tok, train, hp.train_split)
         if held_out:
             self.eval_items = self._encode(tok, held_out, hp.eval_split or "eval")
+
+    def collate(self, items: list[dict]) -> list[dict]:
+        """A batch: the items as a list; with images, each a copy holding its ``vision`` inputs, processed now (once
+        per prompt: the pixels of every row are not held between batches)."""
+        if self.processor is None:
+            return list(items)
+        hp, out = self.hparams, []
+        render = functools.partial(encode_image_prompt, self.processor)
+        for item in items:
+            if item.get("images"):
+                _, vision = render(item["prompt"], hp.system_prompt, hp.chat_template_kwargs)
+                item = {**item, "vision": vision}
+            out.append(item)
+        return out
 
     def ranks(self) -> tuple[int, int]:
         """(world_size, global rank) of the trainer; (1, 0) without one."""
@@ -303,7 +342,7 @@ class PromptDataModule(L.LightningDataModule):
         if self._pending_state is not None:
             self.batch_sampler.load_state_dict(self._pending_state)
             self._pending_state = None
-        return DataLoader(self.train_items, batch_sampler=self.batch_sampler, collate_fn=list)
+        return DataLoader(self.train_items, batch_sampler=self.batch_sampler, collate_fn=self.collate)
 
     def val_dataloader(self) -> DataLoader | list:
         """This rank's strided share of the held-out prompts, ``eval_batch_size`` at a time ([] without any)."""
@@ -316,7 +355,7 @@ class PromptDataModule(L.LightningDataModule):
                 f"data.eval_size: {n} held-out prompts cannot be split over {world} ranks (one each at least)"
             )
         mine = self.eval_items[rank::world]  # metrics are averaged over ranks by torchmetrics
-        return DataLoader(mine, batch_size=self.hparams.eval_batch_size, collate_fn=list)
+        return DataLoader(mine, batch_size=self.hparams.eval_batch_size, collate_fn=self.collate)
 
     def prompt_stream(self) -> Iterator[dict]:
         """This rank's endless stream of training items beyond the steps' batches, for dynamic sampling.

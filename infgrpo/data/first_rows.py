@@ -28,9 +28,11 @@ from transformers import PreTrainedTokenizerBase
 
 from infgrpo.assets import TINY_DATA_DIR
 from infgrpo.data.conversation import check_messages, encode_prompt
+from infgrpo.data.images import image_root
 from infgrpo.data.local_files import FILE_TYPES, split_file
 from infgrpo.data.prompt_rows import prompt_of
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
+from infgrpo.data.vision_prompts import first_rows_image_tokens
 from infgrpo.settings import ConfigError
 
 ROWS = 64
@@ -131,14 +133,22 @@ def check_first_rows(
                 f"data.prompt_column={hp['prompt_column']!r}), which only the chat template can render"
             )
         kwargs = hp.get("chat_template_kwargs")
-        lengths = [len(encode_prompt(tok, p, hp["system_prompt"], hp["chat_template"], kwargs)) for p in got]
+        imaged = first_rows_image_tokens(hp, split, rows[split], got, image_root(hp["path"]))  # vision hook
+        lengths = [
+            imaged[i][0]
+            if imaged and imaged[i]
+            else len(encode_prompt(tok, p, hp["system_prompt"], hp["chat_template"], kwargs))
+            for i, p in enumerate(got)
+        ]
         longest = max(range(len(lengths)), key=lengths.__getitem__)
         if lengths[longest] > hp["max_prompt_length"] and hp["long_prompts"] == "error":
+            images = f", {imaged[longest][1]} of them for its images" if imaged and imaged[longest] else ""
+            pixels = " or lower the images' pixels with data.processor_kwargs" if images else ""
             raise ConfigError(
                 f"data.max_prompt_length={hp['max_prompt_length']} is below the prompts of split {split!r} (the "
-                f"longest of its first {len(lengths)} rows, row {longest}, has {lengths[longest]} tokens) and "
-                "data.long_prompts='error' stops on them; raise data.max_prompt_length, or set data.long_prompts: "
-                "skip to drop the longer prompts"
+                f"longest of its first {len(lengths)} rows, row {longest}, has {lengths[longest]} tokens{images}) and "
+                f"data.long_prompts='error' stops on them; raise data.max_prompt_length{pixels}, or set "
+                "data.long_prompts: skip to drop the longer prompts"
             )
         kept += [(split, i, n) for i, n in enumerate(lengths) if n <= hp["max_prompt_length"]]
     return kept

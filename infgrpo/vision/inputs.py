@@ -1,0 +1,82 @@
+"""One prompt's vision inputs, as the processor gave them, and several prompts' inputs collated for one forward.
+
+    vision = VisionInputs.from_processor(out, family, image_token_id)   # out: the processor's answer for ONE prompt
+    kwargs = collate([vision_a, vision_b], family)                      # pixel_values, image_grid_thw, ... for 2 rows
+
+A prompt keeps its own tensors (Qwen-VL: ``pixel_values`` (patches, dim) and ``image_grid_thw`` (images, 3);
+Idefics3: ``pixel_values`` (1, images, 3, H, W) and ``pixel_attention_mask`` (1, images, H, W)), its per-token
+modality ids (``mm_token_type_ids``, (L,)) and counts. :func:`collate` joins the prompts of one forward in their order:
+Qwen-VL concatenates patches and grids (the model splits them by the grids); Idefics3 pads every prompt to the most
+images with all-zero images, which the model drops (as its processor pads a batch). A prompt without images adds
+nothing (Qwen-VL) or zero images (Idefics3). Each prompt is processed once, never once per sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from infgrpo.vision.families import Family
+
+
+@dataclass
+class VisionInputs:
+    """One prompt's vision inputs (see the module docstring)."""
+
+    tensors: dict[str, torch.Tensor]
+    """The family's image tensors of this prompt (``pixel_values`` first), as the processor gave them."""
+    token_types: torch.Tensor | None
+    """(L,) the prompt's per-token modality ids (0 text, 1 image), for families that read them; else None."""
+    num_images: int
+    """Images in the prompt."""
+    image_tokens: int
+    """Prompt tokens that are image placeholders (what the pixels cost in the context)."""
+
+    @classmethod
+    def from_processor(cls, out: Any, family: Family, image_token_id: int) -> VisionInputs:
+        """From the processor's output for one prompt (a ``BatchFeature`` of batch 1, ``return_tensors="pt"``)."""
+        tensors = {k: out[k] for k in family.image_tensors if k in out}
+        if "image_grid_thw" in tensors:
+            num_images = len(tensors["image_grid_thw"])
+        else:
+            num_images = tensors["pixel_values"].shape[1] if "pixel_values" in tensors else 0
+        types = out[family.token_types][0] if family.token_types and family.token_types in out else None
+        image_tokens = int((out["input_ids"][0] == image_token_id).sum())
+        return cls(tensors, types, num_images, image_tokens)
+
+
+def collate(inputs: Sequence[VisionInputs | None], family: Family) -> dict[str, torch.Tensor]:
+    """The image keyword arguments of one forward over these prompts, in their order (module docstring); {} when
+    none has an image."""
+    present = [v for v in inputs if v is not None and v.num_images]
+    if not present:
+        return {}
+    if family.per_image_rows:
+        return {k: torch.cat([v.tensors[k] for v in present]) for k in family.image_tensors}
+    most = max(v.num_images for v in present)
+    out = {}
+    for key in family.image_tensors:
+        sample = present[0].tensors[key]
+        rows = []
+        for v in inputs:
+            shape = (1, most, *sample.shape[2:])
+            row = torch.zeros(shape, dtype=sample.dtype)
+            if v is not None and v.num_images:
+                row[:, : v.num_images] = v.tensors[key]
+            rows.append(row)
+        out[key] = torch.cat(rows)
+    return out
+
+
+def token_types(inputs: Sequence[VisionInputs | None], width: int, completion: int = 0) -> torch.Tensor:
+    """(B, width + completion) the prompts' modality ids, left-padded to ``width`` and extended with zeros over
+    ``completion`` tokens (a full-sequence forward needs them extended: ``get_rope_index`` reads every position)."""
+    out = torch.zeros(len(inputs), width + completion, dtype=torch.long)
+    for i, v in enumerate(inputs):
+        if v is not None and v.token_types is not None:
+            n = len(v.token_types)
+            out[i, width - n : width] = v.token_types
+    return out

@@ -1,0 +1,59 @@
+"""The two sides of a vision-language model: the language model, and the vision side (tower and projector).
+
+    targets = language_lora_targets(model)   # a regular expression over the language model's linear layers
+    frozen = freeze_vision(model)            # the vision side's parameters no longer train; their count
+
+The language model is what ``model.get_decoder()`` returns (``model.language_model`` in Qwen-VL, ``model.text_model``
+in Idefics3); the LM head stays out of LoRA as peft's ``all-linear`` leaves it. Everything else with parameters is the
+vision side: Qwen-VL's ``visual`` (its merger included), Idefics3's ``vision_model`` and ``connector``. peft's
+``all-linear`` puts adapters on the vision side too (TRL's runs train it); infgrpo's default
+(``model.policy.train_vision_tower: false``) targets the language model only and freezes the rest.
+"""
+
+from __future__ import annotations
+
+import re
+
+from torch import nn
+
+
+def language_model_name(model: nn.Module) -> str:
+    """The dotted name of ``model``'s language model (its ``get_decoder()``) among its modules."""
+    decoder = model.get_decoder()
+    for name, module in model.named_modules():
+        if module is decoder:
+            return name
+    raise ValueError(f"{type(model).__name__}.get_decoder() is none of its modules")
+
+
+def vision_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """The parameters of the vision side (outside the language model and the LM head), by name."""
+    language = language_model_name(model) + "."
+    head = model.get_output_embeddings()
+    head_ids = {id(p) for p in head.parameters()} if head is not None else set()
+    return [(n, p) for n, p in model.named_parameters() if not n.startswith(language) and id(p) not in head_ids]
+
+
+def language_lora_targets(model: nn.Module) -> str:
+    """peft ``target_modules`` (a regular expression over whole module names) selecting every linear layer of the
+    language model, and nothing of the vision side or the LM head."""
+    language = language_model_name(model)
+    decoder = model.get_decoder()
+    leaves = sorted({n.rsplit(".", 1)[-1] for n, m in decoder.named_modules() if isinstance(m, nn.Linear)})
+    return rf"{re.escape(language)}\..*\.(?:{'|'.join(map(re.escape, leaves))})"
+
+
+def freeze_vision(model: nn.Module) -> int:
+    """Turns off the gradients of the vision side's parameters; returns how many tensors it froze."""
+    params = vision_parameters(model)
+    for _, p in params:
+        p.requires_grad_(False)
+    return len(params)
+
+
+def trainable_vision(model: nn.Module) -> list[str]:
+    """Names of the vision side's parameters that train (adapters included): [] when it is frozen."""
+    language = language_model_name(model) + "."
+    return [
+        n for n, p in model.named_parameters() if p.requires_grad and not n.startswith(language) and "lm_head" not in n
+    ]
