@@ -29,7 +29,8 @@ from transformers import PreTrainedTokenizerBase
 from infgrpo.assets import TINY_DATA_DIR
 from infgrpo.data.conversation import check_messages, encode_prompt
 from infgrpo.data.local_files import FILE_TYPES, split_file
-from infgrpo.data.prompt_rows import prompt_of
+from infgrpo.data.mixture import local_rows
+from infgrpo.data.prompt_rows import row_prompt
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
 from infgrpo.settings import ConfigError
 
@@ -89,6 +90,13 @@ def split_rows(hp: Mapping[str, Any]) -> dict[str, tuple[str, list[dict[str, Any
     the data module reads from local data (rows None where :func:`first_rows` gives none); held-out rows that
     ``data.eval_fraction`` takes from the training split, or a single training file, have no split of their own."""
     path, train = hp["path"], hp["train_split"]
+    if hp.get("mixture") is not None:  # read whole (local sources only), as the data module reads it
+        mixed = local_rows(hp)
+        train_rows, held_out = mixed if mixed is not None else (None, None)
+        found = {train: ("data.mixture", train_rows[: min(ROWS, hp.get("train_size") or ROWS)] if mixed else None)}
+        if held_out and hp.get("eval_size"):
+            found["test"] = ("data.mixture (its test_split_size rows)", held_out[: min(ROWS, hp["eval_size"])])
+        return found
     rows = {
         train: (
             f"data.path={path!r} (split {train!r})",
@@ -115,9 +123,8 @@ def check_first_rows(
     if hp.get("train_dataset") is not None:  # in memory (Python): the data module checks its rows
         return []
     rows = {split: got for split, (_, got) in split_rows(hp).items()}
-    columns = (hp["prompt_column"], hp["answer_column"], hp["prompt_template"])
-    prompts = {s: [prompt_of(r, *columns, s, i)[1] for i, r in enumerate(got)] for s, got in rows.items() if got}
-    if any(isinstance(p, list) for got in prompts.values() for p in got):  # chat messages: every row's, not 64
+    prompts = {s: [row_prompt(r, hp, s, i)[1] for i, r in enumerate(got)] for s, got in rows.items() if got}
+    if hp.get("mixture") is None and any(isinstance(p, list) for got in prompts.values() for p in got):  # every row
         sources = {hp["train_split"]: hp["path"], "eval": hp.get("eval_path") or hp["path"]}
         for split in prompts:
             check_every_conversation(sources.get(split, hp["path"]), split, hp["prompt_column"])

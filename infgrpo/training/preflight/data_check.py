@@ -33,6 +33,7 @@ from infgrpo.assets import TINY_DATA_DIR
 from infgrpo.data.first_rows import check_first_rows
 from infgrpo.data.in_memory import held_out_count
 from infgrpo.data.local_files import FILE_TYPES, split_file
+from infgrpo.data.mixture import local_rows
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
 from infgrpo.settings import ConfigError, InfgrpoWarning
 
@@ -73,8 +74,9 @@ def check_one_batch(data: Mapping[str, Any], world: int) -> None:
         )
     fraction = data.get("eval_fraction") or 0.0
     held = f" after data.eval_fraction={fraction} holds {held_out_count(source or 0, fraction)} out" if fraction else ""
+    where = "data.mixture" if data.get("mixture") else f"data.path={data.get('path')!r}"
     raise ConfigError(
-        f"data.path={data.get('path')!r} has {rows} training rows{held}, fewer than one batch "
+        f"{where} has {rows} training rows{held}, fewer than one batch "
         f"({batch_words(data, world)} a step): give more rows, or {fix}"
     )
 
@@ -159,6 +161,9 @@ def source_rows(data: Mapping[str, Any]) -> int | None:
     """Rows of the training source before ``eval_fraction`` and ``train_size``; None where unknown before loading."""
     if data.get("train_dataset") is not None:
         return None
+    if data.get("mixture") is not None:  # its training rows, after its test_split_size (local sources only)
+        mixed = local_rows(data)
+        return len(mixed[0]) if mixed is not None else None
     path = data.get("path", "tiny")
     if is_reasoning_gym(path):
         return data.get("train_size") or GENERATED

@@ -30,7 +30,7 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from infgrpo.agent import AgentConfig
 from infgrpo.agent.chat import check_tool_template, ensure_response_parser, load_template
 from infgrpo.data.first_rows import check_first_rows, split_rows
-from infgrpo.data.prompt_rows import prompt_of
+from infgrpo.data.prompt_rows import row_prompt
 from infgrpo.policy.load import load_tokenizer
 from infgrpo.policy.lora_targets import check_lora_targets
 from infgrpo.policy.model_config import load_model_config
@@ -121,10 +121,9 @@ def check_reward_splits(functions: dict[str, float], data: dict[str, Any]) -> No
     """The first rows of the training and held-out splits of local ``data`` against what ``functions`` read (the
     columns TRL-convention rewards name, ``accuracy_reward``'s ``solution``; conversational completions): a
     ConfigError naming the reward and the data (:func:`~infgrpo.rewards.signature.check_reward_data`)."""
-    columns = (data["prompt_column"], data["answer_column"], data["prompt_template"])
     for split, (where, rows) in split_rows(data).items():
         if rows:
-            pairs = [prompt_of(row, *columns, split, i) for i, row in enumerate(rows)]  # rows as the rewards get them
+            pairs = [row_prompt(row, data, split, i) for i, row in enumerate(rows)]  # rows as the rewards get them
             check_reward_data(functions, [row for row, _ in pairs], [prompt for _, prompt in pairs], where)
 
 
