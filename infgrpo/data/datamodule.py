@@ -46,6 +46,7 @@ from infgrpo.data.prompt_rows import row_prompt
 from infgrpo.data.prompt_stream import PromptStream
 from infgrpo.data.reasoning_tasks import check_task, is_reasoning_gym, task_rows
 from infgrpo.data.resumable import ResumableBatchSampler
+from infgrpo.data.template_options import check_template_kwargs
 from infgrpo.policy.load import load_tokenizer  # the policy's own loader: same aliases, GGUF files and pad token
 from infgrpo.runtime.seeds import derive_seed, run_seed
 from infgrpo.settings import ConfigError, check_arguments
@@ -260,6 +261,7 @@ class PromptDataModule(L.LightningDataModule):
             )
         items, too_long = [], []
         kwargs = hp.get("chat_template_kwargs")
+        check_template_kwargs(tokenizer, kwargs)
         for i, row in enumerate(rows):
             row, prompt = row_prompt(row, hp, split, i)
             if isinstance(prompt, list) and not hp.chat_template:
@@ -280,6 +282,13 @@ class PromptDataModule(L.LightningDataModule):
             )
             if hp.long_prompts == "error":
                 raise ValueError(msg + "; raise max_prompt_length or set data.long_prompts: skip")
+            if not items:
+                shortest = min(n for _, n in too_long)
+                raise ConfigError(
+                    f"data.long_prompts='skip' drops every prompt of split {split!r}: all {len(rows)} are longer "
+                    f"than data.max_prompt_length={hp.max_prompt_length} tokens (the shortest has {shortest}); "
+                    f"raise data.max_prompt_length to >= {shortest}"
+                )
             print(f"[infgrpo] skipping: {msg}")
         return items
 

@@ -8,8 +8,8 @@ The data module found these after the model loaded: a system prompt with ``chat_
 encoded the first prompt, and too few prompts for one global batch (``data.batch_size`` per rank x the ranks) when
 its batch sampler was built (also when ``long_prompts: skip`` dropped them). Here the rows are counted
 (:func:`training_rows`, below) and, with ``long_prompts: skip``, the first rows measured with the tokenizer
-(:func:`~infgrpo.data.first_rows.check_first_rows`, the data module's rule). Where the first rows are not every
-row, prompts dropped among them are a warning: later rows may be short enough.
+(:func:`~infgrpo.data.first_rows.check_first_rows`, the data module's rule). Where the first rows are all dropped,
+every row is measured: later rows may be short enough, and a run with none would stop after the model loaded.
 
 **Counting rows** (nothing tokenized). The data module takes every row of the training split (``tiny``, a folder
 of split files, one data file, or ``train_size`` generated prompts of ``reasoning_gym:<task>``), holds
@@ -22,7 +22,6 @@ counted there (they need the tokenizer: :func:`check_skipped_prompts`).
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,8 +34,10 @@ from infgrpo.data.in_memory import held_out_count
 from infgrpo.data.local_files import FILE_TYPES, split_file
 from infgrpo.data.mixture import local_rows
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
-from infgrpo.settings import ConfigError, InfgrpoWarning
+from infgrpo.settings import ConfigError
 
+ALL_ROWS = 10**12
+"""Rows measured when none of the first ones is kept: all of a local source (one of them must be short enough)."""
 GENERATED = 1000
 """Training prompts of a ``reasoning_gym:<task>`` source when ``data.train_size`` is null (the data module's)."""
 
@@ -84,15 +85,18 @@ def check_one_batch(data: Mapping[str, Any], world: int) -> None:
 def check_skipped_prompts(
     data: Mapping[str, Any], world: int, tokenizer: Callable[[], PreTrainedTokenizerBase]
 ) -> None:
-    """With ``data.long_prompts: skip``: a ConfigError when the prompts left are fewer than one batch (every row was
-    measured), a warning when every one of the first rows is dropped (there are more rows)."""
+    """With ``data.long_prompts: skip``: a ConfigError when the prompts left are fewer than one batch. The first rows
+    are measured; when every one of them is dropped, every row of the (local) source is (one must be kept)."""
     measure = {**data, "eval_size": 0, "max_prompt_length": sys.maxsize, "long_prompts": "skip"}
     lengths = [n for _, _, n in check_first_rows(measure, tokenizer)]  # the first rows of the training split
     if not lengths:
         return
-    longest, read = data["max_prompt_length"], len(lengths)
-    kept, shortest = sum(n <= longest for n in lengths), min(lengths)
+    longest = data["max_prompt_length"]
     source, cap = source_rows(data), data.get("train_size")
+    if not any(n <= longest for n in lengths) and not (source is not None and source <= len(lengths)):
+        lengths = [n for _, _, n in check_first_rows(measure, tokenizer, ALL_ROWS)]  # none kept: measure them all
+    read = len(lengths)
+    kept, shortest = sum(n <= longest for n in lengths), min(lengths)
     whole_source = source is not None and source <= read  # held-out rows among them: `kept` bounds the rest
     whole_cap = cap is not None and cap <= read and not data.get("eval_fraction")
     every_row = whole_source or whole_cap  # every training row was measured: the counts are certain
@@ -107,14 +111,6 @@ def check_skipped_prompts(
             f"{head} keeps {kept} of the {read} training prompts, fewer than one batch ({batch_words(data, world)} a "
             f"step): raise data.max_prompt_length (the longest prompt has {max(lengths)} tokens), or lower "
             "data.batch_size"
-        )
-    if kept == 0:
-        warnings.warn(
-            f"[infgrpo] {head} drops all of the first {read} prompts of split {data['train_split']!r} (the shortest "
-            f"has {shortest} tokens): only later rows that are short enough will train; raise "
-            f"data.max_prompt_length to >= {shortest} to keep them",
-            InfgrpoWarning,
-            stacklevel=1,
         )
 
 

@@ -59,6 +59,22 @@ def check_max_steps(max_steps: Any) -> None:
         )
 
 
+def check_warmup(optimizer: Any, max_steps: Any) -> None:
+    """A ConfigError naming ``model.optimizer.warmup_steps`` and ``trainer.max_steps`` when a decaying schedule
+    (``linear``, ``cosine``) has no step left after its warmup: the run's optimizer steps (``max_steps``, Lightning
+    counts optimizer steps) must exceed the warmup. The schedule refuses it when it is built, after the model
+    loaded (:func:`~infgrpo.training.optim.lr_factor`); with ``max_steps`` -1 the epochs set the length, which the
+    rows decide: left to it."""
+    schedule, warmup = optimizer.lr_scheduler_type, optimizer.warmup_steps
+    if schedule == "constant" or not isinstance(max_steps, int) or max_steps < 1 or max_steps > warmup:
+        return
+    raise ConfigError(
+        f"model.optimizer.warmup_steps={warmup} leaves none of trainer.max_steps={max_steps} optimizer steps to "
+        f"lr_scheduler_type={schedule!r}, which decays the rate after the warmup: set warmup_steps below {max_steps} "
+        "(e.g. a tenth of the run), raise trainer.max_steps, or use lr_scheduler_type: constant"
+    )
+
+
 def check_context(config: PretrainedConfig, max_new_tokens: int, prompts: list[tuple[str, int, int]]) -> None:
     """Raises a ConfigError naming ``model.sampler.max_new_tokens`` when the longest of ``prompts`` ((split, row,
     tokens), read before loading) cannot take that many new tokens in the model's context (without prompts: when
