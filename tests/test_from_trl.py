@@ -169,11 +169,11 @@ def test_rewards_resolve_as_trl_s_script_does_with_their_weights():
     with pytest.raises(ConversionError, match="reward_weights has 1 weights for 2 rewards"):
         convert({"reward_funcs": ["accuracy_reward", "think_format_reward"], "reward_weights": [1.0]})
     with pytest.raises(ConversionError) as err:  # every name that resolves to nothing, in one line
-        convert({"reward_funcs": ["tag_count", "accuracy_reward", "length"]})
+        convert({"reward_funcs": ["tag_counts", "accuracy_reward", "brevity"]})
     line = str(err.value)
-    assert "\n" not in line and line.startswith("reward_funcs: 'tag_count', 'length' are neither TRL's names")
-    assert "'tag_count' -> the recipe function's import path, e.g. 'my_recipe.rewards:tag_count_reward'" in line
-    assert "'length' -> " in line and "get_cosine_scaled_reward, get_repetition_penalty_reward" in line
+    assert "\n" not in line and line.startswith("reward_funcs: 'tag_counts', 'brevity' are neither TRL's names")
+    assert "'tag_counts' -> the recipe function's import path, e.g. 'my_recipe.rewards:tag_counts_reward'" in line
+    assert "'brevity' -> " in line and "get_cosine_scaled_reward, get_repetition_penalty_reward" in line
     with pytest.raises(ConversionError, match=r"'cosine_scaled' -> 'trl.rewards:get_cosine_scaled_reward\(<its arg"):
         convert({"reward_funcs": ["cosine_scaled"]})  # a name of the installed trl.rewards: its import path
 

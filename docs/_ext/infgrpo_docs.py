@@ -77,11 +77,20 @@ def field_default(field: dataclasses.Field) -> str:
     return "required"
 
 
+def data_groups() -> dict[str, type]:
+    """The data module's settings groups by dotted key (``data.mixture``, its sources)."""
+    from infgrpo.data.mixture import DatasetMixture, DatasetSource
+
+    return {"data.mixture": DatasetMixture, "data.mixture.datasets[i]": DatasetSource}
+
+
 def group_lines(key: str, cls: type) -> list[str]:
-    """reStructuredText of one group: a section, the class with its docstring, and its fields."""
+    """reStructuredText of one group (``key``: ``sampler`` for ``model.sampler``, or a dotted key of its own): a
+    section, the class with its docstring, and its fields."""
     path = canonical(cls)
     docs = ModuleAnalyzer.for_module(cls.__module__).find_attr_docs()
-    title = f"``model.{key}``: {cls.__name__}"
+    key = key if "." in key else f"model.{key}"
+    title = f"``{key}``: {cls.__name__}"
     lines = [title, "-" * len(title), "", f".. py:class:: {cls.__qualname__}", f"   :module: {cls.__module__}", ""]
     lines += [f"   {line}" if line else "" for line in inspect.getdoc(cls).splitlines()] + [""]
     for field in dataclasses.fields(cls):
@@ -93,7 +102,7 @@ def group_lines(key: str, cls: type) -> list[str]:
             f"      :type: {field_type(cls, field)}",
             f"      :value: {field_default(field)}",
             "",
-            f"      ``--model.{key}.{field.name}``",
+            f"      ``--{key}.{field.name}``" if "[" not in key else f"      ``{key}.{field.name}`` (in YAML)",
             "",
             *(f"      {line}" if line else "" for line in doc),
             "",
@@ -107,7 +116,7 @@ class SettingsReference(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         """The sections, parsed as reStructuredText."""
         lines: list[str] = []
-        for key, cls in groups().items():
+        for key, cls in {**groups(), **data_groups()}.items():
             lines += group_lines(key, cls)
             self.env.note_dependency(inspect.getsourcefile(cls))
         return self.parse(lines)
@@ -159,7 +168,8 @@ class ImportMap(SphinxDirective):
 
 def skip_documented_elsewhere(app, what, name, obj, skip, options):
     """autodoc-skip-member: leave out of module sections what a page of its own documents."""
-    if what == "module" and canonical(obj) in PUBLIC_PAGE | {canonical(c) for c in groups().values()}:
+    own = {canonical(c) for c in (*groups().values(), *data_groups().values())}
+    if what == "module" and canonical(obj) in PUBLIC_PAGE | own:
         return True
     return None
 

@@ -33,6 +33,7 @@ functions get it as ``prompts``, and every column of the row (``meta``) by name.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -48,10 +49,12 @@ from infgrpo.data.hub_source import check_hub_source
 from infgrpo.data.images import image_root
 from infgrpo.data.in_memory import dataset_rows, held_out_split
 from infgrpo.data.local_files import check_local_source, read_file, read_split
-from infgrpo.data.prompt_rows import prompt_of
+from infgrpo.data.mixture import DatasetMixture, as_mixture, check_sources, mixture_rows
+from infgrpo.data.prompt_rows import row_prompt
 from infgrpo.data.prompt_stream import PromptStream
 from infgrpo.data.reasoning_tasks import check_task, is_reasoning_gym, task_rows
 from infgrpo.data.resumable import ResumableBatchSampler
+from infgrpo.data.template_options import check_template_kwargs
 from infgrpo.data.vision_prompts import encode_image_prompt, image_processor_for, image_prompt, too_long_message
 from infgrpo.policy.load import load_tokenizer  # the policy's own loader: same aliases, GGUF files and pad token
 from infgrpo.runtime.seeds import derive_seed, run_seed
@@ -69,7 +72,8 @@ def check_data_settings(hp: Mapping[str, Any]) -> None:
     """Raises a :class:`~infgrpo.settings.ConfigError` naming ``data.<field>`` for the first bad argument of
     :class:`PromptDataModule` in ``hp`` (by name; types, ranges, the task), before anything is read or loaded."""
     hp = {k: v for k, v in hp.items() if k not in ("self", "__class__")}
-    check_arguments(PromptDataModule.__init__, hp, "data.")
+    mixture = as_mixture(hp.get("mixture"))  # a mapping or a namespace from the command line: checked here
+    check_arguments(PromptDataModule.__init__, {**hp, "mixture": mixture}, "data.")
     in_memory = hp.get("train_dataset") is not None
     for name, least in (("batch_size", 1), ("eval_size", 0), ("eval_batch_size", 1), ("max_prompt_length", 1)):
         if hp.get(name, least) < least:
@@ -78,6 +82,11 @@ def check_data_settings(hp: Mapping[str, Any]) -> None:
         raise ConfigError(f"data.train_size={hp['train_size']} must be >= 1 (None = all rows)")
     path, task_config = hp.get("path", "tiny"), hp.get("task_config")
     fraction, eval_path = hp.get("eval_fraction", 0.0), hp.get("eval_path")
+    if hp.get("as_conversation") and hp.get("chat_template", True) is False:
+        raise ConfigError(
+            "data.as_conversation makes the prompts conversations, which only the chat template renders; set "
+            "data.chat_template true (or drop data.as_conversation)"
+        )
     if not 0.0 <= fraction < 1.0:
         raise ConfigError(f"data.eval_fraction={fraction} must be in [0, 1) (0 = no training rows held out)")
     if fraction and (eval_path is not None or hp.get("eval_dataset") is not None):
@@ -88,7 +97,9 @@ def check_data_settings(hp: Mapping[str, Any]) -> None:
         check_local_source(eval_path, [], field="data.eval_path")
         if not Path(eval_path).expanduser().is_file():
             raise ConfigError(f"data.eval_path={eval_path!r} is no data file; give one .jsonl/.json/.csv/.parquet file")
-    if in_memory:
+    if mixture is not None:
+        check_mixture_settings(mixture, hp)
+    elif in_memory:
         dataset_rows(hp["train_dataset"], hp.get("train_split", "train"), "train_dataset")  # a clear error if not
         if task_config is not None:
             raise ConfigError("data.task_config is set, but the data is train_dataset (no reasoning_gym:<task>)")
@@ -104,6 +115,26 @@ def check_data_settings(hp: Mapping[str, Any]) -> None:
         check_local_source(path, [hp.get("train_split", "train"), *([eval_split] if eval_split else [])])
         if not Path(path).expanduser().exists():
             check_hub_source(path)  # a hub name; offline, a cached one
+
+
+def check_mixture_settings(mixture: DatasetMixture, hp: dict[str, Any]) -> None:
+    """``data.mixture`` names the data alone: a ConfigError for another source or a second held-out share beside it,
+    or a source that cannot be found (:func:`~infgrpo.data.mixture.check_sources`)."""
+    other = next(
+        (k for k in ("train_dataset", "task_config") if hp.get(k) is not None),
+        "path" if hp.get("path", "tiny") != "tiny" else None,
+    )
+    if other is not None:
+        raise ConfigError(
+            f"data.mixture and data.{other} both name the training data; set one (a mixture leaves data.path at its "
+            "default, tiny)"
+        )
+    if mixture.test_split_size is not None and (hp.get("eval_fraction") or hp.get("eval_path") is not None):
+        raise ConfigError(
+            f"data.mixture.test_split_size={mixture.test_split_size} and data.eval_fraction (or eval_path) both give "
+            "held-out rows; set one"
+        )
+    check_sources(mixture)
 
 
 def load_rows(path: str, split: str, config_name: str | None = None) -> list[dict[str, Any]]:
@@ -149,6 +180,10 @@ class PromptDataModule(L.LightningDataModule):
             ``long_prompts``; they are never truncated.
         long_prompts: ``"error"`` (stop with a message) or ``"skip"`` (drop them, with a warning).
         system_prompt: optional system message put before each prompt (needs the chat template).
+        as_conversation: make each string prompt a conversation, ``[system (system_prompt), user (the prompt)]``,
+            as reasoning recipes' scripts do (open-r1's ``grpo.py``): the same tokens as ``chat_template: true``,
+            but rewards get the messages as ``prompts`` and each completion as ``[{"role": "assistant",
+            "content": text}]``, TRL's conversational format, which the recipes' rewards read.
         chat_template: true: wrap string prompts in the tokenizer's chat template (a string that already holds
             the template's markup is never wrapped twice); ``"conversations"``: TRL's rule, string prompts
             tokenized as they are, conversational prompts through the template; false: no template (string
@@ -158,6 +193,11 @@ class PromptDataModule(L.LightningDataModule):
         eval_path: a data file of held-out rows (with ``path`` a file or a folder; replaces ``eval_split``).
         eval_fraction: hold out this fraction of the training rows for evaluation (a seeded draw, removed from
             training; replaces ``eval_split``), e.g. ``0.1`` with ``path`` a single file; 0 = none.
+        mixture: several datasets read as one, instead of ``path``: ``{datasets: [{path, name, data_dir,
+            data_files, split, columns, fraction, weight}, ...], test_split_size, seed}``, TRL's ``datasets:`` (or a
+            reasoning recipe's ``dataset_mixture:``, with ``seed``); see :mod:`infgrpo.data.mixture`. Its held-out
+            rows come from ``test_split_size`` (or ``eval_path``, ``eval_fraction``); ``train_split`` and
+            ``eval_split`` name splits of ``path`` only.
         train_dataset: (Python) a ``datasets.Dataset`` of training rows, or a ``DatasetDict`` (its ``train_split``
             and ``eval_split``), instead of ``path``: TRL's ``train_dataset=``.
         eval_dataset: (Python) a ``datasets.Dataset`` of held-out rows: TRL's ``eval_dataset=``.
@@ -206,12 +246,16 @@ class PromptDataModule(L.LightningDataModule):
         train_dataset: Any = None,
         eval_dataset: Any = None,
         processor_kwargs: dict[str, Any] | None = None,
+        mixture: DatasetMixture | None = None,
+        as_conversation: bool = False,
     ) -> None:
         super().__init__()
         check_data_settings(locals())  # before anything loads; errors name data.<field>
         self._seed_given = seed is not None  # a derived seed follows a resumed checkpoint's (load_state_dict)
         seed = run_seed(seed)  # None: the run's seed_everything (saved resolved, as the module's)
         self.save_hyperparameters(ignore=["train_dataset", "eval_dataset"])  # rows stay out of checkpoints
+        if mixture is not None:  # plain dicts in the hyperparameters (and checkpoints), as the module's groups
+            self.hparams["mixture"] = dataclasses.asdict(as_mixture(mixture))
         self.datasets = (train_dataset, eval_dataset)
         self.train_items: list[dict] = []
         self.eval_items: list[dict] = []
@@ -231,8 +275,9 @@ class PromptDataModule(L.LightningDataModule):
             )
         items, too_long = [], []
         kwargs = hp.get("chat_template_kwargs")
+        check_template_kwargs(tokenizer, kwargs)
         for i, row in enumerate(rows):
-            row, prompt = prompt_of(row, hp.prompt_column, hp.answer_column, hp.prompt_template, split, i)
+            row, prompt = row_prompt(row, hp, split, i)
             if isinstance(prompt, list) and not hp.chat_template:
                 raise ConfigError(
                     f"data.chat_template is false, but row {i} of split {split!r} is a conversation (chat messages "
@@ -261,6 +306,13 @@ class PromptDataModule(L.LightningDataModule):
                 raise ValueError(too_long_message(split, len(too_long), len(rows), i, n, image_tokens, limit))
             if hp.long_prompts == "error":
                 raise ValueError(msg + "; raise max_prompt_length or set data.long_prompts: skip")
+            if not items:
+                shortest = min(n for _, n in too_long)
+                raise ConfigError(
+                    f"data.long_prompts='skip' drops every prompt of split {split!r}: all {len(rows)} are longer "
+                    f"than data.max_prompt_length={hp.max_prompt_length} tokens (the shortest has {shortest}); "
+                    f"raise data.max_prompt_length to >= {shortest}"
+                )
             print(f"[infgrpo] skipping: {msg}")
         return items
 
@@ -273,6 +325,14 @@ class PromptDataModule(L.LightningDataModule):
             train_size = hp.train_size if hp.train_size is not None else 1000
             return task_rows(hp.path, hp.task_config, train_size, eval_size, hp.task_seed, eval_seed)
         train_dataset, eval_dataset = getattr(self, "datasets", (None, None))
+        mixture = as_mixture(hp.get("mixture"))
+        if mixture is not None:
+            train, held_out = mixture_rows(mixture, hp.seed)
+            if mixture.test_split_size is None and hp.get("eval_fraction"):
+                train, held_out = held_out_split(train, hp.eval_fraction, hp.seed)
+            elif mixture.test_split_size is None and hp.get("eval_path"):
+                held_out = read_file(Path(hp.eval_path).expanduser(), "data.eval_path")
+            return train[: hp.train_size], held_out[: hp.eval_size]
         if train_dataset is not None:
             train = dataset_rows(train_dataset, hp.train_split, "train_dataset")
         else:

@@ -30,8 +30,10 @@ from infgrpo.assets import TINY_DATA_DIR
 from infgrpo.data.conversation import check_messages, encode_prompt
 from infgrpo.data.images import image_root
 from infgrpo.data.local_files import FILE_TYPES, split_file
-from infgrpo.data.prompt_rows import prompt_of
+from infgrpo.data.mixture import local_rows
+from infgrpo.data.prompt_rows import row_prompt
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
+from infgrpo.data.template_options import check_template_kwargs
 from infgrpo.data.vision_prompts import first_rows_image_tokens
 from infgrpo.settings import ConfigError
 
@@ -86,18 +88,25 @@ def check_every_conversation(path: str, split: str, column: str) -> None:
                 check_messages(row[column], column, split, i)
 
 
-def split_rows(hp: Mapping[str, Any]) -> dict[str, tuple[str, list[dict[str, Any]] | None]]:
+def split_rows(hp: Mapping[str, Any], head: int = ROWS) -> dict[str, tuple[str, list[dict[str, Any]] | None]]:
     """``{split: (the data it is read from, in words; its first rows)}`` of the training split and the held-out one
     the data module reads from local data (rows None where :func:`first_rows` gives none); held-out rows that
     ``data.eval_fraction`` takes from the training split, or a single training file, have no split of their own."""
     path, train = hp["path"], hp["train_split"]
+    if hp.get("mixture") is not None:  # read whole (local sources only), as the data module reads it
+        mixed = local_rows(hp)
+        train_rows, held_out = mixed if mixed is not None else (None, None)
+        found = {train: ("data.mixture", train_rows[: min(head, hp.get("train_size") or head)] if mixed else None)}
+        if held_out and hp.get("eval_size"):
+            found["test"] = ("data.mixture (its test_split_size rows)", held_out[: min(head, hp["eval_size"])])
+        return found
     rows = {
         train: (
             f"data.path={path!r} (split {train!r})",
-            first_rows(path, train, min(ROWS, hp.get("train_size") or ROWS)),
+            first_rows(path, train, min(head, hp.get("train_size") or head)),
         )
     }
-    eval_path, eval_size = hp.get("eval_path"), min(ROWS, hp.get("eval_size") or 0)
+    eval_path, eval_size = hp.get("eval_path"), min(head, hp.get("eval_size") or 0)
     if eval_size and eval_path is not None:
         rows["eval"] = (f"data.eval_path={eval_path!r}", first_rows(eval_path, "eval", eval_size))
     elif eval_size and hp.get("eval_split") and not hp.get("eval_fraction") and not Path(path).is_file():
@@ -107,25 +116,25 @@ def split_rows(hp: Mapping[str, Any]) -> dict[str, tuple[str, list[dict[str, Any
 
 
 def check_first_rows(
-    hp: Mapping[str, Any], tokenizer: Callable[[], PreTrainedTokenizerBase]
+    hp: Mapping[str, Any], tokenizer: Callable[[], PreTrainedTokenizerBase], head: int = ROWS
 ) -> list[tuple[str, int, int]]:
-    """Applies the data module's rules to the first rows of the training and held-out splits of the data settings
-    ``hp``; returns (split, row, tokens) of every prompt kept, or a ConfigError naming ``data.<field>``.
+    """Applies the data module's rules to the first ``head`` rows of the training and held-out splits of the data
+    settings ``hp``; returns (split, row, tokens) of every prompt kept, or a ConfigError naming ``data.<field>``.
 
     ``tokenizer`` is called once, when there are rows to measure.
     """
     if hp.get("train_dataset") is not None:  # in memory (Python): the data module checks its rows
         return []
-    rows = {split: got for split, (_, got) in split_rows(hp).items()}
-    columns = (hp["prompt_column"], hp["answer_column"], hp["prompt_template"])
-    prompts = {s: [prompt_of(r, *columns, s, i)[1] for i, r in enumerate(got)] for s, got in rows.items() if got}
-    if any(isinstance(p, list) for got in prompts.values() for p in got):  # chat messages: every row's, not 64
+    rows = {split: got for split, (_, got) in split_rows(hp, head).items()}
+    prompts = {s: [row_prompt(r, hp, s, i)[1] for i, r in enumerate(got)] for s, got in rows.items() if got}
+    if hp.get("mixture") is None and any(isinstance(p, list) for got in prompts.values() for p in got):  # every row
         sources = {hp["train_split"]: hp["path"], "eval": hp.get("eval_path") or hp["path"]}
         for split in prompts:
             check_every_conversation(sources.get(split, hp["path"]), split, hp["prompt_column"])
     if not prompts:
         return []
     tok, kept = tokenizer(), []
+    check_template_kwargs(tok, hp.get("chat_template_kwargs"))
     for split, got in prompts.items():
         if not hp["chat_template"] and any(isinstance(p, list) for p in got):
             raise ConfigError(

@@ -8,7 +8,7 @@ a sequence-classification reward model, or a function registered with :func:`reg
 :mod:`infgrpo.rewards.core` and :mod:`infgrpo.rewards.calls` for the call.
 """
 
-from infgrpo.rewards import math, reasoning_tasks, shaping, synthetic  # noqa: F401 - registers the built-ins
+from infgrpo.rewards import math, open_r1, reasoning_tasks, shaping, synthetic  # noqa: F401 - registers the built-ins
 from infgrpo.rewards.calls import RewardLog, TrainerState
 from infgrpo.rewards.core import (
     REWARDS,

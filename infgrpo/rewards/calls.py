@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infgrpo.rewards.returns import RewardError, abbreviated, is_number
 from infgrpo.settings import InfgrpoFutureWarning
 
 EXCLUDED_COLUMNS = ("prompt", "completion", "completion_ids")
@@ -76,7 +77,14 @@ class RewardLog:
         self.extra.setdefault(column, []).extend(values)
 
     def log_metric(self, name: str, value: float) -> None:
-        """TRL's ``log_metric``: a scalar averaged into this step's ``train/<name>``."""
+        """TRL's ``log_metric``: a scalar averaged into this step's ``train/<name>``; a RewardError naming
+        ``log_metric`` for anything but one number (whatever ``rewards.on_error`` says: a bug of the reward)."""
+        if isinstance(value, bool) or not is_number(value):
+            raise RewardError(
+                f"log_metric({name!r}, {abbreviated(value)}): the value must be one number (a float) for "
+                f"train/{name}, not a {type(value).__name__}; log one number per call (a mean), or one value per "
+                "completion with log_extra (a completion-table column)"
+            )
         self.metrics.setdefault(name, []).append(float(value))
 
     def means(self) -> dict[str, float]:

@@ -51,3 +51,9 @@ class RewardConfig:
             raise ConfigError(
                 f"accuracy={self.accuracy!r} must be one of functions: {', '.join(self.functions)} (or null)"
             )
+        if self.accuracy is not None and is_model_source(self.accuracy, REWARDS):
+            raise ConfigError(
+                f"accuracy={self.accuracy!r} is a reward model, whose score is unbounded: accuracy counts values >= 1 "
+                "as correct answers, which says nothing of a model's score; name a verifier (a reward that scores 1 "
+                "for a correct answer), or null"
+            )

@@ -51,7 +51,7 @@ import torch
 from infgrpo.registry import Registry, check_choice, choices
 from infgrpo.rewards.async_calls import run_concurrently
 from infgrpo.rewards.calls import RewardInputs, RewardLog, TrainerState, call_args, is_async
-from infgrpo.rewards.returns import RewardError, abbreviated, reward_values
+from infgrpo.rewards.returns import RewardError, abbreviated, failure_cause, reward_values
 from infgrpo.rewards.sources import resolve_source
 from infgrpo.settings import ConfigError, InfgrpoWarning
 
@@ -241,12 +241,17 @@ def _values(
     """(the (N,) values, None and NaN as NaN; the rows that failed; why) of what reward ``name`` gave: an exception
     fails every row, an infinite value its row; a RewardError for either under ``on_error="raise"``."""
     if isinstance(result, BaseException):
+        cause = failure_cause(result)  # the fix, where the error's own message does not say it
         if on_error == "raise":
             raise RewardError(
-                f"reward {name!r} raised {type(result).__name__}: {result} (set rewards.on_error: skip to leave a "
-                "raising reward out of the rows it raised for, with a warning each time)"
+                f"reward {name!r} raised {type(result).__name__}: {result}"
+                + (
+                    cause
+                    or " (set rewards.on_error: skip to leave a raising reward out of the rows it raised for, "
+                    "with a warning each time)"
+                )
             ) from result
-        return torch.full((n,), math.nan), list(range(n)), f"raised {type(result).__name__}: {result}"
+        return torch.full((n,), math.nan), list(range(n)), f"raised {type(result).__name__}: {result}{cause}"
     values = reward_values(name, result, n)  # a RewardError unless n numbers or Nones
     vals = torch.tensor([v if v is not None else math.nan for v in values])
     bad = vals.isinf().nonzero().flatten().tolist()

@@ -58,3 +58,14 @@ def reward_values(name: str, returned: Any, n: int) -> list[float | None]:
                 f"(of {abbreviated(values, 60)}); it {CONTRACT}"
             )
     return [None if v is None else float(v) for v in values]
+
+
+def failure_cause(err: BaseException) -> str:
+    """What a reward's exception means when its message does not say it ("; ..." to append), else ""."""
+    if isinstance(err, TypeError) and "string indices must be integers" in str(err):
+        return (
+            "; it read a completion as chat messages (completion[0]['content']), but the completions are strings "
+            "because the prompts are strings: set data.as_conversation: true (each string prompt becomes a "
+            "[system, user] conversation), or give the data conversational prompts"
+        )
+    return ""

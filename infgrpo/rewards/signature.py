@@ -14,13 +14,15 @@ against the data's first rows by the command line, before the model loads
 the training and the held-out rows alike. So is the kind of completion a function reads: one whose ``completions``
 parameter is annotated as chat messages (``list[list[dict[str, str]]]``: TRL's ``accuracy_reward``,
 ``reasoning_accuracy_reward``, ``think_format_reward`` and ``get_cosine_scaled_reward``'s read
-``completion[0]["content"]``) cannot score the plain-string completions of string prompts (TRL stops there with a
-``TypeError`` at the first step).
+``completion[0]["content"]``), or whose own code reads ``completion[0]["content"]`` without testing the value's
+type (the recipes' unannotated rewards), cannot score the plain-string completions of string prompts (TRL stops there
+with a ``TypeError`` at the first step).
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -68,6 +70,23 @@ def check_reward_columns(functions: Iterable[str], columns: Iterable[str], where
             )
 
 
+_READS_MESSAGE = re.compile(r"\[\s*-?\d+\s*\]\s*\[\s*[\"']content[\"']\s*\]")
+"""``completion[0]["content"]``, ``c[-1]['content']``: code that reads a completion as chat messages."""
+
+
+def reads_messages(fn: Any) -> str | None:
+    """``completion[0]['content']`` when ``fn``'s own source reads a completion as chat messages (the recipes'
+    unannotated rewards) and never tests a value's type (``isinstance``: it may read text too), else None."""
+    target = getattr(fn, "func", fn)  # a partial: the function it binds
+    target = target if inspect.isfunction(target) or inspect.ismethod(target) else type(target).__call__
+    try:
+        source = inspect.getsource(target)
+    except (OSError, TypeError):
+        return None
+    found = _READS_MESSAGE.search(source)
+    return "completion[0]['content']" if found and "isinstance" not in source else None
+
+
 def conversation_annotation(fn: Any) -> str | None:
     """The annotation of ``fn``'s ``completions`` parameter when it reads as a list of chat messages per completion
     (``list[list[dict[str, str]]]``, as TRL's conversational rewards declare it), else None."""
@@ -91,13 +110,16 @@ def check_reward_data(
     check_reward_columns(names, dict.fromkeys(k for row in rows for k in row), where)
     text = next((i for i, p in enumerate(prompts) if not isinstance(p, list)), None)
     for name in names if text is not None else []:
-        annotation = conversation_annotation(resolve_reward(name))
-        if annotation is not None:
+        fn = resolve_reward(name)
+        annotation = conversation_annotation(fn)
+        reads = f"its completions parameter is {annotation}" if annotation else None
+        reads = reads or (f"its code reads {reads_messages(fn)}" if reads_messages(fn) else None)
+        if reads is not None:
             raise ConfigError(
-                f"reward {name!r} reads conversational completions (its completions parameter is {annotation}: "
-                f"completion[0]['content']), but the prompts of {where} are strings (row {text}), so its completions "
-                "are strings and it would stop at the first step (TRL stops there too, with a TypeError); give the "
-                "data conversational prompts (lists of {role, content} messages in data.prompt_column), or use a "
-                "reward that reads text (the built-ins read both: math for accuracy_reward, format for think/answer "
-                "tags)"
+                f"reward {name!r} reads conversational completions ({reads}: completion[0]['content']), but the "
+                f"prompts of {where} are strings (row {text}), so its completions are strings and it would stop at "
+                "the first step (TRL stops there too, with a TypeError); set data.as_conversation: true (each string "
+                "prompt becomes a [system, user] conversation, as reasoning recipes build them), give the data "
+                "conversational prompts (lists of {role, content} messages in data.prompt_column), or use a reward "
+                "that reads text (the built-ins read both)"
             )

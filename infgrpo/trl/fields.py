@@ -107,8 +107,8 @@ FIELD_GROUPS: tuple[tuple[str, dict[str, Target]], ...] = (
             "dataset_test_split": ("data.eval_split",),
             "chat_template_kwargs": ("data.chat_template_kwargs",),
             "data_seed": ("data.seed",),
-            "datasets": ("data.path", "data.config_name", "data.train_split"),
-            "test_split_size": ("data.eval_fraction", "data.eval_split", "data.eval_size"),
+            "datasets": ("data.mixture", "data.eval_split"),
+            "test_split_size": ("data.mixture", "data.eval_size"),
             **dict.fromkeys(("dataset_streaming", "streaming"), DATASETS),
             **dict.fromkeys(
                 (

@@ -10,6 +10,8 @@ does with the value.
 
 from __future__ import annotations
 
+from infgrpo.trl.recipe_rewards import RECIPE_ARGUMENTS
+
 _LORA = "LoRA only when `use_peft` is true: `model.lora.r` = `lora_r`, else 0"
 BATCH = (
     "prompts per rank a step, each sampled model.group_size times: per_device_train_batch_size x "
@@ -35,12 +37,14 @@ HOW: dict[str, str] = {
     "stays float32 (no autocast)",
     "fp16": "as `bf16`, in float16",
     "dataset_test_split": "only when `eval_strategy` is not `no`",
-    "test_split_size": "TRL's script splits a dataset mixture only: a share in (0, 1) is `data.eval_fraction` (no "
-    "evaluation when `eval_strategy` is `no`: `data.eval_size: 0`); a number of rows: named, with the share to write",
+    "test_split_size": "a mixture's held-out rows (a share in (0, 1) or rows): `data.mixture.test_split_size`, "
+    "drawn with `data.seed` (TRL's split is unseeded; a recipe's mixture splits with its seed); no evaluation when "
+    "`eval_strategy` is `no`: `data.eval_size: 0`; without a mixture: ignored, as TRL's script does",
     "data_seed": "null: `seed`",
-    "datasets": "a mixture of one dataset: its `path`, `name` and `split` (the split's rows only); of several: refused "
-    "(infgrpo reads one source)",
-    "dataset_mixture": "as `datasets` (a recipe's `{datasets: [{id, config, split}]}`)",
+    "datasets": "`data.mixture.datasets`: each source's fields as they are (`path`, `name`, `data_dir`, `data_files`, "
+    "`split`, `columns`, `fraction`), concatenated in order as TRL's `get_dataset`",
+    "dataset_mixture": "a recipe's `{datasets: [{id, config, split, columns, weight}], seed}`: `data.mixture` with "
+    "`path`/`name`, each weight (1.0 where unset) and the seed (0): the recipe's shuffles, its rows for its seed",
     "max_prompt_length": "older TRL cut longer prompts from the left; infgrpo refuses them (`data.long_prompts`)",
     "warmup_ratio": "a share of the run's optimizer steps: `ceil(ratio x max_steps)`; without `max_steps`: named with "
     "what to set; `warmup_steps` > 0 wins (as transformers)",
@@ -49,11 +53,19 @@ HOW: dict[str, str] = {
     "max_completion_length": "null (no limit) is not carried over: infgrpo needs a bound",
     "max_tool_calling_iterations": "an integer >= 1; null (no bound) is infgrpo's default too, not written",
     "reward_funcs": "TRL's names -> `trl.rewards:<name>` (`get_soft_overlong_punishment` called with the script's "
-    "1280 and 256), dotted paths -> `module:function`, reasoning recipes' registry names with a twin (`accuracy`, "
-    "`format`, `cosine`, `repetition_penalty`, `soft_overlong_punishment`) to it; other names, and paths that do not "
-    "import from the working folder: one error listing each with what to write; `accuracy`: TRL's accuracy reward",
+    "1280 and 256), dotted paths -> `module:function`; a reasoning recipe's registry names (open-r1's "
+    "`get_reward_funcs`): the in-process ones to twins with the recipe's values (`open_r1_accuracy`, "
+    "`open_r1_format`, `open_r1_tag_count`, ...), the sandboxed `code`, `binary_code`, `ioi_code`, `cf_code` to "
+    "`partial(open_r1.rewards:<function>, <its arguments>)` (the recipe's package and service where it runs); other "
+    "names, and paths that do not import from the working folder: one error listing each with what to write",
     "reward_model_name_or_path": "the id, first of `functions` (TRL puts the reward model first)",
     "reward_weights": "one per reward, in TRL's order; unset: 1.0 each",
+    **dict.fromkeys(
+        RECIPE_ARGUMENTS,
+        "an argument of the recipe reward that reads it (`cosine_*`, `repetition_*`, `code_*`, ...), written into "
+        "that reward's name (`CosineScaled(max_len=...)`, `partial(..., provider_type=...)`); named when "
+        "`reward_funcs` has no reward that reads it",
+    ),
     "epsilon": "the lower clip",
     "epsilon_high": "null: `epsilon`",
     "scale_rewards": "true / false: `group` / `none`",

@@ -21,6 +21,7 @@ from infgrpo.trl.reasons import (
     REMOVED,
     VLLM,
 )
+from infgrpo.trl.recipe_rewards import RECIPE_ARGUMENTS, UNUSED_ARGUMENTS
 
 RENAMED: dict[str, str] = {
     "torch_dtype": "dtype",
@@ -82,26 +83,13 @@ OTHER_GROUPS: tuple[tuple[str, dict[str, Target]], ...] = (
         {
             "dataset_prompt_column": ("data.prompt_column",),
             "system_prompt": ("data.system_prompt",),
-            "dataset_mixture": ("data.path", "data.config_name", "data.train_split"),
+            "dataset_mixture": ("data.mixture", "data.eval_split"),
             "chat_template": (
                 "a recipe's own Jinja chat template: infgrpo renders with the tokenizer's template (data.chat_template "
                 "switches it); save the template into a local copy of the tokenizer (tokenizer_config.json)"
             ),
-            **dict.fromkeys(
-                (
-                    "cosine_min_value_wrong",
-                    "cosine_max_value_wrong",
-                    "cosine_min_value_correct",
-                    "cosine_max_value_correct",
-                    "cosine_max_len",
-                    "repetition_n_grams",
-                    "repetition_max_penalty",
-                    "max_completion_len",
-                    "soft_punish_cache",
-                ),
-                "a reward argument of the recipe's script: in the call of the reward that reads it (cosine, "
-                "repetition_penalty, soft_overlong_punishment) where reward_funcs names it, else unused",
-            ),
+            **dict.fromkeys(RECIPE_ARGUMENTS, ("model.rewards.functions",)),
+            **UNUSED_ARGUMENTS,
             **dict.fromkeys(
                 (
                     "benchmarks",
@@ -112,15 +100,6 @@ OTHER_GROUPS: tuple[tuple[str, dict[str, Target]], ...] = (
                     "wandb_entity",
                     "wandb_project",
                     "wandb_run_group",
-                    "code_language",
-                    "code_eval_test_batch_size",
-                    "code_eval_scoring_mode",
-                    "parallel_code_exec_per_proc",
-                    "code_provider",
-                    "ioi_provider",
-                    "e2b_router_url",
-                    "morph_router_url",
-                    "enforce_same_language",
                     "dataset_num_proc",
                 ),
                 RECIPE,

@@ -21,7 +21,10 @@ DATA_LOADING = (
     "data loading: infgrpo tokenizes the prompts in memory and draws them in a seeded shuffled order (data.seed); "
     "every column reaches the rewards as metadata"
 )
-DATASETS = "dataset sources: infgrpo reads one source, data.path (hub id, folder or file); data.train_size caps it"
+DATASETS = (
+    "streaming: infgrpo holds the rows in memory, in its seeded order that resumes exactly (data.path, or several "
+    "sources in data.mixture); data.train_size caps them"
+)
 OPTIMIZER = (
     "optimizer: infgrpo steps torch's AdamW (betas 0.9 and 0.999, eps 1e-8) with the schedules of model.optimizer; "
     "no other optimizer or option"

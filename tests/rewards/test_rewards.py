@@ -68,7 +68,8 @@ def test_nan_is_none_as_in_trl_whatever_on_error_says(on_error):
 def test_unknown_reward_names_are_clear_errors():
     with pytest.raises(
         ValueError,
-        match="rewards: .gsm9k. is not known; valid: format, gsm8k, math, numeric, overlong, reasoning_gym, synthetic",
+        match="rewards: .gsm9k. is not known; valid: format, gsm8k, math, numeric, open_r1_accuracy, .*, overlong, "
+        "reasoning_gym, synthetic",
     ):
         resolve_reward("gsm9k")
     with pytest.raises(ValueError, match="cannot import 'nope.module:fn'"):

@@ -2,6 +2,7 @@
 (tests/fixtures/trl/, written in their shapes), with every key the conversion drops named; bad ``-o`` paths."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ def noted(notes: list[str], key: str) -> bool:
 def offline(config: dict) -> dict:
     """The converted config with the model and the dataset pointed at the tiny ones (the hub ids are not cached)."""
     config["model"].setdefault("policy", {})["model_name_or_path"] = "tiny"
-    config["data"] = {**config["data"], "path": "tiny", "config_name": None, "train_split": "train"}
+    config["data"] = {**config["data"], "path": "tiny", "config_name": None, "train_split": "train", "mixture": None}
     if config["data"].get("eval_split") is not None:
         config["data"]["eval_split"] = "eval"
     return config
@@ -62,7 +63,7 @@ def test_the_recipe_maps_its_script_arguments_and_names_the_rest():
     result = convert(read_trl_file(FIXTURES / "open_r1_recipe.yaml"))
     model, data = result.config["model"], result.config["data"]
     assert model["policy"]["dtype"] == "bfloat16"  # torch_dtype, TRL's older name of dtype
-    assert model["rewards"]["functions"] == {"trl.rewards:accuracy_reward": 1.0, "format": 1.0}
+    assert model["rewards"]["functions"] == {"open_r1_accuracy": 1.0, "open_r1_format": 1.0}
     assert data["prompt_column"] == "problem" and data["system_prompt"].startswith("You are a helpful AI Assistant")
     assert data["max_prompt_length"] == 512 and data["path"] == "open-r1/OpenR1-Math-220k"
     assert "chat_template" not in data  # the recipe's script makes conversations: infgrpo's true wraps them so
@@ -91,19 +92,26 @@ def test_launcher_keys_say_what_to_set_instead():
     assert "torch_compile" not in " ".join(result.notes)  # no hint to the nearest spelling of another field
 
 
-def test_a_mixture_of_one_dataset_is_read_and_of_several_refused():
+def test_mixtures_in_trl_s_form_and_the_recipe_s_become_data_mixture():
     data = convert(read_trl_file(FIXTURES / "trl_docs_mixture.yaml")).config["data"]
-    assert (data["path"], data["train_split"]) == ("trl-lib/DeepMath-103K", "train")
-    two = {"datasets": [{"path": "org/a", "split": "train"}, {"path": "org/b"}], "dataset_name": "org/c"}
-    with pytest.raises(ConversionError, match=r"^datasets: a mixture of 2 datasets \(org/a, org/b\): infgrpo reads"):
-        convert(two)
-    recipe = {"dataset_mixture": {"datasets": [{"id": "org/a", "config": "x"}, {"id": "org/b"}], "seed": 0}}
-    with pytest.raises(ConversionError, match="^dataset_mixture: a mixture of 2 datasets"):
-        convert(recipe)
-    with pytest.raises(ConversionError, match="data_files='x.json'.*give the file or folder as dataset_name"):
-        convert({"datasets": [{"path": "json", "data_files": "x.json"}]})
-    one = convert({"dataset_mixture": {"datasets": [{"id": "org/a", "config": "x", "split": "dev"}]}}).config["data"]
-    assert (one["path"], one["config_name"], one["train_split"]) == ("org/a", "x", "dev")
+    assert data["mixture"] == {"datasets": [{"path": "trl-lib/DeepMath-103K"}]}
+    two = {"datasets": [{"path": "json", "data_files": "a.jsonl", "columns": ["prompt"]}, {"path": "org/b"}]}
+    result = convert({**two, "dataset_name": "org/c"})
+    assert result.config["data"]["mixture"] == two and "path" not in result.config["data"]
+    assert any(n.startswith("dataset_name='org/c' ignored: the dataset mixture is read") for n in result.notes)
+    recipe = {"dataset_mixture": {"datasets": [{"id": "org/a", "config": "x", "weight": 0.3}, {"id": "org/b"}]}}
+    assert convert(recipe).config["data"]["mixture"] == {
+        "datasets": [{"path": "org/a", "name": "x", "weight": 0.3}, {"path": "org/b", "weight": 1.0}],
+        "seed": 0,  # the recipe parser's defaults, written out: its shuffles
+    }
+    for bad, says in (
+        ({"dataset_mixture": {"datasets": [{"id": "a", "columns": ["x"]}, {"id": "b", "columns": ["y"]}]}}, "differ"),
+        ({"dataset_mixture": {"datasets": [{"path": "a"}]}}, "has no field 'path'"),
+        ({"dataset_mixture": [{"id": "a"}]}, "must be a mapping with a datasets list"),
+        ({"datasets": [{"path": "a", "weight": 1}]}, "datasets[0].weight is not a field of TRL's DatasetConfig"),
+    ):
+        with pytest.raises(ConversionError, match=re.escape(says)):
+            convert(bad)
 
 
 def test_older_names_yield_to_the_new_one_and_warmup_steps_wins():
@@ -146,4 +154,4 @@ def test_fit_accepts_a_converted_recipe(tmp_path, capsys):
     assert proc.returncode == 0, proc.stderr[-2000:]
     printed = yaml.safe_load(proc.stdout)
     assert printed["data"]["prompt_column"] == "problem" and printed["data"]["max_prompt_length"] == 512
-    assert printed["model"]["rewards"]["functions"] == {"trl.rewards:accuracy_reward": 1.0, "format": 1.0}
+    assert printed["model"]["rewards"]["functions"] == {"open_r1_accuracy": 1.0, "open_r1_format": 1.0}

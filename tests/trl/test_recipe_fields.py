@@ -22,37 +22,37 @@ def note(notes: list[str], start: str) -> str:
     return next(n for n in notes if n.startswith(start))
 
 
-def test_a_mixture_s_test_split_size_holds_out_trl_s_share_of_the_rows(tmp_path):
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"prompt": f"rev ab{i}"}) + "\n" for i in range(40)))
+def test_a_mixture_s_test_split_size_holds_out_trl_s_count_of_rows_by_a_seeded_draw(tmp_path):
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"prompt": f"rev ab{i}"}) + "\n" for i in range(41)))
     mixture = {"datasets": [{"path": str(tmp_path), "split": "train"}], "test_split_size": 0.25}
     result = convert({**mixture, "eval_strategy": "steps", "eval_steps": 5})
     data = result.config["data"]
-    assert (data["eval_fraction"], data["eval_split"]) == (0.25, None) and "eval_size" not in data
-    assert "round(0.25 x rows) here, datasets rounds up" in note(result.notes, "test_split_size=0.25: ")
+    assert data["mixture"] == {"datasets": [{"path": str(tmp_path)}], "test_split_size": 0.25}
+    assert data["eval_split"] is None and "eval_size" not in data and "eval_fraction" not in data
+    assert "drawn with data.seed (TRL's split is unseeded)" in note(result.notes, "test_split_size=0.25: ")
     check_data_settings(data)
-    train, held_out = PromptDataModule(**data).rows()
+    train, held_out = PromptDataModule(**data, seed=3).rows()
     trl_split = get_dataset(DatasetMixtureConfig(datasets=[DatasetConfig(path=str(tmp_path))], test_split_size=0.25))
-    assert (len(train), len(held_out)) == (trl_split["train"].num_rows, trl_split["test"].num_rows) == (30, 10)
+    assert (len(train), len(held_out)) == (trl_split["train"].num_rows, trl_split["test"].num_rows) == (30, 11)
+    assert sorted(r["prompt"] for r in train + held_out) == sorted(f"rev ab{i}" for i in range(41))
+    again, other = PromptDataModule(**data, seed=3).rows()[1], PromptDataModule(**data, seed=4).rows()[1]
+    assert again == held_out != other  # seeded: the same rows for a seed
 
 
 def test_test_split_size_in_a_recipe_s_mixture_mapping_and_without_evaluation():
     recipe = {"dataset_mixture": {"datasets": [{"id": "org/a"}], "seed": 0, "test_split_size": 0.05}}
     result = convert(recipe)  # eval_strategy: TRL's default no: the rows leave training, none is scored
-    assert {k: result.config["data"][k] for k in ("eval_fraction", "eval_split", "eval_size")} == {
-        "eval_fraction": 0.05,
-        "eval_split": None,
-        "eval_size": 0,
-    }
+    data = result.config["data"]
+    assert data["mixture"] == {"datasets": [{"path": "org/a", "weight": 1.0}], "seed": 0, "test_split_size": 0.05}
+    assert (data["eval_split"], data["eval_size"]) == (None, 0)
     assert "eval_strategy=no: none scored" in note(result.notes, "dataset_mixture.test_split_size=0.05: ")
 
 
-def test_test_split_size_as_rows_is_named_with_the_share_to_write_and_bad_values_refused():
+def test_test_split_size_as_rows_and_without_a_mixture_and_bad_values():
     rows = convert({"datasets": [{"path": "org/a", "split": "dev"}], "test_split_size": 500, "eval_strategy": "epoch"})
-    assert "eval_fraction" not in rows.config["data"] and rows.config["data"]["eval_split"] is None
-    line = note(rows.notes, "test_split_size=500 rows not mapped: ")
-    assert "write data.eval_fraction: 500 / the rows of org/a's split 'dev'" in line and "none evaluated" in line
+    assert rows.config["data"]["mixture"] == {"datasets": [{"path": "org/a", "split": "dev"}], "test_split_size": 500}
     alone = convert({"dataset_name": "org/a", "test_split_size": 0.1})  # TRL's script splits a mixture only
-    assert "eval_fraction" not in alone.config["data"]
+    assert "mixture" not in alone.config["data"]
     assert "TRL's grpo script splits a datasets mixture only" in note(alone.notes, "test_split_size=0.1 ignored: ")
     for bad in (1.5, 0, True, "0.1"):
         with pytest.raises(ConversionError, match=r"test_split_size=.* must be a share of the rows in \(0, 1\)"):
@@ -83,7 +83,7 @@ def test_reward_import_paths_are_checked_and_every_bad_one_named_at_once():
         convert(
             {
                 "reward_funcs": [
-                    "tag_count",
+                    "tag_counts",
                     "recipe_rewards_t53:acuracy",
                     "recipe_rewards_t53.LIMIT",
                     "broken_rewards_t53.score",
@@ -93,7 +93,7 @@ def test_reward_import_paths_are_checked_and_every_bad_one_named_at_once():
             }
         )
     line = str(err.value)
-    assert "\n" not in line and line.startswith("reward_funcs: 'tag_count' is neither TRL's names")
+    assert "\n" not in line and line.startswith("reward_funcs: 'tag_counts' is neither TRL's names")
     assert "'recipe_rewards_t53:acuracy' does not import from this folder: recipe_rewards_t53 has no 'acuracy': " \
         "write 'recipe_rewards_t53:accuracy'" in line  # fmt: skip
     assert "'recipe_rewards_t53.LIMIT' does not import from this folder: recipe_rewards_t53.LIMIT is not callable " \

@@ -8,8 +8,8 @@ The data module found these after the model loaded: a system prompt with ``chat_
 encoded the first prompt, and too few prompts for one global batch (``data.batch_size`` per rank x the ranks) when
 its batch sampler was built (also when ``long_prompts: skip`` dropped them). Here the rows are counted
 (:func:`training_rows`, below) and, with ``long_prompts: skip``, the first rows measured with the tokenizer
-(:func:`~infgrpo.data.first_rows.check_first_rows`, the data module's rule). Where the first rows are not every
-row, prompts dropped among them are a warning: later rows may be short enough.
+(:func:`~infgrpo.data.first_rows.check_first_rows`, the data module's rule). Where the first rows are all dropped,
+every row is measured: later rows may be short enough, and a run with none would stop after the model loaded.
 
 **Counting rows** (nothing tokenized). The data module takes every row of the training split (``tiny``, a folder
 of split files, one data file, or ``train_size`` generated prompts of ``reasoning_gym:<task>``), holds
@@ -22,7 +22,6 @@ counted there (they need the tokenizer: :func:`check_skipped_prompts`).
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,9 +32,12 @@ from infgrpo.assets import TINY_DATA_DIR
 from infgrpo.data.first_rows import check_first_rows
 from infgrpo.data.in_memory import held_out_count
 from infgrpo.data.local_files import FILE_TYPES, split_file
+from infgrpo.data.mixture import local_rows
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
-from infgrpo.settings import ConfigError, InfgrpoWarning
+from infgrpo.settings import ConfigError
 
+ALL_ROWS = 10**12
+"""Rows measured when none of the first ones is kept: all of a local source (one of them must be short enough)."""
 GENERATED = 1000
 """Training prompts of a ``reasoning_gym:<task>`` source when ``data.train_size`` is null (the data module's)."""
 
@@ -73,8 +75,9 @@ def check_one_batch(data: Mapping[str, Any], world: int) -> None:
         )
     fraction = data.get("eval_fraction") or 0.0
     held = f" after data.eval_fraction={fraction} holds {held_out_count(source or 0, fraction)} out" if fraction else ""
+    where = "data.mixture" if data.get("mixture") else f"data.path={data.get('path')!r}"
     raise ConfigError(
-        f"data.path={data.get('path')!r} has {rows} training rows{held}, fewer than one batch "
+        f"{where} has {rows} training rows{held}, fewer than one batch "
         f"({batch_words(data, world)} a step): give more rows, or {fix}"
     )
 
@@ -82,15 +85,18 @@ def check_one_batch(data: Mapping[str, Any], world: int) -> None:
 def check_skipped_prompts(
     data: Mapping[str, Any], world: int, tokenizer: Callable[[], PreTrainedTokenizerBase]
 ) -> None:
-    """With ``data.long_prompts: skip``: a ConfigError when the prompts left are fewer than one batch (every row was
-    measured), a warning when every one of the first rows is dropped (there are more rows)."""
+    """With ``data.long_prompts: skip``: a ConfigError when the prompts left are fewer than one batch. The first rows
+    are measured; when every one of them is dropped, every row of the (local) source is (one must be kept)."""
     measure = {**data, "eval_size": 0, "max_prompt_length": sys.maxsize, "long_prompts": "skip"}
     lengths = [n for _, _, n in check_first_rows(measure, tokenizer)]  # the first rows of the training split
     if not lengths:
         return
-    longest, read = data["max_prompt_length"], len(lengths)
-    kept, shortest = sum(n <= longest for n in lengths), min(lengths)
+    longest = data["max_prompt_length"]
     source, cap = source_rows(data), data.get("train_size")
+    if not any(n <= longest for n in lengths) and not (source is not None and source <= len(lengths)):
+        lengths = [n for _, _, n in check_first_rows(measure, tokenizer, ALL_ROWS)]  # none kept: measure them all
+    read = len(lengths)
+    kept, shortest = sum(n <= longest for n in lengths), min(lengths)
     whole_source = source is not None and source <= read  # held-out rows among them: `kept` bounds the rest
     whole_cap = cap is not None and cap <= read and not data.get("eval_fraction")
     every_row = whole_source or whole_cap  # every training row was measured: the counts are certain
@@ -105,14 +111,6 @@ def check_skipped_prompts(
             f"{head} keeps {kept} of the {read} training prompts, fewer than one batch ({batch_words(data, world)} a "
             f"step): raise data.max_prompt_length (the longest prompt has {max(lengths)} tokens), or lower "
             "data.batch_size"
-        )
-    if kept == 0:
-        warnings.warn(
-            f"[infgrpo] {head} drops all of the first {read} prompts of split {data['train_split']!r} (the shortest "
-            f"has {shortest} tokens): only later rows that are short enough will train; raise "
-            f"data.max_prompt_length to >= {shortest} to keep them",
-            InfgrpoWarning,
-            stacklevel=1,
         )
 
 
@@ -159,6 +157,9 @@ def source_rows(data: Mapping[str, Any]) -> int | None:
     """Rows of the training source before ``eval_fraction`` and ``train_size``; None where unknown before loading."""
     if data.get("train_dataset") is not None:
         return None
+    if data.get("mixture") is not None:  # its training rows, after its test_split_size (local sources only)
+        mixed = local_rows(data)
+        return len(mixed[0]) if mixed is not None else None
     path = data.get("path", "tiny")
     if is_reasoning_gym(path):
         return data.get("train_size") or GENERATED

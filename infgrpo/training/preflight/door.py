@@ -43,6 +43,7 @@ from infgrpo.training.preflight.model_data import (
     check_max_steps,
     check_reward_models,
     check_stop_tokens_of,
+    check_warmup,
 )
 from infgrpo.training.preflight.no_effect import warn_no_effect
 from infgrpo.training.preflight.resume_check import check_resume
@@ -266,6 +267,11 @@ STEPS: tuple[Step, ...] = (
         "max steps", "trainer.max_steps: -1 or >= 1",
         lambda run: check_max_steps(run.config["trainer"].get("max_steps")),
         lambda module: check_max_steps(module.trainer.max_steps),
+    ),
+    Step(
+        "warmup", "model.optimizer: warmup_steps below trainer.max_steps for a decaying lr_scheduler_type",
+        lambda run: check_warmup(run.settings.optimizer, run.config["trainer"].get("max_steps")),
+        "configure_optimizers (before fit start) refuses the same in training.optim.lr_factor, naming both numbers",
     ),
     Step(
         "model and data",

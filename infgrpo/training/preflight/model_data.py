@@ -30,7 +30,7 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from infgrpo.agent import AgentConfig
 from infgrpo.agent.chat import check_tool_template, ensure_response_parser, load_template
 from infgrpo.data.first_rows import check_first_rows, split_rows
-from infgrpo.data.prompt_rows import prompt_of
+from infgrpo.data.prompt_rows import row_prompt
 from infgrpo.policy.load import load_tokenizer
 from infgrpo.policy.lora_targets import check_lora_targets
 from infgrpo.policy.model_config import load_model_config
@@ -57,6 +57,22 @@ def check_max_steps(max_steps: Any) -> None:
         raise ConfigError(
             f"trainer.max_steps={max_steps!r}{why} must be -1 (no limit: max_epochs ends the run) or >= 1"
         )
+
+
+def check_warmup(optimizer: Any, max_steps: Any) -> None:
+    """A ConfigError naming ``model.optimizer.warmup_steps`` and ``trainer.max_steps`` when a decaying schedule
+    (``linear``, ``cosine``) has no step left after its warmup: the run's optimizer steps (``max_steps``, Lightning
+    counts optimizer steps) must exceed the warmup. The schedule refuses it when it is built, after the model
+    loaded (:func:`~infgrpo.training.optim.lr_factor`); with ``max_steps`` -1 the epochs set the length, which the
+    rows decide: left to it."""
+    schedule, warmup = optimizer.lr_scheduler_type, optimizer.warmup_steps
+    if schedule == "constant" or not isinstance(max_steps, int) or max_steps < 1 or max_steps > warmup:
+        return
+    raise ConfigError(
+        f"model.optimizer.warmup_steps={warmup} leaves none of trainer.max_steps={max_steps} optimizer steps to "
+        f"lr_scheduler_type={schedule!r}, which decays the rate after the warmup: set warmup_steps below {max_steps} "
+        "(e.g. a tenth of the run), raise trainer.max_steps, or use lr_scheduler_type: constant"
+    )
 
 
 def check_context(config: PretrainedConfig, max_new_tokens: int, prompts: list[tuple[str, int, int]]) -> None:
@@ -121,10 +137,9 @@ def check_reward_splits(functions: dict[str, float], data: dict[str, Any]) -> No
     """The first rows of the training and held-out splits of local ``data`` against what ``functions`` read (the
     columns TRL-convention rewards name, ``accuracy_reward``'s ``solution``; conversational completions): a
     ConfigError naming the reward and the data (:func:`~infgrpo.rewards.signature.check_reward_data`)."""
-    columns = (data["prompt_column"], data["answer_column"], data["prompt_template"])
     for split, (where, rows) in split_rows(data).items():
         if rows:
-            pairs = [prompt_of(row, *columns, split, i) for i, row in enumerate(rows)]  # rows as the rewards get them
+            pairs = [row_prompt(row, data, split, i) for i, row in enumerate(rows)]  # rows as the rewards get them
             check_reward_data(functions, [row for row, _ in pairs], [prompt for _, prompt in pairs], where)
 
 

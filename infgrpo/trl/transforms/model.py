@@ -19,6 +19,7 @@ from typing import Any
 
 from infgrpo.trl.fields import ConversionError
 from infgrpo.trl.keys import Keys
+from infgrpo.trl.recipe_rewards import ACCURACY_TWINS, RECIPE_ARGUMENTS, RECIPE_REWARDS, readers, recipe_reward, remark
 from infgrpo.trl.transforms.registry import Transforms
 from infgrpo.trl.trl_settings import TrlSettings, plain
 
@@ -33,35 +34,7 @@ TRL_REWARDS: dict[str, str] = {
 """The names TRL's ``grpo`` script resolves itself (its registry, the factory called with the script's arguments),
 as infgrpo reward names."""
 
-RECIPE_REWARDS: dict[str, str] = {
-    "accuracy": "trl.rewards:accuracy_reward",
-    "format": "format",
-    "cosine": "trl.rewards:get_cosine_scaled_reward(max_len={cosine_max_len}, "
-    "min_value_wrong={cosine_min_value_wrong}, max_value_wrong={cosine_max_value_wrong}, "
-    "min_value_correct={cosine_min_value_correct}, max_value_correct={cosine_max_value_correct})",
-    "repetition_penalty": "trl.rewards:get_repetition_penalty_reward(ngram_size={repetition_n_grams}, "
-    "max_penalty={repetition_max_penalty})",
-    "soft_overlong_punishment": "trl.rewards:get_soft_overlong_punishment(max_completion_len={max_completion_len}, "
-    "soft_punish_cache={soft_punish_cache})",
-}
-"""Reasoning recipes' registry names (open-r1's ``grpo.py`` and the projects built on it) with a twin here: TRL's
-reward the recipe's was ported to (its factories called with the recipe's arguments), or infgrpo's ``format``
-(``<think>...</think><answer>...</answer>``)."""
-
-RECIPE_ARGUMENTS: dict[str, Any] = {
-    "cosine_min_value_wrong": 0.0,
-    "cosine_max_value_wrong": -0.5,
-    "cosine_min_value_correct": 0.5,
-    "cosine_max_value_correct": 1.0,
-    "cosine_max_len": 1000,
-    "repetition_n_grams": 3,
-    "repetition_max_penalty": -1.0,
-    "max_completion_len": 16384,
-    "soft_punish_cache": 4096,
-}
-"""The recipe's reward arguments :data:`RECIPE_REWARDS` calls its factories with, and open-r1's defaults of them."""
-
-ACCURACY_REWARDS = ("trl.rewards:accuracy_reward", "trl.rewards:reasoning_accuracy_reward")
+ACCURACY_REWARDS = ("trl.rewards:accuracy_reward", "trl.rewards:reasoning_accuracy_reward", *ACCURACY_TWINS)
 """Rewards that score 1 for a correct answer: the first one of a run is its ``model.rewards.accuracy``."""
 
 
@@ -223,8 +196,8 @@ def _tool_turns(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
 
 def _reward_name(trl: TrlSettings, func: str, notes: list[str]) -> str | None:
     """infgrpo's name of a reward of ``reward_funcs``: TRL's script's names, an import path (``module:function``, or
-    dotted as TRL takes it), a recipe's name with a twin (:data:`RECIPE_REWARDS`, with a note); None for a name that
-    resolves to nothing."""
+    dotted as TRL takes it), a reasoning recipe's registry name (:mod:`infgrpo.trl.recipe_rewards`, with a note);
+    None for a name that resolves to nothing."""
     if func in TRL_REWARDS:
         return TRL_REWARDS[func]
     if ":" in func:  # infgrpo's own form
@@ -234,14 +207,15 @@ def _reward_name(trl: TrlSettings, func: str, notes: list[str]) -> str | None:
         return f"{module}:{attribute}"
     if func not in RECIPE_REWARDS:
         return None
-    name = RECIPE_REWARDS[func].format(**{k: trl[k] if trl[k] is not None else v for k, v in RECIPE_ARGUMENTS.items()})
-    what = (
-        "infgrpo's format reward: 1.0 for <think>...</think><answer>...</answer> (open-r1's also asks for a newline "
-        "inside each tag)"
-        if name == "format"
-        else f"{name}, the TRL reward the recipe's was ported to"
-    )
-    notes.append(f"reward_funcs {func!r} (a reasoning recipe's registry name): {what}")
+    name, needs = recipe_reward(func, {k: trl[k] for k in RECIPE_ARGUMENTS})
+    if needs:
+        notes.append(
+            f"reward_funcs {func!r} (a reasoning recipe's registry name) runs code in a sandbox service: {name}, the "
+            f"recipe's function with the arguments its registry binds (not called until scoring); it needs {needs}"
+        )
+    else:
+        more = f"; {remark(func)}" if remark(func) else ""
+        notes.append(f"reward_funcs {func!r} (a reasoning recipe's registry name): {name}, the recipe's values{more}")
     return name
 
 
@@ -313,7 +287,7 @@ def trl_reward_functions() -> list[str]:
     return module_functions(trl.rewards)
 
 
-@TRANSFORMS.converts("reward_funcs", "reward_model_name_or_path", "reward_weights")
+@TRANSFORMS.converts("reward_funcs", "reward_model_name_or_path", "reward_weights", *RECIPE_ARGUMENTS)
 def _rewards(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
     """``model.rewards``: TRL's reward functions (resolved as its ``grpo`` script does) with their weights."""
     names: list[str] = []
@@ -336,6 +310,13 @@ def _rewards(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
                 broken[func] = problem
     if unknown or broken:
         raise ConversionError(_bad_rewards(unknown, broken))
+    named = [str(f) for f in ([funcs] if isinstance(funcs, str) else funcs)]
+    for argument in RECIPE_ARGUMENTS:
+        if trl.is_set(argument) and not set(readers(argument)) & set(named):
+            notes.append(
+                f"{argument}={trl[argument]!r} not used: an argument of the recipe's {' and '.join(readers(argument))} "
+                "reward, which reward_funcs does not name"
+            )
     weights = trl["reward_weights"]
     if names:
         weights = [1.0] * len(names) if weights is None else list(weights)

@@ -1,5 +1,6 @@
 """The transforms of the run around the model: the learning-rate schedule, the run's length, the devices, logging,
-the output folder, checkpoints and resuming, held-out evaluation, the dataset and the model's name.
+the output folder, checkpoints and resuming, held-out evaluation and the model's name (the data's:
+:mod:`~infgrpo.trl.transforms.data`).
 
 Each function converts the TRL fields it is registered for (:meth:`~.registry.Transforms.converts`) and runs once,
 in the order they stand here, after those of :mod:`~infgrpo.trl.transforms.model`. TRL counts optimizer steps,
@@ -8,14 +9,11 @@ Lightning (``trainer.*``) counts rollouts, each of which makes ``num_iterations`
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from infgrpo.trl.fields import ConversionError
 from infgrpo.trl.keys import Keys
-from infgrpo.trl.transforms.model import RECIPE_ARGUMENTS
 from infgrpo.trl.transforms.registry import Transforms
 from infgrpo.trl.trl_settings import TrlSettings
 
@@ -226,7 +224,7 @@ def _evaluation(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
     )
 
 
-def _named(trl: TrlSettings, out: Keys, notes: list[str], name: str, key: str) -> None:
+def named(trl: TrlSettings, out: Keys, notes: list[str], name: str, key: str) -> None:
     """Copies what TRL's script names (its dataset, its model) to ``key``; a note when the config names none (a
     ``GRPOConfig`` alone does not): infgrpo's default, the tiny one, stays."""
     if trl[name] is None:
@@ -235,131 +233,7 @@ def _named(trl: TrlSettings, out: Keys, notes: list[str], name: str, key: str) -
         out.put(key, trl[name], True)
 
 
-RECIPE_KEYS = frozenset(
-    ("system_prompt", "dataset_prompt_column", "dataset_mixture", "chat_template", *RECIPE_ARGUMENTS, "benchmarks")
-)
-"""Keys of reasoning recipes' own scripts (open-r1's ``grpo.py`` and its kin), which make every prompt a
-conversation: the system prompt, then the prompt column as the user turn."""
-
-
-def _mixture(trl: TrlSettings) -> tuple[str, dict[str, Any]] | None:
-    """The one dataset of TRL's ``datasets`` mixture (or a recipe's ``dataset_mixture``) as ``(path, {name, split})``;
-    None without a mixture; a ConversionError for a mixture infgrpo cannot read as one source."""
-    field = "dataset_mixture" if trl.is_set("dataset_mixture") else "datasets"
-    entries = trl[field]
-    if isinstance(entries, Mapping):  # a recipe's {datasets: [...], seed, test_split_size}
-        entries = entries.get("datasets")
-    if not entries:
-        return None
-    rows = [dataclasses.asdict(e) if dataclasses.is_dataclass(e) else dict(e) for e in entries]
-    paths = [str(row.get("path") or row.get("id")) for row in rows]
-    if len(rows) > 1:
-        raise ConversionError(
-            f"{field}: a mixture of {len(rows)} datasets ({', '.join(paths)}): infgrpo reads one source (data.path); "
-            "merge them into one data file or folder (datasets' concatenate_datasets, then to_json) and give it as "
-            "dataset_name"
-        )
-    files = {k: rows[0][k] for k in ("data_dir", "data_files") if rows[0].get(k)}
-    if files:
-        raise ConversionError(
-            f"{field}: {paths[0]} with {', '.join(f'{k}={v!r}' for k, v in files.items())}: infgrpo reads a hub "
-            "dataset's split, one data file or a folder of split files; give the file or folder as dataset_name"
-        )
-    return paths[0], {"name": rows[0].get("name") or rows[0].get("config"), "split": rows[0].get("split") or "train"}
-
-
-@TRANSFORMS.converts("dataset_name", "datasets", "dataset_mixture", "max_prompt_length")
-def _dataset(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
-    """``data.path`` (TRL's ``dataset_name``, or a mixture of one dataset); prompts rendered as TRL renders them;
-    TRL 1.16 has no prompt length limit, infgrpo refuses prompts over ``data.max_prompt_length``."""
-    mixture = _mixture(trl)
-    if mixture is None:
-        _named(trl, out, notes, "dataset_name", "data.path")
-    else:
-        path, source = mixture
-        if trl["dataset_name"] is not None:
-            notes.append(f"dataset_name={trl['dataset_name']!r} ignored: the dataset mixture is read, as in TRL")
-        out.put("data.path", path, True)
-        out.put("data.config_name", source["name"], source["name"] is not None)
-        out.put("data.train_split", source["split"], True)
-        notes.append(f"a mixture of one dataset: data.path={path!r}, its split {source['split']!r}")
-    if trl.any_set(*RECIPE_KEYS):
-        notes.append(
-            "a reasoning recipe's script makes each prompt a conversation (its system_prompt, then the prompt column "
-            "as the user turn): data.chat_template: true (infgrpo's default) renders string prompts so"
-        )
-    else:
-        out.put("data.chat_template", "conversations", True)
-        notes.append(
-            "data.chat_template: conversations, TRL's rule: a string prompt is tokenized as it is (TRL applies no chat "
-            "template to it), a conversational one goes through the tokenizer's chat template"
-        )
-    if trl.is_set("max_prompt_length"):
-        out.put("data.max_prompt_length", trl.integer("max_prompt_length"), True)
-        notes.append(
-            f"max_prompt_length={trl['max_prompt_length']}: data.max_prompt_length; older TRL cut longer prompts from "
-            "the left, infgrpo stops on one (data.long_prompts: skip leaves them out)"
-        )
-    else:
-        notes.append(
-            f"data.max_prompt_length={out.default('data.max_prompt_length')} (infgrpo's default) bounds the prompts; "
-            "TRL 1.16 has no prompt limit: raise it for longer prompts, or set data.long_prompts: skip"
-        )
-
-
-def _split_size(trl: TrlSettings) -> tuple[str, Any]:
-    """TRL's ``test_split_size`` as (its name in the notes, its value): a recipe's mixture mapping's
-    (``dataset_mixture: {datasets, test_split_size}``), else the top level's (``DatasetMixtureConfig``'s)."""
-    for field in ("dataset_mixture", "datasets"):
-        if isinstance(trl[field], Mapping) and trl[field].get("test_split_size") is not None:
-            return f"{field}.test_split_size", trl[field]["test_split_size"]
-    return "test_split_size", trl["test_split_size"]
-
-
-@TRANSFORMS.converts("test_split_size")
-def _test_split(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
-    """TRL's script splits a dataset mixture into train and test rows (datasets' ``train_test_split``), and evaluates
-    on the test rows: a share is ``data.eval_fraction`` (its held-out rows replace ``data.eval_split``)."""
-    field, size = _split_size(trl)
-    mixture = _mixture(trl) if size is not None else None
-    if mixture is None:
-        if size is not None:
-            notes.append(
-                f"{field}={size} ignored: TRL's grpo script splits a datasets mixture only (dataset_name is read as it "
-                "is); data.eval_fraction holds out a share of the training rows"
-            )
-        return
-    share = isinstance(size, float) and 0 < size < 1
-    if not share and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        raise ConversionError(
-            f"{field}={size!r} must be a share of the rows in (0, 1) or a number of rows >= 1 (datasets' "
-            "train_test_split test_size)"
-        )
-    evaluated = trl["eval_strategy"] != "no"
-    out.put("data.eval_split", None, True)  # TRL's test rows come from the split, not from a split of the dataset
-    path, source = mixture
-    if not share:
-        notes.append(
-            f"{field}={size} rows not mapped: data.eval_fraction takes a share; write data.eval_fraction: {size} / "
-            f"the rows of {path}'s split {source['split']!r} (until then no row is held out"
-            + (" and none evaluated)" if evaluated else ")")
-        )
-        return
-    out.put("data.eval_fraction", float(size), True)
-    if not evaluated:
-        out.put("data.eval_size", 0, True)
-    notes.append(
-        f"{field}={size}: data.eval_fraction={size}, a seeded share of the rows held out of training as TRL's "
-        f"train_test_split holds it (round({size} x rows) here, datasets rounds up); "
-        + (
-            "the first data.eval_size of them are scored, TRL scores all"
-            if evaluated
-            else "eval_strategy=no: none scored (data.eval_size: 0), as in TRL"
-        )
-    )
-
-
 @TRANSFORMS.converts("model_name_or_path")
 def _model_name(trl: TrlSettings, out: Keys, notes: list[str]) -> None:
     """``model.policy.model_name_or_path`` (a ``GRPOConfig`` alone names no model)."""
-    _named(trl, out, notes, "model_name_or_path", "model.policy.model_name_or_path")
+    named(trl, out, notes, "model_name_or_path", "model.policy.model_name_or_path")

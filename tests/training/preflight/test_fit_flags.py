@@ -184,9 +184,13 @@ def test_long_prompts_skip_that_leaves_too_few_prompts_is_named(capsys, tmp_path
     assert "keeps 1 of the 3 training prompts, fewer than one batch (data.batch_size=2 x 1 rank" in line
 
 
-def test_long_prompts_skip_dropping_all_first_rows_of_more_warns():
-    found = warnings_of(*TINY, "--data.long_prompts", "skip", "--data.max_prompt_length", "5")
-    assert len(found) == 1 and "drops all of the first 64 prompts of split 'train' (the shortest has" in found[0]
+def test_long_prompts_skip_dropping_all_first_rows_measures_the_rest(tmp_path):
+    """The first 64 rows are all too long: every row is measured, and the 6 short ones after them train (issue 60:
+    a warning here used to precede a run with no prompt at all; tests/training/preflight/test_new_user_input.py)."""
+    rows = [f"rev {'ab' * 20}" for _ in range(64)] + ["rev ab"] * 6
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in rows))
+    data = ["--data.path", str(tmp_path / "train.jsonl"), "--data.batch_size", "2"]
+    assert warnings_of(*TINY, *data, "--data.long_prompts", "skip", "--data.max_prompt_length", "20") == []
 
 
 def test_settings_that_do_nothing_warn_once_each():
