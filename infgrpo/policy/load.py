@@ -193,7 +193,7 @@ def load_policy(
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
     elif gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})  # 5.24+ name
         model.config.use_cache = False
     if lora_r > 0:
         from peft import LoraConfig, get_peft_model
