@@ -197,6 +197,7 @@ def test_fences_inline_spans_and_continuations_are_read():
 def test_placeholders_mentions_and_loops_follow_the_rule():
     block = (
         "python -m benchmarks <name> --json PATH\n"
+        "python -m infgrpo.fit --config configs/<name>.yaml\n"
         "python -m benchmarks rollout [--json PATH]\n"
         "python -m infgrpo.fit --trainer.devices N\n"
         "python -m infgrpo.fit --seed_everything $SEED\n"
@@ -204,9 +205,9 @@ def test_placeholders_mentions_and_loops_follow_the_rule():
         "python -m infgrpo.from_trl\n"
     )
     found = commands_in_shell(block, "b")
-    assert [c.checked for c in found] == [False, False, False, False, True, False]
-    assert found[4].args == ("--seed_everything", "3", "--trainer.default_root_dir", "runs/s3")
-    assert found[5].mention and not found[5].placeholder
+    assert [c.checked for c in found] == [False, False, False, False, False, True, False]
+    assert found[5].args == ("--seed_everything", "3", "--trainer.default_root_dir", "runs/s3")
+    assert found[6].mention and not found[6].placeholder
 
 
 def test_a_heading_that_says_as_run_at_a_commit_marks_its_section_historical():

@@ -125,7 +125,7 @@ def commands_in_shell(block: str, where: str, first_line: int = 1, historical: b
             i += 1
             text = text.rstrip()[:-1] + " " + lines[i].strip()
         i += 1
-        text = ANGLE_PLACEHOLDER.sub("PLACEHOLDER", text)  # <name>: before the shell reads < and > as redirections
+        text = ANGLE_PLACEHOLDER.sub("…", text)  # <name> (configs/<name>.yaml): before the shell reads < and >
         for words in split_simple_commands(text):
             command = command_in_words(words)
             if command is None:
