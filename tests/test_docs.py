@@ -88,3 +88,13 @@ def test_the_readme_and_getting_started_quote_the_main_jobs_recorded_figures():
         assert all(figure in text for figure in figures), f"{page} does not quote train_tiny.json's {figures}"
     headline = (ROOT / "benchmarks" / "README.md").read_text()
     assert f"0.100 -> {figures[1]}" in headline and f"in {figures[2]}" in headline
+
+
+def test_the_converter_pages_example_is_what_the_converter_writes(tmp_path, monkeypatch):
+    from infgrpo.from_trl import main
+
+    trl_file, written = re.findall(r"```yaml\n(.*?)```", (ROOT / "docs" / "from_trl.md").read_text(), re.DOTALL)[:2]
+    monkeypatch.chdir(tmp_path)  # the header names the file as given
+    (tmp_path / "grpo_qwen.yaml").write_text(trl_file)
+    assert main(["grpo_qwen.yaml", "-o", "infgrpo_qwen.yaml"]) == 0
+    assert (tmp_path / "infgrpo_qwen.yaml").read_text() == written
