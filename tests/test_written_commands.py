@@ -1,8 +1,9 @@
 """Every command the docs show parses today: ``python -m infgrpo.fit``, ``infgrpo.from_trl`` and ``benchmarks``.
 
 Where commands are read, and what is left out by rule (historical recordings, placeholders, files the reader
-writes first), is :mod:`tests.written_commands`. Nothing trains: a fit command is parsed as ``--print_config``
-parses it (the preflight's checks of the words, then LightningCLI's parser, from one parser built once); a
+writes first), is :mod:`tests.written_commands`. Nothing trains: a fit command goes through the command line's own
+parse step (the preflight's checks of the words, then LightningCLI's parser, ``--print_config`` and ``--help`` as
+written), on one parser built once by ``infgrpo.fit.main``; a
 converter command converts (a reader's TRL file replaced by a real TRL config, the output into a temporary folder);
 a benchmark's arguments go through its own parser, its ``--infgrpo-config`` pairs through the ``learn``
 benchmark's check, and ``train-tiny``'s pass-through overrides through the fit parser with its config.
