@@ -81,4 +81,4 @@ __all__ = [
     "SamplerConfig",
     "UpdateConfig",
 ]
-__version__ = "0.3.0"
+__version__ = "0.4.0.dev0"  # pyproject.toml's version: unreleased work after 0.3.0

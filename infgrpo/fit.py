@@ -142,7 +142,7 @@ scheduling), --data.* (prompts).
 """
 EPILOG = """\
 examples:
-  python -m infgrpo.fit -c configs/tiny.yaml                        # tiny model on CPU, ~1-2 min
+  python -m infgrpo.fit -c configs/tiny.yaml                        # tiny model on CPU, ~2.5 min
   python -m infgrpo.fit -c configs/tiny.yaml --model.group_size 64 --trainer.max_steps 20
   python -m infgrpo.fit -c configs/qwen3.yaml                       # Qwen3-1.7B, LoRA + 4-bit, GSM8K
   python -m infgrpo.fit -c configs/qwen3.yaml --model.sampler.num_slots auto --model.sampler.rollout_memory 8GB

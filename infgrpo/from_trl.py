@@ -24,7 +24,7 @@ TRL's. Keys real config files hold beside TRL 1.16's fields (older names such as
 arguments such as ``system_prompt``, launcher keys: :data:`~infgrpo.trl.other_keys.OTHER_GROUPS`) are mapped or named;
 any other key is left out and named, as TRL's parser ignores it (``strict=True``, ``--strict``: refused).
 
-TRL's defaults are read from the installed ``trl`` (``pip install "infgrpo[trl]"``: TRL 1.16.0).
+TRL's defaults are read from the installed ``trl`` (from a checkout: ``pip install -e ".[trl]"``, TRL 1.16.0).
 
 This module is the command; the TRL wing (:mod:`infgrpo.trl`) holds the table, TRL's defaults, the keys being
 written and the transforms. What needs the command line's classes (``GRPOModule``, its settings groups,

@@ -212,7 +212,7 @@ def load_policy(
             gradient_checkpointing_kwargs={"use_reentrant": False},
         )
     elif gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})  # 5.24+ name
         model.config.use_cache = False
     vision = is_vision_config(model.config)
     if vision and not train_vision_tower:  # vision hook: the tower and projector stay as loaded

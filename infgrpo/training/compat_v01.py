@@ -56,7 +56,8 @@ MOVED: dict[str, str] = {**_RENAMED, **{name: f"{g}.{name}" for g, names in _SAM
 FLAT_ONLY = frozenset(MOVED) - {"rewards"}
 """The keys of :data:`MOVED` that no group is named after (``rewards`` became the name of a group)."""
 GROUPED = (
-    "GRPOModule's settings are in groups (the README's table lists every key; TRL's names are kept inside the groups)"
+    "GRPOModule's settings are in groups since 0.2 (docs/migration-0.2.md maps every key of 0.1; TRL's names are kept "
+    "inside the groups)"
 )
 
 
