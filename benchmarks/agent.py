@@ -112,8 +112,8 @@ def run_one(cfg: dict) -> dict:
         st = rollouts.stats
         return {
             **cfg, "wall_s": time.perf_counter() - start, "rss_peak": rss.peak, "rss_rise": rss.peak - rss.base,
-            "kv_bytes_peak": st["kv_bytes_peak"], "completions": len(rollouts), "tool_calls": st["tool_calls"],
-            "tool_rounds": st["tool_rounds"], "steps_while_waiting": st["steps_while_waiting"],
+            "kv_bytes_peak": st["kv_bytes_peak"], "completions": len(rollouts), "tool_calls": rollouts.tools.calls,
+            "tool_rounds": rollouts.tools.rounds, "steps_while_waiting": rollouts.tools.steps_while_waiting,
         }  # fmt: skip
     return latency(cfg, model, tokenizer, agent, items)
 
@@ -136,7 +136,7 @@ def latency(cfg: dict, model, tokenizer, agent, items: list[dict]) -> dict:  # n
             start = time.perf_counter()
             if name == "infgrpo":
                 rollouts, _ = agent.decode(sampler, items, g, seed=r)
-                extra = {"steps_while_waiting": rollouts.stats["steps_while_waiting"]}
+                extra = {"steps_while_waiting": rollouts.tools.steps_while_waiting}
                 extra["decode_steps"] = rollouts.stats["decode_steps"]
             else:  # the per-rollout tool dicts _generate_and_score_completions builds before it generates
                 trl._sync_tool_dicts = [{"add": agent_tools.add} for _ in trl_prompts]

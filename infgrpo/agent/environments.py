@@ -126,6 +126,17 @@ class Environments:
         """The tool schemas prompt ``i`` is rendered with: the standalone tools, then its environment's methods."""
         return self._schemas[self._names[i]]
 
+    def row_schemas(self, row: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The tool schemas a prompt of ``row`` is rendered with (its ``environment`` column picks them with a
+        mapping; a ValueError naming the value when it names none)."""
+        name = row.get("environment") if self.multi else None
+        if name not in self._schemas:
+            raise ValueError(
+                f"a row has environment={name!r}, which is none of agent.environment's names: "
+                f"{', '.join(map(str, self.factories))}"
+            )
+        return self._schemas[name]
+
     def instance(self, i: int, j: int) -> Any:
         """The environment of sample ``j`` of prompt ``i``: taken from its pool (made when the pool runs short)
         and reset with row ``i`` the first time this rollout asks for it."""

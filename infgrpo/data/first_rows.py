@@ -105,12 +105,17 @@ def split_rows(hp: Mapping[str, Any]) -> dict[str, tuple[str, list[dict[str, Any
 
 
 def check_first_rows(
-    hp: Mapping[str, Any], tokenizer: Callable[[], PreTrainedTokenizerBase]
+    hp: Mapping[str, Any],
+    tokenizer: Callable[[], PreTrainedTokenizerBase],
+    tools: Callable[[dict], list[dict]] | None = None,
+    template: str | None = None,
 ) -> list[tuple[str, int, int]]:
     """Applies the data module's rules to the first rows of the training and held-out splits of the data settings
     ``hp``; returns (split, row, tokens) of every prompt kept, or a ConfigError naming ``data.<field>``.
 
-    ``tokenizer`` is called once, when there are rows to measure.
+    ``tokenizer`` is called once, when there are rows to measure. ``tools`` (with ``model.agent``): each row's tool
+    schemas, rendered through the chat ``template`` as the data module then renders them
+    (:meth:`~infgrpo.data.PromptDataModule.use_tools`).
     """
     if hp.get("train_dataset") is not None:  # in memory (Python): the data module checks its rows
         return []
@@ -131,7 +136,11 @@ def check_first_rows(
                 f"data.prompt_column={hp['prompt_column']!r}), which only the chat template can render"
             )
         kwargs = hp.get("chat_template_kwargs")
-        lengths = [len(encode_prompt(tok, p, hp["system_prompt"], hp["chat_template"], kwargs)) for p in got]
+        schemas = [tools(row) if tools is not None else None for row in rows[split]]
+        lengths = [
+            len(encode_prompt(tok, p, hp["system_prompt"], hp["chat_template"], kwargs, tools=t, template=template))
+            for p, t in zip(got, schemas, strict=True)
+        ]
         longest = max(range(len(lengths)), key=lengths.__getitem__)
         if lengths[longest] > hp["max_prompt_length"] and hp["long_prompts"] == "error":
             raise ConfigError(
