@@ -142,7 +142,7 @@ class GRPOModule(L.LightningModule):
             self.tokenizer, s.rewards.functions, s.rewards.on_error, s.sampler.max_new_tokens, self.progress,
             self.agent.sources if self.agent is not None else {},
         )  # fmt: skip
-        self.judged = JudgedRollout.for_run(s, self.sampler, self.scorer)  # None unless groups are judged as they end
+        self.judged = JudgedRollout.for_run(s, self.sampler, self.scorer, self.agent)  # None unless judged as they end
         self.heldout = HeldoutMeans()  # val/reward and val/accuracy of each validation epoch
         self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
         self.sharding = PolicySharding()  # unsharded: a no-op; configure_model makes it from a sharding strategy

@@ -3,6 +3,7 @@
 
     envs = Environments.from_config(cfg)        # probes one instance per factory: reset and methods checked
     envs.start(rows)                            # a new rollout: rows[i] is prompt i's dataset row
+    i = envs.add(row)                           # one more row (dynamic sampling draws them one at a time)
     messages = envs.prompt(0)                   # row 0's prompt, its instance's observation appended
     box = envs.box(0, 3)                        # sample 3 of prompt 0: the standalone tools + its instance's methods
     envs.instances([(0, 0), (0, 1)])            # aligned with the completions: the rewards' environments=
@@ -109,18 +110,27 @@ class Environments:
     def start(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """A new rollout of ``rows`` (row i is prompt i's): its instances are handed out afresh; a ValueError
         naming the row whose ``environment`` is none of the names (with a mapping of factories)."""
-        self.rows = list(rows)
-        self._names = [row.get("environment") if self.multi else None for row in self.rows]
-        for i, name in enumerate(self._names):
-            if name not in self.factories:
-                raise ValueError(
-                    f"row {i} has environment={name!r}, which is none of agent.environment's names: "
-                    f"{', '.join(map(str, self.factories))}"
-                )
+        self.rows: list[Mapping[str, Any]] = []
+        self._names: list[str | None] = []
         self._given: dict[str | None, int] = dict.fromkeys(self.factories, 0)  # instances handed out, by name
         self._instances: dict[tuple[int, int], Any] = {}
         self._boxes: dict[tuple[int, int], ToolBox] = {}
         self._observations: dict[int, tuple[int, str | None]] = {}  # row -> (first sample reset, its observation)
+        for row in rows:
+            self.add(row)
+
+    def add(self, row: Mapping[str, Any]) -> int:
+        """One more row of this rollout (a prompt drawn); returns its index. A ValueError naming the row when its
+        ``environment`` is none of the names (with a mapping of factories)."""
+        i, name = len(self.rows), row.get("environment") if self.multi else None
+        if name not in self.factories:
+            raise ValueError(
+                f"row {i} has environment={name!r}, which is none of agent.environment's names: "
+                f"{', '.join(map(str, self.factories))}"
+            )
+        self.rows.append(row)
+        self._names.append(name)
+        return i
 
     def schemas(self, i: int) -> list[dict[str, Any]]:
         """The tool schemas prompt ``i`` is rendered with: the standalone tools, then its environment's methods."""

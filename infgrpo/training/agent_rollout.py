@@ -95,16 +95,25 @@ class AgentRollout:
     def prompt_ids(self, items: list[dict], fmt: PromptFormat | None = None) -> list[list[int]]:
         """Each item's prompt rendered with the tool schemas through the agent's template by ``fmt`` (the data
         module's rule; default: :class:`PromptFormat`'s), with an environment: its observation appended to the last
-        message. Starts a new rollout of ``items``: its environments, and the format its tool results follow."""
-        fmt = self.format = fmt if fmt is not None else PromptFormat()
-        if self.envs is not None:  # reset(**row) gets every column, the prompt as the dataset gave it included (TRL)
-            self.envs.start([{**it["meta"], "prompt": it.get("prompt", it["meta"].get("prompt"))} for it in items])
-        out = []
-        for i, item in enumerate(items):
-            prompt = self.envs.prompt(i) if self.envs is not None else item.get("prompt", item["meta"].get("prompt"))
-            schemas = self.envs.schemas(i) if self.envs is not None else self.box.schemas
-            out.append(fmt.encode(self.tokenizer, prompt, schemas, self.template))
-        return out
+        message. Starts a new rollout of ``items`` (:meth:`start`, then :meth:`add` for each)."""
+        self.start(fmt)
+        return [self.add(item) for item in items]
+
+    def start(self, fmt: PromptFormat | None = None) -> None:
+        """A new rollout, of no prompt yet: its environments afresh, and ``fmt``, how its prompts are rendered (its
+        chat template options render the tool results too)."""
+        self.format = fmt if fmt is not None else PromptFormat()
+        if self.envs is not None:
+            self.envs.start([])
+
+    def add(self, item: dict) -> list[int]:
+        """The next prompt of this rollout (its index: the prompts added before it), rendered as
+        :meth:`prompt_ids` renders them; dynamic sampling adds each prompt as it is drawn."""
+        prompt = item.get("prompt", item["meta"].get("prompt"))
+        if self.envs is None:
+            return self.format.encode(self.tokenizer, prompt, self.box.schemas, self.template)
+        i = self.envs.add({**item["meta"], "prompt": prompt})  # reset(**row) gets every column, the prompt included
+        return self.format.encode(self.tokenizer, self.envs.prompt(i), self.envs.schemas(i), self.template)
 
     def turns(self) -> ToolTurns:
         """A fresh :class:`ToolTurns` for one engine run (the sampler's ``turns`` factory)."""

@@ -20,14 +20,17 @@ TOOLS = ["tests.agent.toolbox:add"]
     "settings, expected",
     [
         ({"sampler": {"decoder": "hf_full"}}, "agent.tools or agent.environment needs sampler.decoder='engine'"),
-        ({"dynamic_sampling": {"enabled": True}}, "dynamic_sampling.enabled: true with agent.tools"),
-        ({"adaptive_groups": {"enabled": True}}, "adaptive_groups.enabled: true with agent.tools"),
     ],
 )
 def test_settings_that_cannot_carry_tools_are_refused(settings, expected):
     with pytest.raises(ConfigError) as err:
         check_settings(agent={"tools": TOOLS}, **settings)
     assert str(err.value).startswith(expected) and "\n" not in str(err.value)
+
+
+def test_every_feed_takes_tools():
+    for judged in ({"dynamic_sampling": {"enabled": True}}, {"adaptive_groups": {"enabled": True}}):
+        assert check_settings(agent={"tools": TOOLS}, **judged).agent.enabled  # judged from the exchanges
 
 
 def test_a_reward_that_needs_environments_needs_an_environment():
