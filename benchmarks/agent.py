@@ -3,6 +3,7 @@
     python -m benchmarks agent --json benchmarks/agent_tiny_tools.json
     python -m benchmarks agent --groups 4 --latency-prompts 2 --latency-group 4 --repeats 1   # the wiring, in seconds
     python -m benchmarks agent --parts feeds --json benchmarks/agent_feeds_tiny_tools.json     # benchmarks.agent_feeds
+    python -m benchmarks agent --parts resume --json benchmarks/agent_resume_tiny_tools.json   # benchmarks.agent_resume
 
 The model is the shipped tool-calling tiny model (``infgrpo/assets/tiny-qwen3-tools``, ``--model``) on the calculator
 task's held-out prompts, with ``benchmarks.agent_tools:add`` as its tool (:mod:`benchmarks.agent_tools`), sampled at
@@ -23,6 +24,8 @@ temperature 1. Each configuration runs in a fresh process (``--threads``, defaul
    sample waited on a tool.
 3. **feeds** (``--parts feeds``, :mod:`benchmarks.agent_feeds`): dynamic sampling and adaptive groups with tools,
    each beside the plain rollout, on the calculator task's training prompts: informative groups per 1,000 tokens.
+4. **resume** (``--parts resume``, :mod:`benchmarks.agent_resume`): prefill tokens and wall time per rollout with a
+   resumed sample prefilling its prompt again (before issue 59) and on its prompt's kept K/V (after), side by side.
 
 ``--parts`` picks the parts (default: memory and latency).
 """
@@ -36,13 +39,13 @@ import time
 
 import torch
 
-from benchmarks import agent_feeds
+from benchmarks import agent_feeds, agent_resume
 from benchmarks.harness import Benchmark, spawn_all
 from benchmarks.memory import PeakRSS, mib
 from benchmarks.table import markdown_table, ratio
 
 TOOL = "benchmarks.agent_tools:add"
-PARTS = ("memory", "latency", "feeds")
+PARTS = ("memory", "latency", "feeds", "resume")
 
 
 def add_args(ap: argparse.ArgumentParser) -> None:
@@ -62,13 +65,14 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-turns", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds each configuration may take")
     agent_feeds.add_args(ap)
+    agent_resume.add_args(ap)
 
 
 def run(args: argparse.Namespace) -> dict:
     """The parts asked for, each configuration in its own process: the memory ones, the latency one, the feeds."""
     common = {"model": args.model, "max_new_tokens": args.max_new_tokens, "max_turns": args.max_turns}
     common["threads"] = args.threads
-    configs: dict[str, list[dict]] = {"memory": [], "latency": [], "feeds": []}
+    configs: dict[str, list[dict]] = {"memory": [], "latency": [], "feeds": [], "resume": []}
     if "memory" in args.parts:
         configs["memory"] = [
             {**common, "part": "memory", "group_size": g, "prompts": args.prompts, "slots": args.slots,
@@ -82,6 +86,8 @@ def run(args: argparse.Namespace) -> dict:
         }]  # fmt: skip
     if "feeds" in args.parts:
         configs["feeds"] = [agent_feeds.config(args, common)]
+    if "resume" in args.parts:
+        configs["resume"] = [agent_resume.config(args, common)]
     rows = spawn_all("agent", [c for part in configs.values() for c in part], timeout=args.timeout)
     out, n = {}, 0
     for part, cs in configs.items():
@@ -122,6 +128,8 @@ def run_one(cfg: dict) -> dict:
 
     if cfg["part"] == "feeds":
         return agent_feeds.run(cfg)
+    if cfg["part"] == "resume":
+        return agent_resume.run(cfg, setup, sampler_for)
     model, tokenizer, agent, items = setup(cfg)
     if cfg["part"] == "memory":
         sampler = sampler_for(model, tokenizer, cfg["slots"], cfg["max_new_tokens"])
@@ -200,8 +208,9 @@ def trl_trainer(model, tokenizer, cfg: dict):  # noqa: ANN001, ANN201
 def tables(result: dict) -> str:
     """The tables of the parts measured: the memory rows, the latency runs and their ratio, the feeds."""
     out = "\n\n".join(part for part in (memory_table(result), latency_table(result)) if part)
-    if "feeds" in result:
-        out += ("\n\n" if out else "") + agent_feeds.table(result["feeds"])
+    for part, table in (("feeds", agent_feeds.table), ("resume", agent_resume.table)):
+        if part in result:
+            out += ("\n\n" if out else "") + table(result[part])
     return out
 
 

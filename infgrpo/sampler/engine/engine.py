@@ -177,7 +177,12 @@ class Engine:
         sched = Scheduler(policy, slots, feed.group_size, cfg.max_new_tokens, self.stop_ids, feed.waiting)
         runner = ModelRunner(self.model, pool, step, self.settings, feed.prompts, feed.groups)
         feed.bind(sched)
-        tools = None if turns is None else Tools(turns, sched, feed, cfg.max_new_tokens, context(self.model))
+        tools = (
+            None
+            if turns is None
+            else Tools(turns, sched, feed, cfg.max_new_tokens, context(self.model), runner.park, runner.unpark)
+        )
+        sched.multi_turn = tools is not None
         # 3) decode until the feed is done, or nothing runs and nothing more can be admitted
         while not feed.done():
             if tools is not None:
@@ -230,13 +235,14 @@ class Engine:
             ends = [sched.append(seq, *runner.first_token(seq)) for _, seq in picks]
             started += sched.start(picks, ends)
             done = [seq for (_, seq), end in zip(picks, ends, strict=True) if end]
-            runner.keep(sched.release(done))
+            finished = done if tools is None else tools.offer(done)  # a leaving sample's K/V parked first
+            runner.keep(sched.release(done), sched.live)
             if tools is not None:
                 runner.drop_resumed(done)  # a slot refilled in this admission holds one re-prefilled sample at most
-            feed.ended(done if tools is None else tools.offer(done))
+            feed.ended(finished)
         for slot, seq in started:
             runner.load(slot, seq)
-        runner.keep(sched.release(seq for _, seq in started))
+        runner.keep(sched.release(seq for _, seq in started), sched.live)
         if tools is not None:
             runner.drop_resumed()
         return admitted

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -129,7 +130,9 @@ class Tools:
     """One rollout's multi-turn samples: offers ended turns to ``turns``, resumes the samples whose tools are done,
     and records each sample that finishes (``turns.ended``) before its feed hears of it.
 
-    ``max_new_tokens`` and ``context`` bound a sample with its tool results (TRL's rollback rule).
+    ``max_new_tokens`` and ``context`` bound a sample with its tool results (TRL's rollback rule). ``park`` keeps a
+    leaving sample's K/V for its resume (within its bound), ``unpark`` drops them when it ends instead (the model
+    runner's, :meth:`~infgrpo.sampler.engine.model_runner.ModelRunner.park`).
     """
 
     turns: Turns
@@ -137,6 +140,8 @@ class Tools:
     feed: Feed
     max_new_tokens: int
     context: int | None
+    park: Callable[[Sequence], Any] = lambda seq: None
+    unpark: Callable[[Sequence], Any] = lambda seq: None
     wait: ToolWait = field(default_factory=ToolWait)
     finished: int = 0
     """Samples that finished (recorded) so far."""
@@ -151,6 +156,7 @@ class Tools:
             if future is None:
                 done.append(self.record(seq))
             else:
+                self.park(seq)
                 self.wait.add(seq, future)
                 self.sched.leave(seq)
         return done
@@ -159,6 +165,7 @@ class Tools:
         """``seq`` finished: ``turns.ended`` records it (kept on ``seq.record``); returns it."""
         seq.record = self.turns.ended(seq, self.feed.prompts[seq.prompt_idx])
         self.finished += 1
+        self.sched.finished(seq)
         return seq
 
     def resume(self, back: list[tuple[Sequence, list[int]]]) -> None:
@@ -172,6 +179,7 @@ class Tools:
             total = len(seq) + len(suffix)
             prompt_len = len(self.feed.prompts[seq.prompt_idx])
             if total > self.max_new_tokens or (self.context is not None and prompt_len + total >= self.context):
+                self.unpark(seq)
                 self.turns.rolled_back(seq)
                 self.sched.back(seq)
                 ended.append(self.record(seq))
@@ -184,6 +192,7 @@ class Tools:
             seq.turns += 1
             seq.turn_start = len(seq)
             if total == self.max_new_tokens:  # no room for the next turn (TRL generates nothing after it)
+                self.unpark(seq)
                 seq.finish_reason = "length"
                 seq.logprobs = torch.tensor(seq.logprobs, dtype=torch.float32)
                 self.sched.back(seq)

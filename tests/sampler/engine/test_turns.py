@@ -16,6 +16,7 @@ import torch
 from infgrpo import MicroGroupSampler, SamplerConfig
 from infgrpo.data.datamodule import encode_prompt
 from infgrpo.policy.load import load_policy
+from infgrpo.sampler.engine.model_runner import ModelRunner
 from infgrpo.sampler.engine.plan import DynamicSpec
 from infgrpo.sampler.engine.slot_pool import pool_width
 from infgrpo.settings import ConfigError
@@ -274,3 +275,25 @@ def test_dynamic_sampling_judges_a_group_after_its_samples_last_turns(model64, t
     assert len(judged) >= 6
     for i, j, reason, rounds in judged:  # none judged while it waited on its tool or had a turn left
         assert reason == "length" or rounds == 1 or (i, j) in turns.rolled
+
+
+def test_a_resumed_sample_prefills_only_what_it_has_no_kv_for(model64, tokenizer, chat_prompts, suffix, monkeypatch):
+    """A sample that leaves for its tools parks its K/V (within the pool's size), so its resume prefills its last
+    token and the tool results only; with none parked it builds on its prompt's kept K/V; before issue 59 it
+    prefilled prompt + tokens so far. The same tokens and log-probs every way (float64)."""
+    runs = {}
+    for way, park, on_prompt in (("parked", None, True), ("prompt", 0, True), ("before", 0, False)):
+        monkeypatch.setattr(ModelRunner, "resume_on_prompt", on_prompt)
+        if park is not None:  # no room to park: the prompt's K/V are what a resume builds on
+            monkeypatch.setattr(ModelRunner, "park", lambda self, seq: None)
+        runs[way] = sample(model64, tokenizer, chat_prompts, ToolResponses(suffix, rounds=1), 8, 140, 3)
+    ref = runs["before"]
+    for out in runs.values():
+        assert out.completion_ids == ref.completion_ids and out.tool_masks == ref.tool_masks
+        assert all(torch.equal(a, b) for a, b in zip(out.logprobs, ref.logprobs, strict=True))
+    resumes = [sum(1 for t in range(1, len(m)) if m[t - 1] == 0 and m[t] == 1) for m in ref.tool_masks]
+    assert sum(resumes) >= 4  # samples came back from their tool and went on
+    prompts = sum(map(len, chat_prompts))  # each prompt prefilled once
+    assert runs["parked"].stats["prefill_tokens"] == prompts + sum(resumes) * (1 + len(suffix))
+    saved = sum(n * len(chat_prompts[k // 3]) for k, n in enumerate(resumes))  # each resume's prompt, not again
+    assert ref.stats["prefill_tokens"] - runs["prompt"].stats["prefill_tokens"] == saved
