@@ -301,7 +301,7 @@ class GRPOModule(L.LightningModule):
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         """Decodes one completion per held-out prompt (``evaluation.temperature``) and accumulates reward and
         accuracy."""
-        prompts, turns = rollout_inputs(self.agent, batch, self.trainer.datamodule)  # with tools: rendered, turns
+        prompts, turns = rollout_inputs(self.agent, batch, self.trainer.datamodule, group_size=1)  # with tools
         scores, _ = score_heldout(self.eval_sampler, self.scorer, batch, len(batch), prompts, turns)  # one path
         self.heldout.update(scores, self.settings.rewards.accuracy)
 

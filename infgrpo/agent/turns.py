@@ -33,6 +33,7 @@ from transformers import PreTrainedTokenizerBase
 
 from infgrpo.agent.calls import ToolWorkers, run_calls
 from infgrpo.agent.chat import parse_turn, tool_suffix_ids
+from infgrpo.agent.environments import AgentError
 from infgrpo.agent.tools import ToolBox
 from infgrpo.sampler.schedule.sequence import Sequence as Sample
 
@@ -113,10 +114,18 @@ class ToolTurns:
         return message
 
     def _answer(self, key: Key, calls: list[dict[str, Any]], box: ToolBox) -> list[int]:
-        """On a worker: runs the turn's calls, records their messages and returns the ids that follow the turn."""
+        """On a worker: runs the turn's calls, records their messages and returns the ids that follow the turn (an
+        :class:`~infgrpo.agent.environments.AgentError` naming the sample when its results cannot be rendered)."""
         result = run_calls(calls, box, self.workers.loop)
-        with self._tokenizer_lock:
-            suffix = tool_suffix_ids(self.tokenizer, result.messages, self.template, self.kwargs)
+        try:
+            with self._tokenizer_lock:
+                suffix = tool_suffix_ids(self.tokenizer, result.messages, self.template, self.kwargs)
+        except Exception as err:  # noqa: BLE001 - the template's or a result's failure: one line naming the sample
+            names = ", ".join(m.get("name", "?") for m in result.messages)
+            raise AgentError(
+                f"sample {key[1]} of prompt {key[0]}: the chat template could not render its tool results ({names}): "
+                f"{type(err).__name__}: {err}"
+            ) from err
         with self._lock:
             exchange = self._exchanges[key]
             self._results_from[key] = len(exchange)

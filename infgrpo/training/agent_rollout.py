@@ -92,12 +92,30 @@ class AgentRollout:
         methods."""
         return self.envs.row_schemas(row) if self.envs is not None else self.box.schemas
 
-    def prompt_ids(self, items: list[dict], fmt: PromptFormat | None = None) -> list[list[int]]:
+    def prompt_ids(
+        self, items: list[dict], fmt: PromptFormat | None = None, group_size: int | None = None
+    ) -> list[list[int]]:
         """Each item's prompt rendered with the tool schemas through the agent's template by ``fmt`` (the data
         module's rule; default: :class:`PromptFormat`'s), with an environment: its observation appended to the last
-        message. Starts a new rollout of ``items`` (:meth:`start`, then :meth:`add` for each)."""
+        message. Starts a new rollout of ``items`` x ``group_size`` samples (default: the run's): every sample's
+        environment is dealt and reset first, in TRL's batch order."""
         self.start(fmt)
-        return [self.add(item) for item in items]
+        if self.envs is not None:
+            g = self.group_size if group_size is None else group_size
+            self.envs.start([self.row(item) for item in items], g)
+        return [self.render(i, item) for i, item in enumerate(items)]
+
+    @staticmethod
+    def row(item: dict) -> dict:
+        """What ``reset(**row)`` gets of an item: every column, the prompt as the dataset gave it included (TRL)."""
+        return {**item["meta"], "prompt": item.get("prompt", item["meta"].get("prompt"))}
+
+    def render(self, i: int, item: dict) -> list[int]:
+        """Prompt ``i`` of this rollout (``item``) rendered with its tools (and its environment's observation)."""
+        if self.envs is None:
+            prompt = item.get("prompt", item["meta"].get("prompt"))
+            return self.format.encode(self.tokenizer, prompt, self.box.schemas, self.template)
+        return self.format.encode(self.tokenizer, self.envs.prompt(i), self.envs.schemas(i), self.template)
 
     def start(self, fmt: PromptFormat | None = None) -> None:
         """A new rollout, of no prompt yet: its environments afresh, and ``fmt``, how its prompts are rendered (its
@@ -106,14 +124,12 @@ class AgentRollout:
         if self.envs is not None:
             self.envs.start([])
 
-    def add(self, item: dict) -> list[int]:
-        """The next prompt of this rollout (its index: the prompts added before it), rendered as
-        :meth:`prompt_ids` renders them; dynamic sampling adds each prompt as it is drawn."""
-        prompt = item.get("prompt", item["meta"].get("prompt"))
-        if self.envs is None:
-            return self.format.encode(self.tokenizer, prompt, self.box.schemas, self.template)
-        i = self.envs.add({**item["meta"], "prompt": prompt})  # reset(**row) gets every column, the prompt included
-        return self.format.encode(self.tokenizer, self.envs.prompt(i), self.envs.schemas(i), self.template)
+    def add(self, item: dict, index: int) -> list[int]:
+        """Prompt ``index`` of this rollout, drawn now (dynamic sampling), rendered as :meth:`prompt_ids` renders
+        them; with an environment its row's ``group_size`` instances are dealt and reset first."""
+        if self.envs is not None:
+            self.envs.add(self.row(item), self.group_size)
+        return self.render(index, item)
 
     def turns(self) -> ToolTurns:
         """A fresh :class:`ToolTurns` for one engine run (the sampler's ``turns`` factory)."""
@@ -135,7 +151,7 @@ class AgentRollout:
     ) -> tuple[Rollouts, list[list[dict[str, Any]]]]:
         """The rollouts of ``items`` with tools (no scores) and each entry's exchange, the message list TRL's rewards
         get as its completion (``Rollouts.exchanges``' messages): benchmarks and tests."""
-        prompts, turns = rollout_inputs(self, items)
+        prompts, turns = rollout_inputs(self, items, group_size=group_size)
         rollouts = sampler.sample(prompts, group_size, seed, prompt_offset=prompt_offset, ranks=ranks, turns=turns)
         return rollouts, [x.messages for x in rollouts.exchanges or []]
 
@@ -147,10 +163,11 @@ class AgentRollout:
 
 
 def rollout_inputs(
-    agent: AgentRollout | None, items: list[dict], datamodule: Any = None
+    agent: AgentRollout | None, items: list[dict], datamodule: Any = None, group_size: int | None = None
 ) -> tuple[list[list[int]], Callable[[], ToolTurns] | None]:
-    """(the prompt ids, the ``turns`` factory) a rollout of ``items`` decodes with: the items' own ids and no turns,
-    or with ``agent`` the prompts rendered with its tools as ``datamodule`` renders prompts, and its turns."""
+    """(the prompt ids, the ``turns`` factory) a rollout of ``items`` x ``group_size`` samples (default: the run's)
+    decodes with: the items' own ids and no turns, or with ``agent`` the prompts rendered with its tools as
+    ``datamodule`` renders prompts (every sample's environment dealt and reset first), and its turns."""
     if agent is None:
         return [item["prompt_ids"] for item in items], None
-    return agent.prompt_ids(items, prompt_format(datamodule)), agent.turns
+    return agent.prompt_ids(items, prompt_format(datamodule), group_size), agent.turns

@@ -224,13 +224,13 @@ class JudgedRollout:
 
             return plain(), longest, None
         self.agent.start(prompt_format(datamodule))
-        first = [self.agent.add(item) for item in batch]  # in draw order: the batch is drawn first
+        first = [self.agent.add(item, n) for n, item in enumerate(batch)]  # in draw order: the batch is drawn first
         extra = max(len(ids) - len(item["prompt_ids"]) for ids, item in zip(first, batch, strict=True))
 
         def rendered() -> Iterator[list[int]]:
             for n, item in enumerate(stream):
                 items.append(item)
-                yield first[n] if n < len(first) else self.agent.add(item)
+                yield first[n] if n < len(first) else self.agent.add(item, n)
 
         return rendered(), longest + max(extra, 0), self.agent.turns
 

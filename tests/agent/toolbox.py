@@ -204,3 +204,21 @@ class Calculator:
     def get_reward(self) -> float:
         """The calls made."""
         return float(self.calls)
+
+
+class Ledger:
+    """An environment that logs when it is made and reset (its number, and the row's ``n``) to ``Ledger.log``."""
+
+    log: list = []
+    made = 0
+
+    def __init__(self):
+        Ledger.made += 1
+        self.me = Ledger.made
+        Ledger.log.append(("made", self.me))
+
+    def reset(self, n: int = 0, **row) -> None:
+        """Logs the reset."""
+        if n < 0:
+            raise KeyError("n must be >= 0")
+        Ledger.log.append(("reset", self.me, n))
