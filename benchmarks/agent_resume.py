@@ -3,9 +3,9 @@
     python -m benchmarks agent --parts resume --json benchmarks/agent_resume_tiny_tools.json
 
 The shipped tool-calling model on the calculator task's held-out prompts (``--resume-prompts`` x
-``--resume-group``, ``--resume-slots`` slots, ``--resume-temperature`` (1), ``max_new_tokens`` 160, ``max_turns`` 2), with
-``benchmarks.agent_tools:add`` (no sleep). One process, the two ways side by side, alternating, ``--repeats`` times
-each, the same seeds:
+``--resume-group``, ``--resume-slots`` slots, ``--resume-temperature`` (1), ``max_new_tokens`` 160, ``max_turns``
+2), with ``benchmarks.agent_tools:add`` (no sleep). One process, the two ways side by side, alternating,
+``--repeats`` times each, the same seeds:
 
 - ``before``: a resumed sample prefills its prompt + completion + tool results (``ModelRunner.resume_on_prompt``
   off: no prompt K/V kept for resumes, as before issue 59);
