@@ -125,6 +125,10 @@ def context(model: PreTrainedModel) -> int | None:
     return getattr(text_config(model.config), "max_position_embeddings", None)
 
 
+def no_kv(seq: Sequence) -> None:
+    """Keeps (or drops) no K/V of ``seq``: ``Tools``' default ``park`` and ``unpark`` (no model runner)."""
+
+
 @dataclass
 class Tools:
     """One rollout's multi-turn samples: offers ended turns to ``turns``, resumes the samples whose tools are done,
@@ -140,8 +144,8 @@ class Tools:
     feed: Feed
     max_new_tokens: int
     context: int | None
-    park: Callable[[Sequence], Any] = lambda seq: None
-    unpark: Callable[[Sequence], Any] = lambda seq: None
+    park: Callable[[Sequence], Any] = no_kv
+    unpark: Callable[[Sequence], Any] = no_kv
     wait: ToolWait = field(default_factory=ToolWait)
     finished: int = 0
     """Samples that finished (recorded) so far."""
