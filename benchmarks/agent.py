@@ -2,6 +2,8 @@
 
     python -m benchmarks agent --json benchmarks/agent_tiny_tools.json
     python -m benchmarks agent --groups 4 --latency-prompts 2 --latency-group 4 --repeats 1   # the wiring, in seconds
+    python -m benchmarks agent --parts feeds --json benchmarks/agent_feeds_tiny_tools.json     # benchmarks.agent_feeds
+    python -m benchmarks agent --parts resume --json benchmarks/agent_resume_tiny_tools.json   # benchmarks.agent_resume
 
 The model is the shipped tool-calling tiny model (``infgrpo/assets/tiny-qwen3-tools``, ``--model``) on the calculator
 task's held-out prompts, with ``benchmarks.agent_tools:add`` as its tool (:mod:`benchmarks.agent_tools`), sampled at
@@ -20,6 +22,12 @@ temperature 1. Each configuration runs in a fresh process (``--threads``, defaul
    (tests/training/test_agent_trl.py checks them equal), so both run the same calls, slow ones included. Wall
    seconds of each and their ratio, the calls and slow calls each made, and infgrpo's decode steps run while some
    sample waited on a tool.
+3. **feeds** (``--parts feeds``, :mod:`benchmarks.agent_feeds`): dynamic sampling and adaptive groups with tools,
+   each beside the plain rollout, on the calculator task's training prompts: informative groups per 1,000 tokens.
+4. **resume** (``--parts resume``, :mod:`benchmarks.agent_resume`): prefill tokens and wall time per rollout with a
+   resumed sample prefilling its prompt again (before issue 59) and on its prompt's kept K/V (after), side by side.
+
+``--parts`` picks the parts (default: memory and latency).
 """
 
 from __future__ import annotations
@@ -31,16 +39,19 @@ import time
 
 import torch
 
+from benchmarks import agent_feeds, agent_resume
 from benchmarks.harness import Benchmark, spawn_all
 from benchmarks.memory import PeakRSS, mib
 from benchmarks.table import markdown_table, ratio
 
 TOOL = "benchmarks.agent_tools:add"
+PARTS = ("memory", "latency", "feeds", "resume")
 
 
 def add_args(ap: argparse.ArgumentParser) -> None:
     """The model, both parts' sizes and the tool's latencies."""
     ap.add_argument("--model", default="tiny-tools", help="a tool-calling model (default: the shipped tiny one)")
+    ap.add_argument("--parts", nargs="+", choices=PARTS, default=["memory", "latency"], help="what to measure")
     ap.add_argument("--groups", type=int, nargs="+", default=[8, 64], help="memory: the group sizes G")
     ap.add_argument("--prompts", type=int, default=2, help="memory: prompts a rollout")
     ap.add_argument("--slots", type=int, default=8, help="memory: num_slots")
@@ -53,22 +64,37 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--max-turns", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=1800, help="seconds each configuration may take")
+    agent_feeds.add_args(ap)
+    agent_resume.add_args(ap)
 
 
 def run(args: argparse.Namespace) -> dict:
-    """The memory configurations, then the latency one, each in its own process."""
+    """The parts asked for, each configuration in its own process: the memory ones, the latency one, the feeds."""
     common = {"model": args.model, "max_new_tokens": args.max_new_tokens, "max_turns": args.max_turns}
     common["threads"] = args.threads
-    memory = [
-        {**common, "part": "memory", "group_size": g, "prompts": args.prompts, "slots": args.slots, "sleep": args.sleep}
-        for g in args.groups
-    ]
-    latency = {
-        **common, "part": "latency", "prompts": args.latency_prompts, "group_size": args.latency_group,
-        "slow": args.slow, "repeats": args.repeats, "temperature": args.latency_temperature,
-    }  # fmt: skip
-    rows = spawn_all("agent", [*memory, latency], timeout=args.timeout)
-    return {"memory": rows[:-1], "latency": rows[-1]}
+    configs: dict[str, list[dict]] = {"memory": [], "latency": [], "feeds": [], "resume": []}
+    if "memory" in args.parts:
+        configs["memory"] = [
+            {**common, "part": "memory", "group_size": g, "prompts": args.prompts, "slots": args.slots,
+             "sleep": args.sleep}
+            for g in args.groups
+        ]  # fmt: skip
+    if "latency" in args.parts:
+        configs["latency"] = [{
+            **common, "part": "latency", "prompts": args.latency_prompts, "group_size": args.latency_group,
+            "slow": args.slow, "repeats": args.repeats, "temperature": args.latency_temperature,
+        }]  # fmt: skip
+    if "feeds" in args.parts:
+        configs["feeds"] = [agent_feeds.config(args, common)]
+    if "resume" in args.parts:
+        configs["resume"] = [agent_resume.config(args, common)]
+    rows = spawn_all("agent", [c for part in configs.values() for c in part], timeout=args.timeout)
+    out, n = {}, 0
+    for part, cs in configs.items():
+        if cs:
+            out[part] = rows[n : n + len(cs)] if part == "memory" else rows[n]
+        n += len(cs)
+    return out
 
 
 def setup(cfg: dict) -> tuple:
@@ -100,6 +126,10 @@ def run_one(cfg: dict) -> dict:
     """One configuration (in the child): its part's figures."""
     from benchmarks import agent_tools
 
+    if cfg["part"] == "feeds":
+        return agent_feeds.run(cfg)
+    if cfg["part"] == "resume":
+        return agent_resume.run(cfg, setup, sampler_for)
     model, tokenizer, agent, items = setup(cfg)
     if cfg["part"] == "memory":
         sampler = sampler_for(model, tokenizer, cfg["slots"], cfg["max_new_tokens"])
@@ -112,8 +142,8 @@ def run_one(cfg: dict) -> dict:
         st = rollouts.stats
         return {
             **cfg, "wall_s": time.perf_counter() - start, "rss_peak": rss.peak, "rss_rise": rss.peak - rss.base,
-            "kv_bytes_peak": st["kv_bytes_peak"], "completions": len(rollouts), "tool_calls": st["tool_calls"],
-            "tool_rounds": st["tool_rounds"], "steps_while_waiting": st["steps_while_waiting"],
+            "kv_bytes_peak": st["kv_bytes_peak"], "completions": len(rollouts), "tool_calls": rollouts.tools.calls,
+            "tool_rounds": rollouts.tools.rounds, "steps_while_waiting": rollouts.tools.steps_while_waiting,
         }  # fmt: skip
     return latency(cfg, model, tokenizer, agent, items)
 
@@ -136,7 +166,7 @@ def latency(cfg: dict, model, tokenizer, agent, items: list[dict]) -> dict:  # n
             start = time.perf_counter()
             if name == "infgrpo":
                 rollouts, _ = agent.decode(sampler, items, g, seed=r)
-                extra = {"steps_while_waiting": rollouts.stats["steps_while_waiting"]}
+                extra = {"steps_while_waiting": rollouts.tools.steps_while_waiting}
                 extra["decode_steps"] = rollouts.stats["decode_steps"]
             else:  # the per-rollout tool dicts _generate_and_score_completions builds before it generates
                 trl._sync_tool_dicts = [{"add": agent_tools.add} for _ in trl_prompts]
@@ -176,7 +206,18 @@ def trl_trainer(model, tokenizer, cfg: dict):  # noqa: ANN001, ANN201
 
 
 def tables(result: dict) -> str:
-    """The memory rows, then the latency runs and their ratio."""
+    """The tables of the parts measured: the memory rows, the latency runs and their ratio, the feeds."""
+    out = "\n\n".join(part for part in (memory_table(result), latency_table(result)) if part)
+    for part, table in (("feeds", agent_feeds.table), ("resume", agent_resume.table)):
+        if part in result:
+            out += ("\n\n" if out else "") + table(result[part])
+    return out
+
+
+def memory_table(result: dict) -> str:
+    """The memory rows and the peak RSS ratio ("" without the part)."""
+    if "memory" not in result:
+        return ""
     mem_cols = [
         ("G", lambda r: r["group_size"]), ("prompts", lambda r: r["prompts"]), ("slots", lambda r: r["slots"]),
         ("completions", lambda r: r.get("completions")), ("tool calls", lambda r: r.get("tool_calls")),
@@ -193,9 +234,16 @@ def tables(result: dict) -> str:
             f"\n\npeak RSS at G={last['group_size']} / at G={first['group_size']}: "
             f"{ratio(last['rss_peak'], first['rss_peak'])}"
         )
+    return out
+
+
+def latency_table(result: dict) -> str:
+    """The latency runs and their ratio ("" without the part)."""
+    if "latency" not in result:
+        return ""
     lat = result["latency"]
     if "runs" not in lat:
-        return out + f"\n\nlatency: skipped ({lat.get('skipped')})"
+        return f"latency: skipped ({lat.get('skipped')})"
     rows = [{"trainer": name, "run": i, **x} for name, xs in lat["runs"].items() for i, x in enumerate(xs)]
     lat_cols = [
         ("trainer", lambda r: r["trainer"]), ("run", lambda r: r["run"]), ("wall s", lambda r: f"{r['wall_s']:.2f}"),
@@ -203,7 +251,7 @@ def tables(result: dict) -> str:
         ("decode steps", lambda r: r.get("decode_steps", "")),
         ("steps while a tool ran", lambda r: r.get("steps_while_waiting", "")),
     ]  # fmt: skip
-    out += "\n\n" + markdown_table(lat_cols, rows)
+    out = markdown_table(lat_cols, rows)
     out += (
         f"\n\nmedian wall s: infgrpo {lat['infgrpo_s']:.2f}, TRL 1.16 {lat['trl_s']:.2f}: "
         f"{ratio(lat['infgrpo_s'], lat['trl_s'])} (same prompt ids: {lat['same_prompt_ids']})"

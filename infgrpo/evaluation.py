@@ -25,6 +25,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from infgrpo.rewards import correct_rows
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
+from infgrpo.sampler.engine.turns import Turns
 from infgrpo.scoring import Scorer, Scores
 from infgrpo.settings import ConfigError, check_types
 
@@ -77,17 +78,25 @@ class HeldoutMeans(torch.nn.Module):
 
 
 def score_heldout(
-    sampler: MicroGroupSampler, scorer: Scorer, items: list[dict], batch_size: int = 128
+    sampler: MicroGroupSampler,
+    scorer: Scorer,
+    items: list[dict],
+    batch_size: int = 128,
+    prompt_ids: list[list[int]] | None = None,
+    turns: Callable[[], Turns] | None = None,
 ) -> tuple[Scores, list[int]]:
     """The scores of one completion per item, and their lengths (at most ``batch_size`` decode at once, on the
     slots :meth:`~infgrpo.sampler.MicroGroupSampler.generate_one` plans): the completions decoded, then ``scorer``.
 
     ``items`` are ``{"prompt_ids": list[int], "meta": dict}`` (and ``"prompt"``: the prompt as the dataset gave
-    it, the rewards' ``prompts``) as produced by the data module.
+    it, the rewards' ``prompts``) as produced by the data module. A run with tools gives its ``prompt_ids``
+    (rendered with the tool schemas) and ``turns`` (:func:`~infgrpo.training.agent_rollout.rollout_inputs`): the
+    same path, multi-turn.
     """
     adapt_threads(sampler.model, rows=min(batch_size, len(items)))  # CPU threads: work size, free cores
-    out = sampler.generate_one([it["prompt_ids"] for it in items], batch_size=batch_size)
-    return scorer(out, items), out.lengths
+    prompts = [it["prompt_ids"] for it in items] if prompt_ids is None else prompt_ids
+    out = sampler.generate_one(prompts, batch_size=batch_size, turns=turns)
+    return scorer(out, items), out.model_lengths
 
 
 def evaluate(

@@ -38,7 +38,7 @@ from infgrpo.sampler.engine.finite import NonFiniteLogitsError
 from infgrpo.scoring import Scorer, Scores, trainer_state
 from infgrpo.trainer.policy_sharding import PolicySharding
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
-from infgrpo.training.agent_rollout import AgentRollout
+from infgrpo.training.agent_rollout import AgentRollout, rollout_inputs
 from infgrpo.training.collapse import CollapseWatch
 from infgrpo.training.divergence import check_update, rollout_divergence
 from infgrpo.training.dynamic import DynamicSamplingConfig
@@ -139,9 +139,10 @@ class GRPOModule(L.LightningModule):
         # 4) the update, and the state of a run
         self.updater = PolicyUpdate.for_run(self.policy, s.update, s.objective, s.sampler, self.sampler.pad_id)
         self.scorer = Scorer(
-            self.tokenizer, s.rewards.functions, s.rewards.on_error, s.sampler.max_new_tokens, self.progress
-        )
-        self.judged = JudgedRollout.for_run(s, self.sampler, self.scorer)  # None unless groups are judged as they end
+            self.tokenizer, s.rewards.functions, s.rewards.on_error, s.sampler.max_new_tokens, self.progress,
+            self.agent.sources if self.agent is not None else {},
+        )  # fmt: skip
+        self.judged = JudgedRollout.for_run(s, self.sampler, self.scorer, self.agent)  # None unless judged as they end
         self.heldout = HeldoutMeans()  # val/reward and val/accuracy of each validation epoch
         self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
         self.sharding = PolicySharding()  # unsharded: a no-op; configure_model makes it from a sharding strategy
@@ -183,6 +184,19 @@ class GRPOModule(L.LightningModule):
         for sampler in (self.sampler, self.eval_sampler):  # the gathered weights move between steps: no graphs
             sampler.disable_cuda_graphs()
 
+    def setup(self, stage: str) -> None:
+        """With ``model.agent``: the data module renders its prompts with the tool schemas, as the rollout does, so
+        its length checks and the context check at fit start measure those
+        (:meth:`~infgrpo.data.PromptDataModule.use_tools`)."""
+        datamodule = self.trainer.datamodule
+        if self.agent is not None and hasattr(datamodule, "use_tools"):
+            datamodule.use_tools(self.agent.schemas, self.agent.template)
+
+    def teardown(self, stage: str) -> None:
+        """Ends the tool threads as fit (or a validation) ends; a later rollout makes new ones."""
+        if self.agent is not None:
+            self.agent.close()
+
     def on_fit_start(self) -> None:
         """Moves the frozen reference (if any) to the module's device, runs the preflight's checks for the Python API
         (every prompt against the context, ...), moves reward models and learns the data-parallel ranks. On a CPU,
@@ -209,11 +223,10 @@ class GRPOModule(L.LightningModule):
             with self.phase_memory.phase("rollout", self.device), self.sharding.rollout(self.device):  # full weights
                 if self.judged is not None:
                     return self.judged(batch, seed, self.trainer.datamodule, self.ranks)
-                if self.agent is not None:  # tools: multi-turn samples
-                    return self.agent(self.sampler, self.scorer, batch, seed, self.trainer.datamodule, self.ranks)
-                offset, prompts = self.ranks.prompt_offset(len(batch)), [b["prompt_ids"] for b in batch]
+                prompts, turns = rollout_inputs(self.agent, batch, self.trainer.datamodule)  # with tools: rendered
+                offset = self.ranks.prompt_offset(len(batch))
                 rollouts = self.sampler.sample(
-                    prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks
+                    prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks, turns=turns
                 )
             return rollouts, self.scorer(rollouts, batch), batch
         except NonFiniteLogitsError as err:  # the sampler's, named here with the settings that likely caused it
@@ -288,10 +301,8 @@ class GRPOModule(L.LightningModule):
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         """Decodes one completion per held-out prompt (``evaluation.temperature``) and accumulates reward and
         accuracy."""
-        if self.agent is not None:
-            scores = self.agent.heldout(self.eval_sampler, self.scorer, batch, self.trainer.datamodule)
-        else:
-            scores, _ = score_heldout(self.eval_sampler, self.scorer, batch, len(batch))  # the training's scorer
+        prompts, turns = rollout_inputs(self.agent, batch, self.trainer.datamodule, group_size=1)  # with tools
+        scores, _ = score_heldout(self.eval_sampler, self.scorer, batch, len(batch), prompts, turns)  # one path
         self.heldout.update(scores, self.settings.rewards.accuracy)
 
     def on_validation_epoch_end(self) -> None:

@@ -12,7 +12,7 @@ of ``scale_rewards: batch`` and the logged metrics need every rank's rows, gathe
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,9 @@ from transformers import PreTrainedTokenizerBase
 from infgrpo.rewards import TrainerState, score_rewards
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import Rollouts
+
+Source = tuple[Callable[..., Any], float]
+"""A reward function given as it is, with its weight (an environment's ``get_reward``, weight 1)."""
 
 
 @dataclass
@@ -65,9 +68,12 @@ class Scores(BatchScores):
 class Scorer:
     """How a run scores a rollout: the completions decoded by ``tokenizer`` and rewarded by ``rewards``.
 
-    Built once by ``GRPOModule`` from ``model.rewards`` and the sampler's ``max_new_tokens``; the plain rollout,
-    dynamic sampling's judge of each ended group (:mod:`infgrpo.training.dynamic`) and the held-out evaluation
-    (:func:`~infgrpo.evaluation.score_heldout`) all call it.
+    Built once by ``GRPOModule`` from ``model.rewards``, the sampler's ``max_new_tokens`` and, with
+    ``model.agent``, the environments' rewards; the plain rollout, dynamic sampling's judge of each ended group
+    (:mod:`infgrpo.training.dynamic`) and the held-out evaluation (:func:`~infgrpo.evaluation.score_heldout`) all call
+    it. A multi-turn rollout is scored as TRL scores a tool run, from what its turns recorded
+    (``Rollouts.exchanges``): the rewards get each exchange as the completion and, with environments,
+    ``environments=``.
     """
 
     tokenizer: PreTrainedTokenizerBase
@@ -80,49 +86,64 @@ class Scorer:
     """What the rewards are told the length cap is (the sampler's ``max_new_tokens``)."""
     trainer_state: Callable[[], TrainerState] | None = None
     """The run's progress when a rollout is scored (TRL's ``trainer_state``); None: step 0."""
+    sources: Mapping[str, Source] = field(default_factory=dict)
+    """More rewards by name, given as functions with their weights: an environment's ``get_reward`` (named after its
+    class, weight 1, as TRL adds it). A ValueError when one has a reward function's name."""
 
-    def __call__(
-        self,
-        rollouts: Rollouts,
-        items: list[dict],
-        *,
-        completions: list[Any] | None = None,
-        reward_kwargs: dict[str, list[Any]] | None = None,
-        sources: dict[str, tuple[Callable[..., Any], float]] | None = None,
-    ) -> Scores:
-        """The scores of ``rollouts``; ``items[p]`` is prompt p's data item; a multi-turn rollout's
-        ``completions``, ``reward_kwargs`` and reward ``sources`` (see :func:`score_rollouts`)."""
+    def __post_init__(self) -> None:
+        clash = next((name for name in self.sources if name in self.rewards), None)
+        if clash is not None:
+            raise ValueError(
+                f"the reward source {clash!r} has the name of a reward function ({', '.join(self.rewards)}); each "
+                "reward needs its own name (its values are logged as rewards/<name>)"
+            )
+
+    def __call__(self, rollouts: Rollouts, items: list[dict]) -> Scores:
+        """The scores of ``rollouts``; ``items[p]`` is prompt p's data item (see :func:`score_rollouts`)."""
         state = self.trainer_state() if self.trainer_state is not None else None
+        rewards = {**self.rewards, **self.sources}
         return score_rollouts(
-            self.tokenizer, rollouts, items, self.rewards, self.on_error, self.max_completion_length, state,
-            completions=completions, reward_kwargs=reward_kwargs, sources=sources,
-        )  # fmt: skip
+            self.tokenizer, rollouts, items, rewards, self.on_error, self.max_completion_length, state
+        )
+
+
+def exchange_inputs(rollouts: Rollouts) -> tuple[list[Any] | None, dict[str, list[Any]] | None]:
+    """(the completions, the extra keyword arguments) TRL's rewards get for a multi-turn rollout, from what its turns
+    recorded (``rollouts.exchanges``, each with ``messages`` and ``environment``): each exchange's messages and, when
+    the samples had environments, ``environments=``; (None, None) for a single-turn rollout."""
+    if rollouts.exchanges is None:
+        return None, None
+    environments = [x.environment for x in rollouts.exchanges]
+    kwargs = {"environments": environments} if any(e is not None for e in environments) else None
+    return [x.messages for x in rollouts.exchanges], kwargs
 
 
 def score_rollouts(
     tokenizer: PreTrainedTokenizerBase,
     rollouts: Rollouts,
     items: list[dict],
-    rewards: dict[str, float],
+    rewards: Mapping[str, float | Source],
     on_error: str,
     max_completion_length: int,
     trainer_state: TrainerState | None = None,
     *,
     completions: list[Any] | None = None,
     reward_kwargs: dict[str, list[Any]] | None = None,
-    sources: dict[str, tuple[Callable[..., Any], float]] | None = None,
 ) -> Scores:
-    """Decodes the completions and scores them with ``rewards`` in TRL's convention; ``items[p]`` is prompt p's data
-    item: its row (``meta``, every column by name) and its prompt as the dataset gave it (``prompt``).
+    """Decodes the completions and scores them with ``rewards`` in TRL's convention (names and weights, or a function
+    given as it is with its weight: see :func:`~infgrpo.rewards.score_rewards`); ``items[p]`` is prompt p's data item:
+    its row (``meta``, every column by name) and its prompt as the dataset gave it (``prompt``).
 
     A multi-turn rollout (tools) gives what TRL hands its rewards: ``completions`` (each completion's exchange, the
-    message list the rewards get as ``completions``; the texts are still decoded, for the logs), ``reward_kwargs``
-    (more keyword arguments, one value per completion: ``environments=``) and ``sources`` (name -> (function,
-    weight): an environment's ``get_reward``, called with the same keywords, None leaving it out of a row, logged
-    as ``rewards/<name>``). Its lengths count the model's tokens only, its truncation is TRL's
+    message list the rewards get as ``completions``; the texts are still decoded, for the logs) and ``reward_kwargs``
+    (more keyword arguments, one value per completion: ``environments=``), by default from ``rollouts.exchanges``
+    (:func:`exchange_inputs`). Its lengths count the model's tokens only, its truncation is TRL's
     (:attr:`~infgrpo.sampler.Rollouts.truncated`); the rewards' ``completion_ids`` and ``completion_lengths`` hold
     every completion token, tool results included (TRL's ``completion_ids``).
     """
+    recorded, recorded_kwargs = exchange_inputs(rollouts)
+    completions = recorded if completions is None else completions
+    reward_kwargs = recorded_kwargs if reward_kwargs is None else reward_kwargs
     texts = tokenizer.batch_decode(rollouts.completion_ids, skip_special_tokens=True)
     of = rollouts.prompt_index
     scored = score_rewards(
@@ -137,7 +158,6 @@ def score_rollouts(
         trainer_state=trainer_state,
         messages=completions,
         reward_kwargs=reward_kwargs,
-        sources=sources,
     )
     dtype = scored.total.dtype
     return Scores(

@@ -7,6 +7,7 @@ results between them (tool mask 0).
 import pytest
 import torch
 
+from infgrpo.agent.turns import Exchange
 from infgrpo.sampler import Rollouts
 from infgrpo.scoring import Scorer, score_rollouts
 
@@ -91,8 +92,8 @@ ITEMS = [
 def test_rewards_get_the_exchange_and_the_environments_and_get_reward_is_a_source(tokenizer, exchange):
     rollouts, messages, environments = exchange
     scores = score_rollouts(
-        tokenizer, rollouts, ITEMS, {f"{__name__}:exchange_reward": 0.5}, "raise", 16,
-        completions=messages, reward_kwargs={"environments": environments}, sources={"Counter": (env_reward, 1.0)},
+        tokenizer, rollouts, ITEMS, {f"{__name__}:exchange_reward": 0.5, "Counter": (env_reward, 1.0)}, "raise", 16,
+        completions=messages, reward_kwargs={"environments": environments},
     )  # fmt: skip
     own = [3 + 1, 1 + 0, 3 + 1, 2 + 0]  # messages, plus 1 where the last message's content is the answer
     assert scores.parts[f"{__name__}:exchange_reward"].tolist() == own
@@ -109,8 +110,11 @@ def test_rewards_get_the_exchange_and_the_environments_and_get_reward_is_a_sourc
 def test_the_scorer_passes_them_on_and_single_turn_scoring_is_unchanged(tokenizer, exchange):
     rollouts, messages, environments = exchange
     scorer = Scorer(tokenizer, {f"{__name__}:exchange_reward": 1.0}, "raise", 16)
-    scores = scorer(rollouts, ITEMS, completions=messages, reward_kwargs={"environments": environments})
+    rollouts.exchanges = [Exchange(m, e) for m, e in zip(messages, environments, strict=True)]  # what turns record
+    scores = scorer(rollouts, ITEMS)
     assert list(scores.parts) == [f"{__name__}:exchange_reward"] and scores.total.tolist() == [4, 1, 4, 2]
+    with_source = Scorer(tokenizer, {f"{__name__}:exchange_reward": 1.0}, "raise", 16, sources={"C": (env_reward, 1)})
+    assert with_source(rollouts, ITEMS).parts["C"][[0, 2, 3]].tolist() == [1.0, 2.0, 3.0]  # built once, each call
     single = Rollouts(rollouts.prompt_ids, 2, rollouts.completion_ids, rollouts.logprobs, rollouts.finish_reasons)
     plain = Scorer(tokenizer, {f"{__name__}:text_length": 1.0}, "raise", 16)(single, [{"meta": {}}] * 2)
     assert plain.total.tolist() == [4, 1, 5, 3]  # the decoded texts, as before
@@ -125,6 +129,4 @@ def test_what_a_multi_turn_scoring_cannot_take_is_one_clear_line(tokenizer, exch
     with pytest.raises(ValueError, match=r"the completions given \(messages\) has 2 values for 4 completions"):
         score_rollouts(tokenizer, rollouts, ITEMS, reward, "raise", 16, completions=messages[:2])
     with pytest.raises(ValueError, match=r"the reward source 'synthetic' has the name of a reward function"):
-        score_rollouts(
-            tokenizer, rollouts, ITEMS, {"synthetic": 1.0}, "raise", 16, sources={"synthetic": (env_reward, 1.0)}
-        )
+        Scorer(tokenizer, {"synthetic": 1.0}, "raise", 16, sources={"synthetic": (env_reward, 1.0)})

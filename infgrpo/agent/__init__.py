@@ -16,15 +16,17 @@ from infgrpo.agent.chat import (
     tool_suffix_ids,
 )
 from infgrpo.agent.config import AgentConfig
-from infgrpo.agent.environments import Environments, environment_reward
+from infgrpo.agent.environments import AgentError, Environments, environment_reward
 from infgrpo.agent.tools import ToolBox, environment_tools, load_tools, tool_box, tool_schema
-from infgrpo.agent.turns import ToolTurns
+from infgrpo.agent.turns import Exchange, ToolTurns
 
 __all__ = [
     "QWEN_TOOL_CALLS",
     "AgentConfig",
+    "AgentError",
     "CallResult",
     "Environments",
+    "Exchange",
     "ToolBox",
     "ToolTurns",
     "ToolWorkers",

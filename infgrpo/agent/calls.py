@@ -36,6 +36,8 @@ class CallResult:
     """Calls made (every call of the turn)."""
     failures: int
     """Calls that raised, named no known tool or were of an unsupported type."""
+    timeouts: int = 0
+    """Calls abandoned when they ran past the tools' time limit (among the failures)."""
 
 
 def run_calls(tool_calls: list[dict[str, Any]], box: ToolBox, loop: asyncio.AbstractEventLoop | None) -> CallResult:

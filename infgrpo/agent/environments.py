@@ -2,20 +2,24 @@
 ``environment_factory``).
 
     envs = Environments.from_config(cfg)        # probes one instance per factory: reset and methods checked
-    envs.start(rows)                            # a new rollout: rows[i] is prompt i's dataset row
+    envs.start(rows, group_size=8)              # a new rollout: rows[i] is prompt i's; 8 instances a row, reset
+    i = envs.add(row, group_size=8)             # one more row (dynamic sampling draws them one at a time)
     messages = envs.prompt(0)                   # row 0's prompt, its instance's observation appended
     box = envs.box(0, 3)                        # sample 3 of prompt 0: the standalone tools + its instance's methods
     envs.instances([(0, 0), (0, 1)])            # aligned with the completions: the rewards' environments=
     envs.reward_sources()                       # one reward per class that defines get_reward (weight 1)
 
 As in TRL, instances are made by calling the factory with no arguments and reused from rollout to rollout
-("construct once, reset often"): each name keeps a pool, and a rollout hands its instances out in the order its
-samples first need one (made when the pool runs short). A sample's instance is reset with its row when the rollout
-first needs it: for the prompt (sample 0), for a tool call or for the rewards. ``reset(**row)`` gets every column of
-the row, the ``environment`` column dropped when a mapping picks the factory (TRL's rule). A string it returns is
-appended to the prompt's last message with no separator. Unlike TRL, which renders a prompt per completion, the
-samples of a row share one prefilled prompt, so every sample of a row must get the same observation: a row whose
-samples got different ones is one line naming the row.
+("construct once, reset often"): each name keeps a pool. A rollout deals its instances in TRL 1.16's batch order
+before anything is generated (``GRPOTrainer._generate_and_score_completions``): every sample's instance is handed
+out first, row by row and sample by sample (made when the pool runs short), then each is reset in that same order,
+so an environment that draws from a shared or per-instance random state sees what it sees under TRL. Dynamic
+sampling deals a row's instances when it draws the row; an adaptive group's extra samples get theirs when they
+first need one. ``reset(**row)`` gets every column of the row, the ``environment`` column dropped when a mapping
+picks the factory (TRL's rule); a reset that raises is one line naming the environment, ``reset`` and the row. A
+string it returns is appended to the prompt's last message with no separator. Unlike TRL, which renders a prompt
+per completion, the samples of a row share one prefilled prompt, so every sample of a row must get the same
+observation: a row whose samples got different ones is one line naming the row.
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ if TYPE_CHECKING:
 
 EMPTY_PROMPT: list[dict[str, str]] = [{"role": "user", "content": ""}]
 """The prompt of a row without one (TRL's default with an environment: reset supplies the task)."""
+
+
+class AgentError(ValueError):
+    """A user's environment or tool failed while a rollout ran (a reset that raised, a turn whose results could not
+    be rendered): one line naming it, as :class:`~infgrpo.rewards.RewardError` names a reward."""
 
 
 def with_observation(prompt: str | list[dict[str, Any]], observation: str | None) -> str | list[dict[str, Any]]:
@@ -106,41 +115,84 @@ class Environments:
             return None
         return cls(load_factories(cfg.environment), load_tools(cfg.tools))
 
-    def start(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """A new rollout of ``rows`` (row i is prompt i's): its instances are handed out afresh; a ValueError
-        naming the row whose ``environment`` is none of the names (with a mapping of factories)."""
-        self.rows = list(rows)
-        self._names = [row.get("environment") if self.multi else None for row in self.rows]
-        for i, name in enumerate(self._names):
-            if name not in self.factories:
-                raise ValueError(
-                    f"row {i} has environment={name!r}, which is none of agent.environment's names: "
-                    f"{', '.join(map(str, self.factories))}"
-                )
+    def start(self, rows: Sequence[Mapping[str, Any]], group_size: int = 0) -> None:
+        """A new rollout of ``rows`` (row i is prompt i's): its instances are handed out afresh, ``group_size`` a
+        row dealt and reset in TRL's batch order (see the module docstring); a ValueError naming the row whose
+        ``environment`` is none of the names (with a mapping of factories)."""
+        self.rows: list[Mapping[str, Any]] = []
+        self._names: list[str | None] = []
         self._given: dict[str | None, int] = dict.fromkeys(self.factories, 0)  # instances handed out, by name
         self._instances: dict[tuple[int, int], Any] = {}
         self._boxes: dict[tuple[int, int], ToolBox] = {}
         self._observations: dict[int, tuple[int, str | None]] = {}  # row -> (first sample reset, its observation)
+        added = [self.add(row) for row in rows]
+        self.deal([(i, j) for i in added for j in range(group_size)])
 
-    def schemas(self, i: int) -> list[dict[str, Any]]:
-        """The tool schemas prompt ``i`` is rendered with: the standalone tools, then its environment's methods."""
-        return self._schemas[self._names[i]]
+    def add(self, row: Mapping[str, Any], group_size: int = 0) -> int:
+        """One more row of this rollout (a prompt drawn), its ``group_size`` instances dealt and reset; returns its
+        index. A ValueError naming the row when its ``environment`` is none of the names (with a mapping)."""
+        i, name = len(self.rows), row.get("environment") if self.multi else None
+        if name not in self.factories:
+            raise ValueError(
+                f"row {i} has environment={name!r}, which is none of agent.environment's names: "
+                f"{', '.join(map(str, self.factories))}"
+            )
+        self.rows.append(row)
+        self._names.append(name)
+        self.deal([(i, j) for j in range(group_size)])
+        return i
 
-    def instance(self, i: int, j: int) -> Any:
-        """The environment of sample ``j`` of prompt ``i``: taken from its pool (made when the pool runs short)
-        and reset with row ``i`` the first time this rollout asks for it."""
-        key = (i, j)
-        if key not in self._instances:
+    def deal(self, keys: Sequence[tuple[int, int]]) -> None:
+        """Hands out an instance to each sample of ``keys`` (prompt index, sample index), in order, then resets each
+        in that order (TRL's batch order); samples that have one keep it."""
+        new = [key for key in keys if key not in self._instances]
+        for i, j in new:
             name = self._names[i]
             pool, given = self._pool[name], self._given[name]
             if given == len(pool):
                 pool.append(self.factories[name]())
             self._given[name] = given + 1
-            env = self._instances[key] = pool[given]
-            row = self.rows[i]
+            self._instances[i, j] = pool[given]
+        for i, j in new:
+            self._reset(i, j)
+
+    def _reset(self, i: int, j: int) -> None:
+        """Resets sample ``j``'s instance with row ``i`` and records its observation; an :class:`AgentError` naming
+        the environment, ``reset`` and the row when it raises."""
+        env, row = self._instances[i, j], self.rows[i]
+        try:
             observation = env.reset(**({k: v for k, v in row.items() if k != "environment"} if self.multi else row))
-            self._check_observation(i, j, type(env).__name__, observation)
-        return self._instances[key]
+        except Exception as err:  # noqa: BLE001 - the user's environment: one line naming it and the row
+            name = f"environment {self._names[i]!r} " if self.multi else "the environment "
+            columns = ", ".join(sorted(map(str, row)))
+            raise AgentError(
+                f"{name}({type(env).__name__}): reset(**row) raised {type(err).__name__}: {err} for row {i} of the "
+                f"rollout (columns: {columns}); reset gets every column of its row by name"
+            ) from err
+        self._check_observation(i, j, type(env).__name__, observation)
+
+    def schemas(self, i: int) -> list[dict[str, Any]]:
+        """The tool schemas prompt ``i`` is rendered with: the standalone tools, then its environment's methods."""
+        return self._schemas[self._names[i]]
+
+    def row_schemas(self, row: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The tool schemas a prompt of ``row`` is rendered with (its ``environment`` column picks them with a
+        mapping; a ValueError naming the value when it names none)."""
+        name = row.get("environment") if self.multi else None
+        if name not in self._schemas:
+            raise ValueError(
+                f"a row has environment={name!r}, which is none of agent.environment's names: "
+                f"{', '.join(map(str, self.factories))}"
+            )
+        return self._schemas[name]
+
+    def instance(self, i: int, j: int) -> Any:
+        """The environment of sample ``j`` of prompt ``i``: dealt when the rollout started (or its row was drawn),
+        else taken from its pool (made when the pool runs short) and reset with row ``i`` now (an adaptive group's
+        extra sample)."""
+        if (i, j) not in self._instances:
+            self.deal([(i, j)])
+        return self._instances[i, j]
 
     def _check_observation(self, i: int, j: int, cls: str, observation: Any) -> None:
         """Records row ``i``'s observation, or raises a ValueError naming the row when sample ``j`` got another."""

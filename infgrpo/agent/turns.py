@@ -3,9 +3,9 @@
     turns = ToolTurns(tokenizer, boxes, template, kwargs, max_turns=4, workers=ToolWorkers(8))
     future = turns.turn_ended(seq, prompt_ids)   # a turn ended on a stop token: its tool results' ids, or None
     turns.rolled_back(seq)                       # the engine dropped those results (too long): forget them
-    turns.ended(seq, prompt_ids)                 # the sample is done: its last turn parsed if it was not offered
-    turns.exchange(i, j)                         # [assistant, tool, ..., assistant]: what the rewards read
-    turns.stats()                                # {"calls", "failures", "turns", "wait_seconds"}
+    record = turns.ended(seq, prompt_ids)        # the sample is done: an Exchange (its last turn parsed if need be)
+    record.messages                              # [assistant, tool, ..., assistant]: what the rewards read
+    turns.calls, turns.failures, turns.timeouts  # the calls this rollout ran (the engine's ToolSummary reads them)
 
 At a turn's end (TRL 1.16's ``_tool_call_loop``, per sample instead of per batch): the turn
 ``seq.token_ids[seq.turn_start:]`` is parsed after the prompt and the ids before it, and the assistant message joins
@@ -13,7 +13,9 @@ the sample's exchange. When it calls tools and fewer than ``max_turns`` rounds r
 rendering of their results go to a worker thread, and the engine gets the future of the result ids, to append with
 tool mask 0 once done; the other samples keep decoding meanwhile. Otherwise the sample ends there, its calls never
 run (TRL's cap). The tool messages join the exchange when they are in; a rollback removes them again, while the calls
-still count (they ran), as in TRL.
+still count (they ran), as in TRL. When the sample finishes, the engine asks :meth:`ToolTurns.ended` for its
+:class:`Exchange` (the messages and the sample's environment) and returns it on ``Rollouts.exchanges``; the tool
+rounds and the time samples waited are the engine's own counts (``Rollouts.tools``).
 
 The tokenizer is used by the decoding thread (parsing) and by the workers (rendering results); a lock keeps them
 apart (a fast tokenizer's Rust state must not be borrowed twice at once).
@@ -22,20 +24,31 @@ apart (a fast tokenizer's Rust state must not be borrowed twice at once).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
 from infgrpo.agent.calls import ToolWorkers, run_calls
 from infgrpo.agent.chat import parse_turn, tool_suffix_ids
+from infgrpo.agent.environments import AgentError
 from infgrpo.agent.tools import ToolBox
 from infgrpo.sampler.schedule.sequence import Sequence as Sample
 
 Key = tuple[int, int]
 """(prompt index, sample index): one sample of a rollout."""
+
+
+@dataclass
+class Exchange:
+    """What one finished sample recorded (``Rollouts.exchanges``): what TRL's rewards get for its completion."""
+
+    messages: list[dict[str, Any]]
+    """Its assistant turns with the tool messages that answered them (the rewards' ``completions`` entry)."""
+    environment: Any = None
+    """Its environment instance (the rewards' ``environments`` entry; None without ``agent.environment``)."""
 
 
 class ToolTurns:
@@ -49,6 +62,8 @@ class ToolTurns:
         kwargs: the chat template's options (``data.chat_template_kwargs``), as the prompts were rendered.
         max_turns: most tool rounds a sample runs (None: unbounded).
         workers: where the tools run, shared by rollouts; an int makes (and :meth:`close` ends) this rollout's own.
+        environments: each sample's environment instance, a function of (prompt index, sample index), recorded in
+            its :class:`Exchange`; None without environments.
     """
 
     def __init__(
@@ -59,6 +74,7 @@ class ToolTurns:
         kwargs: dict[str, Any] | None = None,
         max_turns: int | None = None,
         workers: ToolWorkers | int = 8,
+        environments: Callable[[int, int], Any] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self._box = boxes if callable(boxes) else (lambda i, j: boxes[i])
@@ -67,13 +83,14 @@ class ToolTurns:
         self.max_turns = max_turns
         self._owned = isinstance(workers, int)
         self.workers = ToolWorkers(workers) if isinstance(workers, int) else workers
+        self._environment = environments
         self._lock = threading.Lock()  # the exchanges and counters: the decoding thread and the workers write them
         self._tokenizer_lock = threading.Lock()
         self._exchanges: dict[Key, list[dict[str, Any]]] = {}
         self._parsed: dict[Key, int] = {}  # the turn_start of each sample's last parsed turn
         self._results_from: dict[Key, int] = {}  # where each sample's last tool messages start in its exchange
-        self.calls = self.failures = self.rounds = 0
-        self.wait_seconds = 0.0
+        self.calls = self.failures = self.timeouts = 0
+        """Tool calls run this rollout, those that failed, those that timed out (the engine's ToolSummary)."""
 
     def turn_ended(self, seq: Sample, prompt: list[int]) -> Future[list[int]] | None:
         """A turn of ``seq`` ended on a stop token: parses it into the exchange, and returns the future of its tool
@@ -84,7 +101,7 @@ class ToolTurns:
         calls = message.get("tool_calls")
         if not calls or (self.max_turns is not None and seq.turns >= self.max_turns):
             return None
-        return self.workers.submit(self._answer, key, calls, box, time.perf_counter())
+        return self.workers.submit(self._answer, key, calls, box)
 
     def _parse(self, key: Key, seq: Sample, prompt: list[int], box: ToolBox) -> dict[str, Any]:
         """Parses the turn that starts at ``seq.turn_start`` and appends it to the sample's exchange."""
@@ -96,19 +113,26 @@ class ToolTurns:
             self._parsed[key] = start
         return message
 
-    def _answer(self, key: Key, calls: list[dict[str, Any]], box: ToolBox, asked: float) -> list[int]:
-        """On a worker: runs the turn's calls, records their messages and returns the ids that follow the turn."""
+    def _answer(self, key: Key, calls: list[dict[str, Any]], box: ToolBox) -> list[int]:
+        """On a worker: runs the turn's calls, records their messages and returns the ids that follow the turn (an
+        :class:`~infgrpo.agent.environments.AgentError` naming the sample when its results cannot be rendered)."""
         result = run_calls(calls, box, self.workers.loop)
-        with self._tokenizer_lock:
-            suffix = tool_suffix_ids(self.tokenizer, result.messages, self.template, self.kwargs)
+        try:
+            with self._tokenizer_lock:
+                suffix = tool_suffix_ids(self.tokenizer, result.messages, self.template, self.kwargs)
+        except Exception as err:  # noqa: BLE001 - the template's or a result's failure: one line naming the sample
+            names = ", ".join(m.get("name", "?") for m in result.messages)
+            raise AgentError(
+                f"sample {key[1]} of prompt {key[0]}: the chat template could not render its tool results ({names}): "
+                f"{type(err).__name__}: {err}"
+            ) from err
         with self._lock:
             exchange = self._exchanges[key]
             self._results_from[key] = len(exchange)
             exchange.extend(result.messages)
             self.calls += result.calls
             self.failures += result.failures
-            self.rounds += 1
-            self.wait_seconds += time.perf_counter() - asked
+            self.timeouts += result.timeouts
         return suffix
 
     def rolled_back(self, seq: Sample) -> None:
@@ -118,30 +142,20 @@ class ToolTurns:
         with self._lock:
             del self._exchanges[key][self._results_from.pop(key) :]
 
-    def ended(self, seq: Sample, prompt: list[int]) -> list[dict[str, Any]]:
+    def ended(self, seq: Sample, prompt: list[int]) -> Exchange:
         """``seq`` is done: its last turn is parsed into the exchange if the engine did not offer it (a turn cut
-        by ``max_new_tokens``; an empty one adds nothing, as in TRL), and the exchange is returned."""
+        by ``max_new_tokens``; an empty one adds nothing, as in TRL); returns its :class:`Exchange`."""
         key = (seq.prompt_idx, seq.sample_idx)
         if self._parsed.get(key) != seq.turn_start and len(seq.token_ids) > seq.turn_start:
             self._parse(key, seq, prompt, self._box(*key))
-        return self.exchange(*key)
+        environment = self._environment(*key) if self._environment is not None else None
+        return Exchange(self.exchange(*key), environment)
 
     def exchange(self, i: int, j: int) -> list[dict[str, Any]]:
         """Sample ``j`` of prompt ``i`` as messages, TRL's completion: its assistant turns with the tool messages
         that answered them (a copy)."""
         with self._lock:
             return list(self._exchanges.get((i, j), []))
-
-    def stats(self) -> dict[str, float]:
-        """This rollout's counts: tool ``calls`` made, ``failures`` among them, tool ``turns`` (rounds) run, and
-        ``wait_seconds``, the samples' summed time from a turn's end to its results."""
-        with self._lock:
-            return {
-                "calls": self.calls,
-                "failures": self.failures,
-                "turns": self.rounds,
-                "wait_seconds": self.wait_seconds,
-            }
 
     def close(self) -> None:
         """Ends the workers when this rollout made its own (a shared one is left to its owner)."""

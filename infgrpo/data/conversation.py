@@ -3,6 +3,8 @@
     check_messages(row["prompt"], "prompt", "train", 3)         # ConfigError naming the row, unless valid messages
     ids = encode_prompt(tokenizer, [{"role": "user", "content": "2+2?"}], None, True, {"enable_thinking": False})
     ids = encode_prompt(tokenizer, "2+2?", "Answer briefly.", True)   # wrapped: system + user turn
+    ids = encode_prompt(tokenizer, "2+2?", None, True, tools=[add_schema], template=None)  # with tool schemas
+    ids = PromptFormat("Answer briefly.", True).encode(tokenizer, "2+2?")  # a data module's settings, in one object
 
 TRL 1.16's rules (``trl.data_utils.is_conversational``), which hub datasets made for GRPO follow: a row is
 conversational when its prompt is a list of ``{"role", "content"}`` messages (system messages and earlier turns
@@ -17,10 +19,17 @@ go through the template (what ``python -m infgrpo.from_trl`` writes), and ``fals
 With ``true``, a string that already holds the chat template's markup (a special token the template writes, e.g.
 ``<|im_start|>``) is **never wrapped a second time**: it is tokenized as it is, without special tokens added (the
 markup holds them), and a note says so once.
+
+With tools (``model.agent``), the tool schemas are rendered into the prompt by the chat template (``tools=``, and
+``template``: the agent's chat template, None for the tokenizer's), as TRL 1.16's ``GRPOTrainer`` renders them; a
+string prompt is then always wrapped as one user turn (a tool schema needs the template). This is the one prompt
+encoder: the data module measures the prompts it yields (``data.max_prompt_length``, the context checks) with the
+same tools the rollout renders them with.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
@@ -99,19 +108,26 @@ def encode_prompt(
     system_prompt: str | None,
     chat_template: bool | str,
     chat_template_kwargs: dict[str, Any] | None = None,
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    template: str | None = None,
 ) -> list[int]:
     """Token ids of a prompt (see the module docstring): a conversation through the chat template (``system_prompt``
     put first when it has no system message), a templated string as it is, a plain string wrapped when
     ``chat_template`` is true and the tokenizer has a template, else tokenized alone (``"conversations"``: TRL's
-    rule, no system message for it)."""
-    kwargs = chat_template_kwargs or {}
-    if isinstance(prompt, list):
-        if not tokenizer.chat_template:
+    rule, no system message for it). ``tools``: the tool schemas the template renders (a string prompt is then
+    wrapped whatever ``chat_template`` says); ``template``: the chat template to render with (None: the
+    tokenizer's)."""
+    kwargs = {**(chat_template_kwargs or {}), "chat_template": template}
+    if tools is not None:
+        kwargs["tools"] = tools or None  # no tools render as None: some templates write boilerplate for []
+    if isinstance(prompt, list) or (tools is not None and not holds_template(tokenizer, prompt)):
+        if not tokenizer.chat_template and template is None:
             raise ConfigError(
                 "the data's prompts are conversations (lists of chat messages), and the tokenizer has no chat "
                 "template to render them; use a model with one, or give string prompts"
             )
-        messages = prompt
+        messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
         if system_prompt and messages[0].get("role") != "system":
             messages = [{"role": "system", "content": system_prompt}, *messages]
         out = tokenizer.apply_chat_template(
@@ -145,3 +161,27 @@ def encode_prompt(
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
         return tokenizer(text, add_special_tokens=False)["input_ids"]
     return tokenizer(prompt)["input_ids"]
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """How a data module renders its prompts (``data.system_prompt``, ``data.chat_template``,
+    ``data.chat_template_kwargs``), in one object: what else renders a prompt (the agent's rollout, with its tool
+    schemas) asks it, so the rule is the data module's whoever renders."""
+
+    system_prompt: str | None = None
+    chat_template: bool | str = True
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def encode(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        prompt: Prompt,
+        tools: list[dict[str, Any]] | None = None,
+        template: str | None = None,
+    ) -> list[int]:
+        """:func:`encode_prompt` of ``prompt`` with these settings (``tools``, ``template``: as there)."""
+        return encode_prompt(
+            tokenizer, prompt, self.system_prompt, self.chat_template, self.chat_template_kwargs,
+            tools=tools, template=template,
+        )  # fmt: skip

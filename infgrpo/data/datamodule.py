@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,7 +44,7 @@ from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
 from infgrpo.assets import TINY_DATA_DIR
-from infgrpo.data.conversation import encode_prompt, last_user_text
+from infgrpo.data.conversation import PromptFormat, encode_prompt, last_user_text
 from infgrpo.data.hub_source import check_hub_source
 from infgrpo.data.images import image_root
 from infgrpo.data.in_memory import dataset_rows, held_out_split
@@ -264,6 +264,24 @@ class PromptDataModule(L.LightningDataModule):
         self.stream: PromptStream | None = None  # dynamic sampling's extra prompts (prompt_stream)
         self.stream_start = 0  # where this rank's stream starts (a resumed checkpoint's position)
         self.processor: Any = None  # the model's processor when the rows hold images (vision_prompts)
+        self._tools: tuple[Callable[[dict], list[dict]], str | None] | None = None  # use_tools
+
+    @property
+    def prompt_format(self) -> PromptFormat:
+        """How this module renders a prompt (``system_prompt``, ``chat_template``, ``chat_template_kwargs``): what
+        renders its items' prompts anew (the agent's rollout, with an environment's observation) asks it."""
+        hp = self.hparams
+        return PromptFormat(hp.system_prompt, hp.chat_template, hp.get("chat_template_kwargs"))
+
+    def use_tools(self, tools: Callable[[dict], list[dict]], template: str | None = None) -> None:
+        """Renders every prompt with the tool schemas ``tools(row)`` gives its row, through the chat ``template``
+        (None: the tokenizer's), as the agent's rollout renders it (``GRPOModule`` calls it with ``model.agent`` on,
+        as fit sets up): ``max_prompt_length``, :meth:`longest_prompt` and the context checks then measure the
+        prompts the model reads. Prompts already set up are rendered again."""
+        self._tools = (tools, template)
+        if self.train_items:
+            self.train_items, self.eval_items = [], []
+            self.setup("fit")
 
     def _encode(self, tokenizer: PreTrainedTokenizerBase, rows: list[dict], split: str) -> list[dict]:
         hp = self.hparams
@@ -276,6 +294,7 @@ class PromptDataModule(L.LightningDataModule):
         items, too_long = [], []
         kwargs = hp.get("chat_template_kwargs")
         check_template_kwargs(tokenizer, kwargs)
+        fmt = self.prompt_format
         for i, row in enumerate(rows):
             row, prompt = row_prompt(row, hp, split, i)
             if isinstance(prompt, list) and not hp.chat_template:
@@ -290,7 +309,8 @@ class PromptDataModule(L.LightningDataModule):
                 ids, vision = encode_image_prompt(self.processor, item["prompt"], hp.system_prompt, kwargs)
                 item |= {"images": images, "image_tokens": vision.image_tokens}
             else:
-                ids = encode_prompt(tokenizer, prompt, hp.system_prompt, hp.chat_template, kwargs)
+                tools, template = (self._tools[0](row), self._tools[1]) if self._tools is not None else (None, None)
+                ids = fmt.encode(tokenizer, prompt, tools, template)
             if len(ids) > hp.max_prompt_length:
                 too_long.append((i, len(ids), item.get("image_tokens", 0)))
                 continue

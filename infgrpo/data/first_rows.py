@@ -116,12 +116,18 @@ def split_rows(hp: Mapping[str, Any], head: int = ROWS) -> dict[str, tuple[str, 
 
 
 def check_first_rows(
-    hp: Mapping[str, Any], tokenizer: Callable[[], PreTrainedTokenizerBase], head: int = ROWS
+    hp: Mapping[str, Any],
+    tokenizer: Callable[[], PreTrainedTokenizerBase],
+    tools: Callable[[dict], list[dict]] | None = None,
+    template: str | None = None,
+    head: int = ROWS,
 ) -> list[tuple[str, int, int]]:
     """Applies the data module's rules to the first ``head`` rows of the training and held-out splits of the data
     settings ``hp``; returns (split, row, tokens) of every prompt kept, or a ConfigError naming ``data.<field>``.
 
-    ``tokenizer`` is called once, when there are rows to measure.
+    ``tokenizer`` is called once, when there are rows to measure. ``tools`` (with ``model.agent``): each row's tool
+    schemas, rendered through the chat ``template`` as the data module then renders them
+    (:meth:`~infgrpo.data.PromptDataModule.use_tools`).
     """
     if hp.get("train_dataset") is not None:  # in memory (Python): the data module checks its rows
         return []
@@ -143,11 +149,13 @@ def check_first_rows(
             )
         kwargs = hp.get("chat_template_kwargs")
         imaged = first_rows_image_tokens(hp, split, rows[split], got, image_root(hp["path"]))  # vision hook
+        schemas = [tools(row) if tools is not None else None for row in rows[split]]
+        system, chat = hp["system_prompt"], hp["chat_template"]
         lengths = [
             imaged[i][0]
             if imaged and imaged[i]
-            else len(encode_prompt(tok, p, hp["system_prompt"], hp["chat_template"], kwargs))
-            for i, p in enumerate(got)
+            else len(encode_prompt(tok, p, system, chat, kwargs, tools=t, template=template))
+            for i, (p, t) in enumerate(zip(got, schemas, strict=True))
         ]
         longest = max(range(len(lengths)), key=lengths.__getitem__)
         if lengths[longest] > hp["max_prompt_length"] and hp["long_prompts"] == "error":

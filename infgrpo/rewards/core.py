@@ -154,7 +154,7 @@ def correct_rows(parts: Mapping[str, torch.Tensor], accuracy: str | None) -> tor
 
 
 def score_rewards(
-    rewards: dict[str, float],
+    rewards: Mapping[str, float | tuple[RewardFn, float]],
     completions: list[str],
     metadata: list[dict],
     on_error: str = "raise",
@@ -166,7 +166,6 @@ def score_rewards(
     trainer_state: TrainerState | None = None,
     messages: list[Any] | None = None,
     reward_kwargs: Mapping[str, list[Any]] | None = None,
-    sources: Mapping[str, tuple[RewardFn, float]] | None = None,
 ) -> RewardScores:
     """Weighted sum of the reward functions over ``completions``, with each function's values and the failures.
 
@@ -177,11 +176,13 @@ def score_rewards(
     left out (``"skip"``) or scored 0 (``"zero"``) with a warning (see the module docstring). ``async`` functions
     run concurrently, after the others.
 
+    ``rewards`` maps a reward's name to its weight (the name resolved by :func:`resolve_reward`), or to a
+    ``(function, weight)`` pair for a function given as it is (an environment's ``get_reward``, named after its
+    class, weight 1, as TRL adds it), called and logged as the others are.
+
     A multi-turn rollout (tools) may give ``messages`` (what functions get as ``completions``: each completion's
-    exchange; ``completions`` stay the decoded texts), ``reward_kwargs`` (more keyword arguments, one value per
-    completion: ``environments``) and ``sources``: more reward functions by name, each with its weight (an
-    environment's ``get_reward``, named after its class, weight 1, as TRL adds it), called and logged as the
-    others are.
+    exchange; ``completions`` stay the decoded texts) and ``reward_kwargs`` (more keyword arguments, one value per
+    completion: ``environments``).
     """
     check_on_error(on_error)
     n, log = len(completions), RewardLog()
@@ -194,15 +195,8 @@ def score_rewards(
         completions, metadata, prompts, completion_ids, completion_lengths, max_completion_length, trainer_state,
         messages, extra,
     )  # fmt: skip
-    sources = dict(sources or {})
-    clash = next((name for name in sources if name in rewards), None)
-    if clash is not None:
-        raise ValueError(
-            f"the reward source {clash!r} has the name of a reward function ({', '.join(rewards)}); each reward needs "
-            "its own name (its values are logged as rewards/<name>)"
-        )
-    fns = {name: resolve_reward(name) for name in rewards} | {name: fn for name, (fn, _) in sources.items()}
-    rewards = {**rewards, **{name: weight for name, (_, weight) in sources.items()}}
+    fns = {name: given[0] if isinstance(given, tuple) else resolve_reward(name) for name, given in rewards.items()}
+    rewards = {name: given[1] if isinstance(given, tuple) else given for name, given in rewards.items()}
     returned: dict[str, Any] = {}
     for name, fn in fns.items():  # plain functions in order; async ones gathered after
         if not is_async(fn):

@@ -10,7 +10,7 @@ import torch
 from infgrpo.sampler.schedule.sequence import Sequence
 
 if TYPE_CHECKING:
-    from infgrpo.sampler.engine.summaries import AdaptiveSummary, DynamicSummary
+    from infgrpo.sampler.engine.summaries import AdaptiveSummary, DynamicSummary, ToolSummary
 
 
 @dataclass
@@ -42,11 +42,17 @@ class Rollouts:
     tool_masks: list[list[int]] | None = None
     """Multi-turn rollouts (tools): per entry, 1 on each token the model generated and 0 on each tool-result token
     (TRL's ``tool_mask``; ``len(tool_masks[i]) == len(completion_ids[i])``); None when no entry called a tool."""
+    exchanges: list[Any] | None = None
+    """Multi-turn rollouts: per entry, what the host's ``Turns.ended`` recorded when the sample finished (with
+    ``model.agent``: its exchange, the messages TRL's rewards get as the completion, and its environment); None
+    without turns."""
+    tools: ToolSummary | None = None
+    """Multi-turn rollouts: what the tools did (calls, failures, rounds, waits); None without turns."""
 
     @classmethod
     def from_sequences(cls, prompt_ids: list[list[int]], group_size: int, seqs: list[Sequence]) -> Rollouts:
         """The rollouts of finished sequences (the engine's), prompt-major; ``tool_masks`` when some sequence
-        took tool results."""
+        took tool results, ``exchanges`` when the turns recorded something."""
         tools = any(s.tool_mask is not None for s in seqs)
         return cls(
             prompt_ids=[list(p) for p in prompt_ids],
@@ -55,6 +61,8 @@ class Rollouts:
             logprobs=[s.logprobs for s in seqs],
             finish_reasons=[s.finish_reason for s in seqs],
             tool_masks=[s.tool_mask if s.tool_mask is not None else [1] * len(s) for s in seqs] if tools else None,
+            sample_ids=[s.sample_idx for s in seqs],
+            exchanges=[s.record for s in seqs] if any(s.record is not None for s in seqs) else None,
         )
 
     @property
@@ -66,6 +74,13 @@ class Rollouts:
     def prompt_index(self) -> list[int]:
         """The prompt each entry belongs to: ``i // group_size``."""
         return [i // self.group_size for i in range(len(self.completion_ids))]
+
+    @property
+    def sample_keys(self) -> list[tuple[int, int]]:
+        """(prompt index, sample index) of each entry, prompt-major (the sample index: :attr:`sample_ids`, else the
+        entry's place in its group)."""
+        ids = self.sample_ids if self.sample_ids is not None else [n % self.group_size for n in range(len(self))]
+        return list(zip(self.prompt_index, ids, strict=True))
 
     def __len__(self) -> int:
         return len(self.completion_ids)

@@ -121,8 +121,9 @@ class MicroGroupSampler:
         ``group_size`` completions, the ones ``adaptive.judge.select`` picks (``Rollouts.sample_ids``), with
         ``Rollouts.adaptive`` and ``adaptive/*`` statistics. ``turns``: multi-turn samples (tools,
         :mod:`infgrpo.sampler.engine.turns`), a factory called once per engine run (an attempt that ran out of
-        memory starts again with a fresh one: the last one made holds the returned samples' turns); the rollouts
-        then carry ``tool_masks`` and the ``tool_rounds``, ``tool_wait_s`` and ``steps_while_waiting`` statistics.
+        memory starts again with a fresh one); the rollouts then carry ``tool_masks``, what the turns recorded of
+        each sample (``exchanges``) and what the tools did (``tools``, a
+        :class:`~infgrpo.sampler.engine.summaries.ToolSummary`).
         """
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1")
@@ -175,19 +176,23 @@ class MicroGroupSampler:
             rollouts = self._on_engine(plan, slots, ranks, turns)
         return self._finish(rollouts, start)
 
-    def generate_one(self, prompt_ids: list[list[int]], batch_size: int = 128) -> Rollouts:
+    def generate_one(
+        self, prompt_ids: list[list[int]], batch_size: int = 128, turns: Callable[[], Turns] | None = None
+    ) -> Rollouts:
         """One completion per prompt (evaluation, e.g. greedy), on the slots a rollout of these prompts gets.
 
         The slot count is the rollout's plan for ``prompt_ids`` (``num_slots``, or under 'auto' what
         ``rollout_memory`` holds), at most ``batch_size``: evaluation never takes more memory than the
-        rollouts it sits between, whatever the evaluation batch.
+        rollouts it sits between, whatever the evaluation batch. ``turns``: multi-turn samples, as in :meth:`sample`.
         """
         check_prompts(self.model, prompt_ids, self.config.max_new_tokens)
         planned = self.sizer.slots(self.model, prompt_ids)
         field = "data.eval_batch_size" if batch_size <= planned else "model.sampler.num_slots"
+        if turns is not None and self.config.decoder != "engine":
+            self.config.require_engine("agent")
         with self._decoding():
             rollouts, retries = self._backoff(
-                lambda n: self._decode(prompt_ids, 1, 0, n), min(batch_size, planned), field
+                lambda n: self._decode(prompt_ids, 1, 0, n, turns), min(batch_size, planned), field
             )
         rollouts.stats["oom_retries"] = retries
         return rollouts
@@ -227,8 +232,8 @@ class MicroGroupSampler:
         chosen = feed.trained()
         rows = [s for i in chosen for s in feed.rows(i)]  # group_size of each (of a grown group: the judge's pick)
         rollouts = Rollouts.from_sequences([feed.prompts[i] for i in chosen], feed.group_size, rows)
-        rollouts.sample_ids = [s.sample_idx for s in rows]
         rollouts.stats = stats.to_stats([s.model_tokens for group in feed.groups for s in group])  # all decoded
+        rollouts.tools = stats.tools
         rollouts.dynamic = found = feed.summary()
         if found is not None:
             rollouts.drawn = chosen
@@ -257,12 +262,20 @@ class MicroGroupSampler:
         feed = make_feed(plan, looks, self.rescue)
         return feed, self.engine.run(feed, num_slots, None if turns is None else turns()), looks
 
-    def _decode(self, prompt_ids: list[list[int]], group_size: int, seed: int, num_slots: int) -> Rollouts:
+    def _decode(
+        self,
+        prompt_ids: list[list[int]],
+        group_size: int,
+        seed: int,
+        num_slots: int,
+        turns: Callable[[], Turns] | None = None,
+    ) -> Rollouts:
         """One engine run of a fixed batch on ``num_slots`` slots, no length prediction, as :class:`Rollouts`."""
         feed = FixedBatch(prompt_ids, group_size, seed)
-        stats = self.engine.run(feed, num_slots)
+        stats = self.engine.run(feed, num_slots, None if turns is None else turns())
         rollouts = Rollouts.from_sequences(prompt_ids, group_size, feed.initial())  # every sequence, prompt-major
-        rollouts.stats = stats.to_stats(rollouts.lengths)
+        rollouts.stats = stats.to_stats(rollouts.model_lengths)
+        rollouts.tools = stats.tools
         return rollouts
 
     def _start(self) -> float:

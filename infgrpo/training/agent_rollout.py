@@ -1,35 +1,59 @@
-"""AgentRollout: a run's multi-turn rollouts with tools and environments (``model.agent``), without Lightning.
+"""AgentRollout: what a run with ``model.agent`` (tools, environments) adds to the one rollout path, without Lightning.
 
-    agent = AgentRollout(AgentConfig(tools=["my_tools:add"]), tokenizer, group_size=8)  # template checked, parser set
-    rollouts, scores, items = agent(sampler, scorer, items, seed=0)        # decode with tools, then score
-    scores = agent.heldout(eval_sampler, scorer, items)                      # one completion a held-out prompt
+    agent = AgentRollout(AgentConfig(tools=["my_tools:add"]), tokenizer)  # the template checked, tools loaded once
+    prompts, turns = rollout_inputs(agent, items, datamodule)            # rendered with the tool schemas; a factory
+    rollouts = sampler.sample(prompts, 8, seed=0, turns=turns)            # decode with tools
+    scores = Scorer(tokenizer, rewards, "raise", 160, sources=agent.sources)(rollouts, items)
 
-One rollout, as TRL 1.16's ``GRPOTrainer`` does it with ``tools=`` / ``environment_factory=``, minus its barrier:
+A rollout with tools is the plain one with three things added, as TRL 1.16's ``GRPOTrainer`` does it with ``tools=``
+/ ``environment_factory=``, minus its barrier:
 
-1. the environments start from the batch's rows (an instance per sample, reset when first needed);
-2. each prompt is rendered again with the tool schemas (and its environment's observation) through the agent's
-   chat template: the data module's ids have no tools in them;
-3. the sampler decodes with a fresh :class:`~infgrpo.agent.turns.ToolTurns` per engine run: a turn that calls tools
-   leaves the slot pool until its results are in (:mod:`infgrpo.sampler.engine.turns`);
-4. each completion's exchange (assistant turns and tool messages) is what the rewards get as ``completions``, with
-   ``environments=`` and the environments' ``get_reward`` as more reward sources; the tool counters join the
-   rollout's statistics (``tools/*`` metrics).
+1. **render**: each prompt is rendered with the tool schemas (and its environment's observation) through the agent's
+   chat template, by the data module's own rule (:class:`~infgrpo.data.conversation.PromptFormat`; the data module
+   renders its items the same way, :meth:`~infgrpo.data.PromptDataModule.use_tools`, so its length checks see
+   these prompts);
+2. **a Turns factory**: the sampler decodes with a fresh :class:`~infgrpo.agent.turns.ToolTurns` per engine run; a
+   turn that calls tools leaves the slot pool until its results are in (:mod:`infgrpo.sampler.engine.turns`), and
+   each finished sample's :class:`~infgrpo.agent.turns.Exchange` comes back on ``Rollouts.exchanges``, the tool
+   counts on ``Rollouts.tools``;
+3. **the score keywords**: the environments' ``get_reward`` are reward sources the run's
+   :class:`~infgrpo.scoring.Scorer` is built with (:attr:`AgentRollout.sources`); the scorer hands the rewards each
+   exchange as the completion and ``environments=``.
+
+The plain rollout, the judged one (dynamic sampling, adaptive groups) and held-out scoring all take the same two
+inputs (:func:`rollout_inputs`), so tools combine with every feed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
 from infgrpo.agent import AgentConfig, Environments, ToolTurns, ToolWorkers
-from infgrpo.agent.chat import check_tool_template, ensure_response_parser, load_template, render_prompt
-from infgrpo.agent.tools import load_tools, tool_box
+from infgrpo.agent.chat import check_tool_template, ensure_response_parser, load_template
+from infgrpo.agent.tools import load_factories, load_tools, tool_box
+from infgrpo.data.conversation import PromptFormat
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import MicroGroupSampler, Rollouts
-from infgrpo.sampler.schedule.sequence import Sequence
-from infgrpo.scoring import Scorer, Scores
+from infgrpo.scoring import Source
+
+
+def agent_template(tokenizer: PreTrainedTokenizerBase, cfg: AgentConfig) -> str | None:
+    """The chat template the agent renders with (None: the tokenizer's own), checked to render a tool exchange; the
+    tokenizer gets a response parser for it when it has none (a ConfigError naming ``agent.chat_template``
+    otherwise). The one place the agent asks :mod:`infgrpo.agent.chat` for its template."""
+    template = load_template(cfg)
+    check_tool_template(tokenizer, template, cfg.chat_template)
+    ensure_response_parser(tokenizer, template, cfg.chat_template)
+    return template
+
+
+def prompt_format(datamodule: Any) -> PromptFormat:
+    """How ``datamodule`` renders prompts (its ``prompt_format``); the defaults without one."""
+    fmt = getattr(datamodule, "prompt_format", None)
+    return fmt if isinstance(fmt, PromptFormat) else PromptFormat()
 
 
 class AgentRollout:
@@ -40,77 +64,81 @@ class AgentRollout:
         tokenizer: the policy's tokenizer: its template (or ``cfg.chat_template``) must render a tool exchange
             (a ConfigError otherwise); it gets a response parser for Qwen-style tool calls when it has none.
         group_size: completions a prompt in training rollouts (``model.group_size``).
-        system_prompt, chat_template_kwargs: the data's (``data.system_prompt``, ``data.chat_template_kwargs``),
-            which the prompts are rendered with; a rollout given the data module takes them from it.
     """
 
-    def __init__(
-        self,
-        cfg: AgentConfig,
-        tokenizer: PreTrainedTokenizerBase,
-        group_size: int = 1,
-        system_prompt: str | None = None,
-        chat_template_kwargs: dict[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, cfg: AgentConfig, tokenizer: PreTrainedTokenizerBase, group_size: int = 1) -> None:
         self.cfg, self.tokenizer, self.group_size = cfg, tokenizer, group_size
-        self.template = load_template(cfg)
-        check_tool_template(tokenizer, self.template, cfg.chat_template)
-        ensure_response_parser(tokenizer, self.template, cfg.chat_template)
-        tools, schemas = load_tools(cfg.tools)
+        self.template = agent_template(tokenizer, cfg)
+        tools, schemas = load_tools(cfg.tools)  # once a run: the environments' boxes reuse them
         self.box = tool_box(tools, schemas)  # the standalone tools (without an environment, every sample's)
-        self.envs = Environments.from_config(cfg)
-        self.sources = {
+        self.envs = Environments(load_factories(cfg.environment), (tools, schemas)) if cfg.environment else None
+        self.sources: dict[str, Source] = {
             src.__name__: (src, 1.0) for src in (self.envs.reward_sources() if self.envs is not None else [])
         }
-        self.workers = ToolWorkers(cfg.tool_workers)  # the tool threads, shared by every rollout of the run
-        self.system_prompt, self.kwargs = system_prompt, dict(chat_template_kwargs or {})
+        """The environments' rewards (``get_reward``, named after the class, weight 1): the run's Scorer takes them."""
+        self._workers: ToolWorkers | None = None
+        self.format = PromptFormat()
+        """How the current rollout's prompts were rendered (its chat template options render the tool results)."""
 
-    def use_data(self, datamodule: Any) -> None:
-        """Renders prompts as ``datamodule`` does (its ``system_prompt`` and ``chat_template_kwargs``); None: as
-        before."""
-        hparams: Mapping[str, Any] | None = getattr(datamodule, "hparams", None)
-        if hparams is not None:
-            self.system_prompt = hparams.get("system_prompt")
-            self.kwargs = dict(hparams.get("chat_template_kwargs") or {})
+    @property
+    def workers(self) -> ToolWorkers:
+        """The tool threads, shared by every rollout of the run (made again after :meth:`close`)."""
+        if self._workers is None:
+            self._workers = ToolWorkers(self.cfg.tool_workers)
+        return self._workers
 
-    # -- one rollout ----------------------------------------------------------------------------
-    def prompt_ids(self, items: list[dict]) -> list[list[int]]:
-        """Each item's prompt rendered with the tool schemas through the agent's template (with an environment: its
-        observation appended to the last message; a string prompt is one user message)."""
-        if self.envs is not None:  # reset(**row) gets every column, the prompt as the dataset gave it included (TRL)
-            self.envs.start([{**it["meta"], "prompt": it.get("prompt", it["meta"].get("prompt"))} for it in items])
-        out = []
-        for i, item in enumerate(items):
-            prompt = self.envs.prompt(i) if self.envs is not None else item.get("prompt", item["meta"].get("prompt"))
-            messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-            if self.system_prompt and messages[0].get("role") != "system":
-                messages = [{"role": "system", "content": self.system_prompt}, *messages]
-            schemas = self.envs.schemas(i) if self.envs is not None else self.box.schemas
-            out.append(render_prompt(self.tokenizer, messages, schemas, self.template, self.kwargs))
-        return out
+    def schemas(self, row: dict) -> list[dict]:
+        """The tool schemas the prompt of ``row`` is rendered with: the standalone tools, then its environment's
+        methods."""
+        return self.envs.row_schemas(row) if self.envs is not None else self.box.schemas
 
-    def __call__(
-        self,
-        sampler: MicroGroupSampler,
-        scorer: Scorer,
-        items: list[dict],
-        seed: int,
-        datamodule: Any = None,
-        ranks: Ranks | None = None,
-    ) -> tuple[Rollouts, Scores, list[dict]]:
-        """``group_size`` multi-turn completions of each item (streams keyed by the global prompt index), their
-        scores (the rewards get each completion's exchange, ``environments=`` and the environments' rewards) and
-        ``items``; prompts rendered as ``datamodule`` renders them."""
-        self.use_data(datamodule)
-        offset = ranks.prompt_offset(len(items)) if ranks is not None else 0
-        rollouts, exchanges = self.decode(sampler, items, self.group_size, seed, offset, ranks)
-        return rollouts, self.score(scorer, rollouts, items, exchanges), items
+    def prompt_ids(
+        self, items: list[dict], fmt: PromptFormat | None = None, group_size: int | None = None
+    ) -> list[list[int]]:
+        """Each item's prompt rendered with the tool schemas through the agent's template by ``fmt`` (the data
+        module's rule; default: :class:`PromptFormat`'s), with an environment: its observation appended to the last
+        message. Starts a new rollout of ``items`` x ``group_size`` samples (default: the run's): every sample's
+        environment is dealt and reset first, in TRL's batch order."""
+        self.start(fmt)
+        if self.envs is not None:
+            g = self.group_size if group_size is None else group_size
+            self.envs.start([self.row(item) for item in items], g)
+        return [self.render(i, item) for i, item in enumerate(items)]
 
-    def heldout(self, sampler: MicroGroupSampler, scorer: Scorer, items: list[dict], datamodule: Any = None) -> Scores:
-        """One multi-turn completion of each held-out item (the evaluation sampler's temperature), scored."""
-        self.use_data(datamodule)
-        rollouts, exchanges = self.decode(sampler, items, 1, 0)
-        return self.score(scorer, rollouts, items, exchanges)
+    @staticmethod
+    def row(item: dict) -> dict:
+        """What ``reset(**row)`` gets of an item: every column, the prompt as the dataset gave it included (TRL)."""
+        return {**item["meta"], "prompt": item.get("prompt", item["meta"].get("prompt"))}
+
+    def render(self, i: int, item: dict) -> list[int]:
+        """Prompt ``i`` of this rollout (``item``) rendered with its tools (and its environment's observation)."""
+        if self.envs is None:
+            prompt = item.get("prompt", item["meta"].get("prompt"))
+            return self.format.encode(self.tokenizer, prompt, self.box.schemas, self.template)
+        return self.format.encode(self.tokenizer, self.envs.prompt(i), self.envs.schemas(i), self.template)
+
+    def start(self, fmt: PromptFormat | None = None) -> None:
+        """A new rollout, of no prompt yet: its environments afresh, and ``fmt``, how its prompts are rendered (its
+        chat template options render the tool results too)."""
+        self.format = fmt if fmt is not None else PromptFormat()
+        if self.envs is not None:
+            self.envs.start([])
+
+    def add(self, item: dict, index: int) -> list[int]:
+        """Prompt ``index`` of this rollout, drawn now (dynamic sampling), rendered as :meth:`prompt_ids` renders
+        them; with an environment its row's ``group_size`` instances are dealt and reset first."""
+        if self.envs is not None:
+            self.envs.add(self.row(item), self.group_size)
+        return self.render(index, item)
+
+    def turns(self) -> ToolTurns:
+        """A fresh :class:`ToolTurns` for one engine run (the sampler's ``turns`` factory)."""
+        envs = self.envs
+        boxes = envs.box if envs is not None else (lambda i, j: self.box)
+        return ToolTurns(
+            self.tokenizer, boxes, self.template, self.format.chat_template_kwargs, self.cfg.max_turns, self.workers,
+            envs.instance if envs is not None else None,
+        )  # fmt: skip
 
     def decode(
         self,
@@ -122,50 +150,24 @@ class AgentRollout:
         ranks: Ranks | None = None,
     ) -> tuple[Rollouts, list[list[dict[str, Any]]]]:
         """The rollouts of ``items`` with tools (no scores) and each entry's exchange, the message list TRL's rewards
-        get as its completion; the tool counters join ``rollouts.stats`` (``tool_calls``, ``tool_failures``)."""
-        prompts = self.prompt_ids(items)
-        made: list[ToolTurns] = []
-        rollouts = sampler.sample(
-            prompts, group_size, seed, prompt_offset=prompt_offset, ranks=ranks, turns=lambda: self._turns(made)
-        )
-        turns = made[-1]  # an attempt that ran out of memory left its own; the last one holds these rollouts' turns
-        keys = sample_keys(rollouts)
-        exchanges = [turns.ended(last_turn(rollouts, n, key), prompts[key[0]]) for n, key in enumerate(keys)]
-        stats = turns.stats()
-        rollouts.stats.update(tool_calls=stats["calls"], tool_failures=stats["failures"])
-        return rollouts, exchanges
-
-    def _turns(self, made: list[ToolTurns]) -> ToolTurns:
-        """A fresh :class:`ToolTurns` for one engine run (kept in ``made``: the last one holds the returned turns)."""
-        boxes = self.envs.box if self.envs is not None else (lambda i, j: self.box)
-        made.append(ToolTurns(self.tokenizer, boxes, self.template, self.kwargs, self.cfg.max_turns, self.workers))
-        return made[-1]
-
-    def score(
-        self, scorer: Scorer, rollouts: Rollouts, items: list[dict], exchanges: list[list[dict[str, Any]]]
-    ) -> Scores:
-        """Scores ``rollouts`` as TRL's rewards see a tool run: the ``exchanges`` as completions, ``environments=``
-        and the environments' ``get_reward``."""
-        kwargs = {"environments": self.envs.instances(sample_keys(rollouts))} if self.envs is not None else None
-        return scorer(rollouts, items, completions=exchanges, reward_kwargs=kwargs, sources=self.sources or None)
+        get as its completion (``Rollouts.exchanges``' messages): benchmarks and tests."""
+        prompts, turns = rollout_inputs(self, items, group_size=group_size)
+        rollouts = sampler.sample(prompts, group_size, seed, prompt_offset=prompt_offset, ranks=ranks, turns=turns)
+        return rollouts, [x.messages for x in rollouts.exchanges or []]
 
     def close(self) -> None:
-        """Ends the tool threads."""
-        self.workers.close()
+        """Ends the tool threads (``GRPOModule`` calls it as fit ends; a later rollout makes new ones)."""
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
 
 
-def sample_keys(rollouts: Rollouts) -> list[tuple[int, int]]:
-    """(prompt index, sample index) of each entry of ``rollouts``, prompt-major."""
-    ids = rollouts.sample_ids
-    if ids is None:
-        ids = [n % rollouts.group_size for n in range(len(rollouts))]
-    return list(zip(rollouts.prompt_index, ids, strict=True))
-
-
-def last_turn(rollouts: Rollouts, n: int, key: tuple[int, int]) -> Sequence:
-    """Entry ``n`` as a finished :class:`Sequence` whose current turn starts after its last tool-result token (what
-    :meth:`ToolTurns.ended` parses when the engine never offered that turn: one cut by ``max_new_tokens``)."""
-    ids = list(rollouts.completion_ids[n])
-    mask = rollouts.tool_masks[n] if rollouts.tool_masks is not None else None
-    start = 0 if mask is None or 0 not in mask else len(mask) - mask[::-1].index(0)
-    return Sequence(key[0], key[1], token_ids=ids, tool_mask=mask, turn_start=start)
+def rollout_inputs(
+    agent: AgentRollout | None, items: list[dict], datamodule: Any = None, group_size: int | None = None
+) -> tuple[list[list[int]], Callable[[], ToolTurns] | None]:
+    """(the prompt ids, the ``turns`` factory) a rollout of ``items`` x ``group_size`` samples (default: the run's)
+    decodes with: the items' own ids and no turns, or with ``agent`` the prompts rendered with its tools as
+    ``datamodule`` renders prompts (every sample's environment dealt and reset first), and its turns."""
+    if agent is None:
+        return [item["prompt_ids"] for item in items], None
+    return agent.prompt_ids(items, prompt_format(datamodule), group_size), agent.turns

@@ -136,7 +136,7 @@ def check_settings(
     resolve_skip(built["update"].skip_zero_advantage, built["objective"], warn=False)  # 'on' where not exact
     warn_filtered_behaviour_logprobs(built["sampler"], built["objective"])
     check_judged_rollout(built, group_size)  # dynamic sampling and adaptive groups: the engine decodes
-    check_agent(built)  # tools: the engine decodes, a rollout of fixed groups
+    check_agent(built)  # tools: the engine decodes
     warn_ignored(built, group_size)  # values a run would ignore, greedy groups without a gradient
     return ModuleSettings(
         group_size=group_size, output_dir=output_dir, seed=run_seed(seed),

@@ -2,6 +2,7 @@
 
     rollout = JudgedRollout(dynamic_config, adaptive_config, sampler, scorer, group_size=8, accuracy="synthetic")
     rollouts, scores, items = rollout(batch, seed, datamodule, ranks)
+    JudgedRollout(dynamic_config, adaptive_config, sampler, scorer, 8, agent=agent)   # with tools (model.agent)
 
 :class:`GroupJudge` is the one object the engine asks about groups (spread, level, select). It scores a group the
 moment its last queued sample ends (every sample so far: a group that grows is judged again), says whether it has
@@ -9,6 +10,13 @@ a spread (``dynamic_sampling.criterion``), picks the samples a grown group train
 (:func:`~infgrpo.algo.down_sample.max_variance_subset` of its rewards) and keeps the scores and its picks, so the
 step's :class:`~infgrpo.scoring.Scores` are those the judge computed, of the rows it chose: never a second
 scoring, and nothing mapped back from the sampler.
+
+With tools (``model.agent``), the samples are multi-turn: the engine ends a group only after its samples' last
+turns, and each finished sample carries what its turns recorded (``Sequence.record``: its exchange and its
+environment), so the judge scores an ended group as the plain rollout's scorer would (the exchanges as completions,
+``environments=``, the environments' ``get_reward``). Dynamic sampling renders each drawn prompt with the tool
+schemas (and resets its environments) as it is drawn; adaptive groups' extra samples get their environments when
+they first need them. The rollout's tool counts cover every sample decoded, kept or dropped (``Rollouts.tools``).
 See :mod:`infgrpo.training.dynamic` (what a step means with dynamic sampling) and
 :mod:`infgrpo.training.adaptive` (adaptive groups, and the combination).
 """
@@ -17,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +35,12 @@ from infgrpo.algo.down_sample import max_variance_subset
 from infgrpo.rewards import correct_answers
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import AdaptiveSummary, DynamicSpec, DynamicSummary, MicroGroupSampler, Rollouts
+from infgrpo.sampler.engine.turns import Turns
 from infgrpo.sampler.schedule.sequence import Sequence
 from infgrpo.scoring import Scorer, Scores
 from infgrpo.settings import InfgrpoWarning
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
+from infgrpo.training.agent_rollout import AgentRollout, prompt_format, rollout_inputs
 from infgrpo.training.dynamic import DynamicSamplingConfig, judge, resolve_criterion
 from infgrpo.training.settings_checks import check_judged_batch
 
@@ -89,12 +99,10 @@ class GroupJudge:
         self.picked: dict[int, list[int]] = {}  # position -> the samples of its grown group the step trains on
 
     def spread(self, position: int, group: list[Sequence]) -> bool:
-        """Scores the group of the ``position``-th prompt (every sample, in sample order); whether it has a spread."""
+        """Scores the group of the ``position``-th prompt (every sample, in sample order, with what its turns
+        recorded); whether it has a spread."""
         item = self.items[position]
-        one = Rollouts(
-            [item["prompt_ids"]], len(group), [s.token_ids for s in group], [s.logprobs for s in group],
-            [s.finish_reason for s in group],
-        )  # fmt: skip
+        one = Rollouts.from_sequences([item["prompt_ids"]], len(group), group)
         self.scored[position] = self.scorer(one, [item])
         return judge(self.criterion, self.name, self.scored[position])  # a CriterionError unless a bool
 
@@ -142,20 +150,23 @@ class JudgedRollout:
         scorer: Scorer,
         group_size: int,
         accuracy: str | None = None,
+        agent: AgentRollout | None = None,
     ) -> None:
         self.dynamic, self.adaptive, self.sampler, self.scorer = dynamic, adaptive, sampler, scorer
-        self.g, self.accuracy = group_size, accuracy
+        self.g, self.accuracy, self.agent = group_size, accuracy, agent
         resolve_criterion(dynamic.criterion)  # the criterion also judges adaptive groups
         self.capped_in_a_row = 0
         self.unrescued: list[tuple[int, int]] = []  # (groups extended, extension samples) of steps in a row
 
     @classmethod
-    def for_run(cls, s: ModuleSettings, sampler: MicroGroupSampler, scorer: Scorer) -> JudgedRollout | None:
-        """A run's judged rollout (``GRPOModule``'s settings ``s``): None unless dynamic sampling or adaptive groups
-        are on (groups judged as they end)."""
+    def for_run(
+        cls, s: ModuleSettings, sampler: MicroGroupSampler, scorer: Scorer, agent: AgentRollout | None = None
+    ) -> JudgedRollout | None:
+        """A run's judged rollout (``GRPOModule``'s settings ``s``; ``agent``: its tools): None unless dynamic
+        sampling or adaptive groups are on (groups judged as they end)."""
         if not (s.dynamic_sampling.enabled or s.adaptive_groups.enabled):
             return None
-        return cls(s.dynamic_sampling, s.adaptive_groups, sampler, scorer, s.group_size, s.rewards.accuracy)
+        return cls(s.dynamic_sampling, s.adaptive_groups, sampler, scorer, s.group_size, s.rewards.accuracy, agent)
 
     def check(self, datamodule: Any) -> None:
         """Before the first step: the data module can stream prompts, and the cap and budget hold a batch."""
@@ -175,27 +186,53 @@ class JudgedRollout:
         grow = self.adaptive.spec(judge, self.g, len(batch)) if self.adaptive.enabled else None
         if self.dynamic.enabled:
             cap = self.dynamic.cap(len(batch))
-
-            def source() -> Iterator[list[int]]:
-                for item in itertools.chain(batch, datamodule.prompt_stream()):
-                    items.append(item)
-                    yield item["prompt_ids"]
-
+            source, longest, turns = self.draws(batch, datamodule, items)
             spec = DynamicSpec(len(batch), cap, judge.spread, scheme=self.dynamic.scheme, round_size=len(batch))
             rollouts = self.sampler.sample_dynamic(
-                source(), self.g, seed, spec, datamodule.longest_prompt(), prompt_offset=ranks.rank * cap,
-                ranks=ranks, adaptive=grow,
+                source, self.g, seed, spec, longest, prompt_offset=ranks.rank * cap, ranks=ranks, adaptive=grow,
+                turns=turns,
             )  # fmt: skip
             self.warn_if_capped(rollouts.dynamic, cap)
             chosen = rollouts.drawn or []
         else:
-            prompts, offset = [b["prompt_ids"] for b in batch], ranks.prompt_offset(len(batch))
-            rollouts = self.sampler.sample(prompts, self.g, seed, prompt_offset=offset, ranks=ranks, adaptive=grow)
+            (prompts, turns), offset = rollout_inputs(self.agent, batch, datamodule), ranks.prompt_offset(len(batch))
+            rollouts = self.sampler.sample(
+                prompts, self.g, seed, prompt_offset=offset, ranks=ranks, adaptive=grow, turns=turns
+            )
             chosen = list(range(len(batch)))
         if rollouts.adaptive is not None:
             rollouts.adaptive = judge.found(rollouts.adaptive, chosen, self.g, self.accuracy)
             self.warn_if_never_rescued(rollouts.adaptive)
         return rollouts, judge.trained(chosen, self.g), [items[i] for i in chosen]
+
+    def draws(
+        self, batch: list[dict], datamodule: Any, items: list[dict]
+    ) -> tuple[Iterator[list[int]], int, Callable[[], Turns] | None]:
+        """Dynamic sampling's prompt source (the batch, then the data module's stream; each item drawn joins
+        ``items``), the longest prompt it may yield (the pool's width) and the turns factory. With tools each drawn
+        prompt is rendered (its environments reset) as it is drawn; the batch's are rendered first, and the bound
+        is the data module's longest prompt (rendered with the tool schemas: ``use_tools``) plus the longest
+        environment observation of the batch."""
+        stream = itertools.chain(batch, datamodule.prompt_stream())
+        longest = datamodule.longest_prompt()
+        if self.agent is None:
+
+            def plain() -> Iterator[list[int]]:
+                for item in stream:
+                    items.append(item)
+                    yield item["prompt_ids"]
+
+            return plain(), longest, None
+        self.agent.start(prompt_format(datamodule))
+        first = [self.agent.add(item, n) for n, item in enumerate(batch)]  # in draw order: the batch is drawn first
+        extra = max(len(ids) - len(item["prompt_ids"]) for ids, item in zip(first, batch, strict=True))
+
+        def rendered() -> Iterator[list[int]]:
+            for n, item in enumerate(stream):
+                items.append(item)
+                yield first[n] if n < len(first) else self.agent.add(item, n)
+
+        return rendered(), longest + max(extra, 0), self.agent.turns
 
     def warn_if_capped(self, found: DynamicSummary, cap: int) -> None:
         """Warns once the cap was hit :data:`WARN_AFTER` steps in a row (a reward that rarely varies)."""

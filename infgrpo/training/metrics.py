@@ -4,10 +4,10 @@
     # {"reward": .., "accuracy": .., "time/rollout_s": .., "rollout/decode_steps": .., "loss": .., ...}
 
 Every value is of the *global* batch (identical on every rank): rewards and lengths over every rank's
-rows, times and decode steps of the slowest rank, slot utilization averaged over ranks; what dynamic sampling and
-adaptive groups found (``dynamic/*``, ``adaptive/*``) as the rollout's typed summaries reduce it over ranks
-(:meth:`~infgrpo.sampler.DynamicSummary.reduce`, :meth:`~infgrpo.sampler.AdaptiveSummary.reduce`); with tools,
-TRL's ``tools/*`` and ours (:func:`tool_metrics`). The
+rows, times and decode steps of the slowest rank, slot utilization averaged over ranks; what dynamic sampling,
+adaptive groups and tools found (``dynamic/*``, ``adaptive/*``, ``tools/*``: TRL's and ours) as the rollout's typed
+summaries reduce it over ranks (:meth:`~infgrpo.sampler.DynamicSummary.reduce`,
+:meth:`~infgrpo.sampler.AdaptiveSummary.reduce`, :meth:`~infgrpo.sampler.engine.summaries.ToolSummary.reduce`). The
 rollout's schedule and length-prediction telemetry (:data:`SCHEDULE_METRICS`) is this rank's. The module logs
 them as ``train/<key>``. :class:`StepRecord` keeps the step's batch, rollout and scores for what reads them
 after the step (a callback, benchmarks).
@@ -40,11 +40,6 @@ SCHEDULE_METRICS = (
     "graph_captures",
 )
 """Keys of ``Rollouts.stats`` logged as ``rollout/<key>`` (when the sampler reports them)."""
-TOOL_STATS = ("tool_calls", "tool_failures", "tool_rounds", "tool_wait_s", "steps_while_waiting")
-"""Keys of ``Rollouts.stats`` a rollout with tools reports: the calls run, those that failed (an error, an unknown
-name), the tool rounds (turns that ended in calls that ran), the seconds its samples waited on tools (summed over
-the samples) and the decode steps run while some sample waited. Written on every rank whenever the run has tools,
-no call included, so every rank reduces them (:func:`tool_metrics`)."""
 
 
 def progress_bar(metrics: dict[str, float]) -> dict[str, float]:
@@ -98,38 +93,13 @@ def step_metrics(
     for key in SCHEDULE_METRICS:  # this rank's schedule and length-prediction telemetry
         if key in st:
             metrics[f"rollout/{key}"] = float(st[key])
-    for summary in (rollouts.dynamic, rollouts.adaptive):  # what the rollout found, each reduced as it says
+    for summary in (rollouts.dynamic, rollouts.adaptive, rollouts.tools):  # each reduced over ranks as it says
         if summary is not None:
             metrics.update(summary.reduce(ranks))
     if len(batch.parts) > 1:
         for name, values in batch.parts.items():
             metrics[f"rewards/{name}"] = values.nanmean()
-    metrics.update(tool_metrics(st, len(rollouts), ranks))
     return {k: float(v) for k, v in metrics.items()}
-
-
-def tool_metrics(stats: dict[str, Any], completions: int, ranks: Ranks) -> dict[str, float]:
-    """The tool metrics of a rollout with tools, over every rank (one collective call), from its :data:`TOOL_STATS`
-    and its ``completions`` (this rank's); {} when ``stats`` hold none (no tools).
-
-    TRL's ``tools/call_frequency`` (calls a completion) and ``tools/failure_frequency`` (failures a call; 0 without
-    calls), and ours: ``tools/turns_mean`` (the model's turns a completion: 1 + its tool rounds), ``tools/wait_s``
-    (seconds the samples waited on tools, summed over every rank's) and ``tools/steps_while_waiting`` (decode steps
-    run while some sample waited: the largest rank's, as ``rollout/decode_steps``).
-    """
-    if "tool_calls" not in stats:
-        return {}
-    local = torch.tensor([[float(stats[k]) for k in TOOL_STATS] + [float(completions)]], dtype=torch.float64)
-    per_rank = ranks.gather(local)  # (world, 6)
-    calls, failures, rounds, wait_s, _, n = per_rank.sum(dim=0).tolist()
-    n = max(n, 1.0)
-    return {
-        "tools/call_frequency": calls / n,
-        "tools/failure_frequency": failures / calls if calls > 0 else 0.0,
-        "tools/turns_mean": 1.0 + rounds / n,
-        "tools/wait_s": wait_s,
-        "tools/steps_while_waiting": per_rank[:, 4].max().item(),
-    }
 
 
 @dataclass

@@ -107,10 +107,10 @@ def check_judged_rollout(built: Mapping[str, Any], group_size: int) -> None:
 
 
 def check_agent(built: Mapping[str, Any]) -> None:
-    """Raises a ConfigError when tools or an environment (``agent``) meet a setting that cannot carry them: a decoder
-    other than ``engine`` (a sample leaves the pool while its tools run), dynamic sampling or adaptive groups (their
-    judge scores each group as it ends, without the exchanges the rewards of a tool run read); or when a reward needs
-    ``environments`` and no ``agent.environment`` gives them."""
+    """Raises a ConfigError when tools or an environment (``agent``) meet a decoder other than ``engine`` (a sample
+    leaves the pool while its tools run), or when a reward needs ``environments`` and no ``agent.environment`` gives
+    them. Dynamic sampling and adaptive groups take tools: their judge scores an ended group from its samples'
+    exchanges (:mod:`infgrpo.training.judged_rollout`)."""
     if not built["agent"].environment:
         for name in built["rewards"].functions:
             if name not in REWARDS and looks_like_model(name):  # a reward model (its files: the preflight's checks)
@@ -120,15 +120,8 @@ def check_agent(built: Mapping[str, Any]) -> None:
                     f"rewards.functions[{name!r}] needs environments= (one environment a completion), which only a run "
                     "with agent.environment passes; set agent.environment (an import path), or drop the reward"
                 )
-    if not built["agent"].enabled:
-        return
-    built["sampler"].require_engine("agent")
-    for key in ("dynamic_sampling", "adaptive_groups"):
-        if built[key].enabled:
-            raise ConfigError(
-                f"{key}.enabled: true with agent.tools / agent.environment: a judged rollout scores each group as it "
-                f"ends, before infgrpo hands the rewards a tool run's exchanges; set {key}.enabled: false with tools"
-            )
+    if built["agent"].enabled:
+        built["sampler"].require_engine("agent")
 
 
 def check_judged_batch(

@@ -6,7 +6,7 @@ import inspect
 import pytest
 
 from infgrpo.agent.config import AgentConfig
-from infgrpo.agent.environments import Environments, environment_reward
+from infgrpo.agent.environments import AgentError, Environments, environment_reward
 from infgrpo.agent.tools import environment_tools
 from tests.agent import toolbox
 
@@ -94,3 +94,35 @@ def test_an_async_get_reward_gives_an_async_reward():
     reward = environment_reward(Judge)
     assert inspect.iscoroutinefunction(reward) and reward.__name__ == "Judge"
     assert asyncio.run(reward([Judge(), toolbox.Plain()])) == [1.5, None]
+
+
+def test_a_rollout_deals_every_instance_then_resets_each_in_trls_batch_order():
+    """TRL 1.16 (_generate_and_score_completions): the batch's rows repeated G times, an instance handed out to each
+    in that order (the pool grows when short), then each reset in the same order."""
+    toolbox.Ledger.log, toolbox.Ledger.made = [], 0
+    envs = Environments({None: toolbox.Ledger})  # the probe is instance 1
+    envs.start([{"n": 10}, {"n": 20}], group_size=3)
+    made = [("made", k) for k in range(1, 7)]
+    resets = [("reset", 1 + 3 * i + j, n) for i, n in enumerate((10, 20)) for j in range(3)]
+    assert toolbox.Ledger.log == made + resets
+    toolbox.Ledger.log = []
+    envs.add({"n": 30}, group_size=2)  # a row drawn later (dynamic sampling): its instances dealt, then reset
+    assert toolbox.Ledger.log == [("made", 7), ("made", 8), ("reset", 7, 30), ("reset", 8, 30)]
+    toolbox.Ledger.log = []
+    envs.instance(0, 3)  # an adaptive group's extra sample: when it first needs one
+    assert toolbox.Ledger.log == [("made", 9), ("reset", 9, 10)]
+    envs.start([{"n": 1}], group_size=2)  # the next rollout reuses the pool in order
+    assert toolbox.Ledger.log[-2:] == [("reset", 1, 1), ("reset", 2, 1)]
+
+
+def test_a_reset_that_raises_is_one_line_naming_the_environment_and_the_row():
+    envs = Environments({"led": toolbox.Ledger, "count": toolbox.Counter})
+    with pytest.raises(AgentError) as err:
+        envs.start([{"environment": "count"}, {"environment": "led", "n": -1, "x": 0}], group_size=2)
+    assert str(err.value).startswith(
+        "environment 'led' (Ledger): reset(**row) raised KeyError: 'n must be >= 0' for row 1 of the rollout "
+        "(columns: environment, n, x)"
+    )
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match=r"^row 0: Moody\.reset\(\*\*row\) returned '\d+' for sample 1"):
+        Environments({None: toolbox.Moody}).start([{"prompt": "p"}], group_size=2)  # before anything is generated

@@ -179,3 +179,46 @@ def make_counter() -> Counter:
 def make_no_reset() -> NoReset:
     """A factory function of an environment without reset."""
     return NoReset()
+
+
+class Calculator:
+    """An environment whose method is the calculator task's tool; its reward counts the calls made."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def reset(self, **row) -> None:
+        """A fresh count."""
+        self.calls = 0
+
+    def add(self, a: int, b: int) -> int:
+        """Adds two integers.
+
+        Args:
+            a: The first number.
+            b: The second number.
+        """
+        self.calls += 1
+        return a + b
+
+    def get_reward(self) -> float:
+        """The calls made."""
+        return float(self.calls)
+
+
+class Ledger:
+    """An environment that logs when it is made and reset (its number, and the row's ``n``) to ``Ledger.log``."""
+
+    log: list = []
+    made = 0
+
+    def __init__(self):
+        Ledger.made += 1
+        self.me = Ledger.made
+        Ledger.log.append(("made", self.me))
+
+    def reset(self, n: int = 0, **row) -> None:
+        """Logs the reset."""
+        if n < 0:
+            raise KeyError("n must be >= 0")
+        Ledger.log.append(("reset", self.me, n))

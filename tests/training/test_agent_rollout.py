@@ -10,7 +10,7 @@ from infgrpo.policy.load import load_policy, load_tokenizer
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 from infgrpo.scoring import Scorer
 from infgrpo.settings import ConfigError
-from infgrpo.training.agent_rollout import AgentRollout, last_turn, sample_keys
+from infgrpo.training.agent_rollout import AgentRollout
 from infgrpo.training.hparams import check_settings
 
 TOOLS = ["tests.agent.toolbox:add"]
@@ -20,14 +20,17 @@ TOOLS = ["tests.agent.toolbox:add"]
     "settings, expected",
     [
         ({"sampler": {"decoder": "hf_full"}}, "agent.tools or agent.environment needs sampler.decoder='engine'"),
-        ({"dynamic_sampling": {"enabled": True}}, "dynamic_sampling.enabled: true with agent.tools"),
-        ({"adaptive_groups": {"enabled": True}}, "adaptive_groups.enabled: true with agent.tools"),
     ],
 )
 def test_settings_that_cannot_carry_tools_are_refused(settings, expected):
     with pytest.raises(ConfigError) as err:
         check_settings(agent={"tools": TOOLS}, **settings)
     assert str(err.value).startswith(expected) and "\n" not in str(err.value)
+
+
+def test_every_feed_takes_tools():
+    for judged in ({"dynamic_sampling": {"enabled": True}}, {"adaptive_groups": {"enabled": True}}):
+        assert check_settings(agent={"tools": TOOLS}, **judged).agent.enabled  # judged from the exchanges
 
 
 def test_a_reward_that_needs_environments_needs_an_environment():
@@ -63,27 +66,17 @@ def test_environment_rollout_feeds_the_rewards_as_trl_does(tiny_float64):
     )
     assert prompts[1] == list(expected) and "peek() step(by)" in tok.decode(prompts[1])
     sampler = MicroGroupSampler(tiny_float64, tok, SamplerConfig(num_slots=3, max_new_tokens=12))
-    scorer = Scorer(tok, {"tests.training.agent_rewards:final_count": 1.0}, "raise", 12)
-    rollouts, scores, _ = agent(sampler, scorer, items, seed=0)
+    scorer = Scorer(tok, {"tests.training.agent_rewards:final_count": 1.0}, "raise", 12, sources=agent.sources)
+    rollouts, _ = agent.decode(sampler, items, 2, seed=0)
+    scores = scorer(rollouts, items)
     # get_reward is one more source named after the class (weight 1), and the reward read environments=
     assert set(scores.parts) == {"tests.training.agent_rewards:final_count", "Counter"}
     assert scores.parts["Counter"].tolist() == [3.0, 3.0, 7.0, 7.0]
     assert scores.parts["tests.training.agent_rewards:final_count"].tolist() == [3.0, 3.0, 7.0, 7.0]
     assert torch.equal(scores.total, torch.tensor([6.0, 6.0, 14.0, 14.0], dtype=scores.total.dtype))
-    for key in ("tool_calls", "tool_failures", "tool_rounds", "tool_wait_s", "steps_while_waiting"):
-        assert key in rollouts.stats  # every rank reports them (tools/* metrics reduce them)
+    assert rollouts.tools is not None and rollouts.tools.samples == 4  # every rank has one (tools/* reduce it)
+    assert [x.environment for x in rollouts.exchanges] == agent.envs.instances(rollouts.sample_keys)
     agent.close()
-
-
-def test_last_turn_starts_after_the_last_tool_token():
-    from infgrpo.sampler import Rollouts
-
-    r = Rollouts([[1], [1]], 2, [[5, 6, 7, 8, 9], [5, 6]], [torch.zeros(5), torch.zeros(2)], ["stop", "length"])
-    r.tool_masks = [[1, 1, 0, 0, 1], [1, 1]]
-    keys = sample_keys(r)
-    assert keys == [(0, 0), (0, 1)]
-    assert [last_turn(r, n, k).turn_start for n, k in enumerate(keys)] == [4, 0]
-    assert last_turn(r, 0, keys[0]).token_ids == [5, 6, 7, 8, 9]
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import torch
 
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import DynamicSummary, Rollouts
+from infgrpo.sampler.engine.summaries import ToolSummary
 from infgrpo.scoring import BatchScores
 from infgrpo.training.judged_rollout import JudgedAdaptiveSummary
 from infgrpo.training.metrics import step_metrics
@@ -115,36 +116,42 @@ def test_dynamic_and_adaptive_counts_are_summed_over_ranks_their_means_averaged_
     assert not any(k.startswith(("dynamic/", "adaptive/")) for k in plain)  # nothing found: nothing logged
 
 
-def tool_rollouts(completions=4, **tools):
-    """This rank's rollout of ``completions`` completions with tools: the engine's tool statistics in its stats."""
-    stats = {**STATS, **tools}
+def tool_rollouts(completions=4, tools=None):
+    """This rank's rollout of ``completions`` completions with tools: the engine's tool summary on it."""
     return Rollouts([[1]], completions, [[2]] * completions, [torch.zeros(1)] * completions, ["stop"] * completions,
-                    stats=stats)  # fmt: skip
+                    stats=dict(STATS), tools=tools)  # fmt: skip
 
 
-TOOLS = {"tool_calls": 6, "tool_failures": 2, "tool_rounds": 4, "tool_wait_s": 1.5, "steps_while_waiting": 12}
+TOOLS = {"samples": 4, "calls": 6, "failures": 2, "timeouts": 1, "rounds": 4, "wait_s": 1.5, "steps_while_waiting": 12}
 
 
 def test_tool_metrics_are_trls_frequencies_and_ours_only_with_tools():
-    m = step_metrics(batch(), tool_rollouts(**TOOLS), UPDATE, (3.0, 2.0), Ranks(), 1e-4, {}, 3, None)
+    m = step_metrics(batch(), tool_rollouts(tools=ToolSummary(**TOOLS)), UPDATE, (3.0, 2.0), Ranks(), 1e-4, {}, 3, None)
     tools = {k: v for k, v in m.items() if k.startswith("tools/")}
     assert tools == {
         "tools/call_frequency": 6 / 4, "tools/failure_frequency": 2 / 6, "tools/turns_mean": 1 + 4 / 4,
-        "tools/wait_s": 1.5, "tools/steps_while_waiting": 12.0,
+        "tools/timeouts": 1.0, "tools/wait_s": 1.5, "tools/steps_while_waiting": 12.0,
     }  # fmt: skip
-    none = {**TOOLS, "tool_calls": 0, "tool_failures": 0, "tool_rounds": 0, "tool_wait_s": 0.0}
-    m = step_metrics(batch(), tool_rollouts(**none), UPDATE, (3.0, 2.0), Ranks(), 1e-4, {}, 3, None)
+    none = ToolSummary(**{**TOOLS, "calls": 0, "failures": 0, "timeouts": 0, "rounds": 0, "wait_s": 0.0})
+    m = step_metrics(batch(), tool_rollouts(tools=none), UPDATE, (3.0, 2.0), Ranks(), 1e-4, {}, 3, None)
     assert m["tools/failure_frequency"] == 0.0 and m["tools/call_frequency"] == 0.0  # TRL: 0 without calls
     plain = step_metrics(batch(), rollouts(), UPDATE, (1.0, 1.0), Ranks(), 1e-4, {}, 3, None)
     assert not any(k.startswith("tools/") for k in plain)
 
 
 def test_tool_metrics_are_reduced_over_ranks():
-    # rank 0 of 2; the other rank ran 2 completions with 4 calls, 1 failure, 3 rounds, 0.5 s waiting, 30 steps
-    other = torch.tensor([[4.0, 1.0, 3.0, 0.5, 30.0, 2.0]], dtype=torch.float64)
-    ranks = Ranks(2, 0, lambda x: torch.stack([x, other]) if x.shape == (1, 6) else torch.stack([x, x]))
-    m = step_metrics(batch(), tool_rollouts(**TOOLS), UPDATE, (3.0, 2.0), ranks, 1e-4, {}, 3, None)
-    assert m["tools/call_frequency"] == pytest.approx(10 / 6)  # every rank's calls over every rank's completions
+    # rank 0 of 2; the other rank ran 2 samples with 4 calls, 1 failure, 3 rounds, 0.5 s waiting, 30 steps
+    theirs = ToolSummary(samples=2, calls=4, failures=1, timeouts=0, rounds=3, wait_s=0.5, steps_while_waiting=30)
+    sent = {}
+
+    def record(x):
+        sent[x.shape] = x
+        return torch.stack([x, x])
+
+    step_metrics(batch(), tool_rollouts(2, theirs), UPDATE, (5.0, 1.0), Ranks(2, 1, record), 1e-4, {}, 3, None)
+    ranks = Ranks(2, 0, lambda x: torch.stack([x, sent[x.shape]]))
+    m = step_metrics(batch(), tool_rollouts(tools=ToolSummary(**TOOLS)), UPDATE, (3.0, 2.0), ranks, 1e-4, {}, 3, None)
+    assert m["tools/call_frequency"] == pytest.approx(10 / 6)  # every rank's calls over every rank's samples
     assert m["tools/failure_frequency"] == pytest.approx(3 / 10)
     assert m["tools/turns_mean"] == pytest.approx(1 + 7 / 6)
     assert m["tools/wait_s"] == pytest.approx(2.0) and m["tools/steps_while_waiting"] == 30.0  # summed; the largest

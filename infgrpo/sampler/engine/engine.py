@@ -49,7 +49,8 @@ slot, its stream's counter ``t`` counting model tokens only), and blocks on a to
         resume(wait.ready())                     # TRL's rollback rule, else append the suffix and queue the sample
         feed.top_up(); admit()                   # resumed samples first: prompt + tokens so far in one prefill
         if not sched.running: resume(wait.wait_first()) ...
-        ...; feed.ended(offer(ended))            # a turn that ended on a stop token: turns.turn_ended -> wait
+        ...; feed.ended(offer(ended))            # a turn that ended on a stop token: turns.turn_ended -> wait;
+                                                 # a sample that finished: turns.ended records it first
 """
 
 from __future__ import annotations
@@ -65,12 +66,11 @@ from infgrpo.sampler.engine.feed import Feed
 from infgrpo.sampler.engine.finite import check_logprobs
 from infgrpo.sampler.engine.model_runner import ModelRunner
 from infgrpo.sampler.engine.pool_keeper import PoolKeeper
-from infgrpo.sampler.engine.turns import ToolWait, Turns
-from infgrpo.sampler.model_support import text_config
+from infgrpo.sampler.engine.summaries import ToolSummary
+from infgrpo.sampler.engine.turns import Tools, Turns, context
 from infgrpo.sampler.schedule.refill import REFILL_POLICIES
 from infgrpo.sampler.schedule.schedule_metrics import lower_bound_steps
 from infgrpo.sampler.schedule.scheduler import Scheduler
-from infgrpo.sampler.schedule.sequence import Sequence, SequenceStatus
 
 if TYPE_CHECKING:  # the facade's settings: read here, never imported at run time (imports run facade -> engine)
     from infgrpo.sampler.config import SamplerConfig
@@ -94,13 +94,13 @@ class EngineStats:
     """Why the decode step ran eagerly although CUDA graphs were on (a failed capture's reason), or ""."""
     timeline: list[tuple[int, int, int, int, int]] = field(default_factory=list)
     """(slot, prompt_idx, sample_idx, start_step, end_step) of every sequence (with turns: of every turn)."""
-    tools: ToolWait | None = None
-    """With ``turns``: the tool rounds, the seconds samples waited on them and the steps run meanwhile."""
+    tools: ToolSummary | None = None
+    """With ``turns``: what the tools did (``Rollouts.tools``)."""
 
     def to_stats(self, lengths: list[int]) -> dict[str, Any]:
         """The rollout's ``Rollouts.stats`` for completions of these ``lengths`` (the tokens the model generated: with
-        turns, tool results are not counted): counters, slot utilization and its bubble, K/V bytes, the decode steps
-        against their lower bound (first tokens are free) and, with turns, the tool counters."""
+        turns, tool results are not counted): counters, slot utilization and its bubble, K/V bytes and the decode
+        steps against their lower bound (first tokens are free)."""
         steps = self.decode_steps
         utilization = self.busy_slot_steps / (self.num_slots * steps) if steps else 1.0
         bound = lower_bound_steps([max(n - 1, 0) for n in lengths], self.num_slots)
@@ -120,15 +120,7 @@ class EngineStats:
             "lower_bound_steps": bound,
             "steps_over_lower_bound": steps / bound if bound else 1.0,
             "replans": self.replans,
-            **self.tool_stats(),
         }
-
-    def tool_stats(self) -> dict[str, Any]:
-        """``tool_rounds``, ``tool_wait_s`` (summed over samples) and ``steps_while_waiting``; {} without turns."""
-        if self.tools is None:
-            return {}
-        t = self.tools
-        return {"tool_rounds": t.rounds, "tool_wait_s": t.wait_s, "steps_while_waiting": t.steps_while_waiting}
 
 
 class Engine:
@@ -186,8 +178,11 @@ class Engine:
         runner = ModelRunner(self.model, pool, step, self.settings, feed.prompts, feed.groups)
         feed.bind(sched)
         tools = (
-            None if turns is None else Tools(turns, ToolWait(), sched, feed, cfg.max_new_tokens, context(self.model))
+            None
+            if turns is None
+            else Tools(turns, sched, feed, cfg.max_new_tokens, context(self.model), runner.park, runner.unpark)
         )
+        sched.multi_turn = tools is not None
         # 3) decode until the feed is done, or nothing runs and nothing more can be admitted
         while not feed.done():
             if tools is not None:
@@ -218,7 +213,7 @@ class Engine:
             busy_slot_steps=sched.busy_slot_steps, pool_bytes=pool.nbytes(),
             prompt_kv_bytes_peak=runner.prompt_kv_bytes_peak, replans=getattr(policy, "replans", 0),
             graph_captures=step.captures, graph_fallback=step.fallback or "", timeline=sched.timeline,
-            tools=None if tools is None else tools.wait,
+            tools=None if tools is None else tools.summary(),
         )  # fmt: skip
 
     @staticmethod
@@ -240,80 +235,14 @@ class Engine:
             ends = [sched.append(seq, *runner.first_token(seq)) for _, seq in picks]
             started += sched.start(picks, ends)
             done = [seq for (_, seq), end in zip(picks, ends, strict=True) if end]
-            runner.keep(sched.release(done))
+            finished = done if tools is None else tools.offer(done)  # a leaving sample's K/V parked first
+            runner.keep(sched.release(done), sched.live)
             if tools is not None:
                 runner.drop_resumed(done)  # a slot refilled in this admission holds one re-prefilled sample at most
-            feed.ended(done if tools is None else tools.offer(done))
+            feed.ended(finished)
         for slot, seq in started:
             runner.load(slot, seq)
-        runner.keep(sched.release(seq for _, seq in started))
+        runner.keep(sched.release(seq for _, seq in started), sched.live)
         if tools is not None:
             runner.drop_resumed()
         return admitted
-
-
-def context(model: PreTrainedModel) -> int | None:
-    """The model's context in positions (``max_position_embeddings`` of its text config), or None when unbounded."""
-    return getattr(text_config(model.config), "max_position_embeddings", None)
-
-
-@dataclass
-class Tools:
-    """One rollout's multi-turn samples: offers ended turns to ``turns``, resumes the samples whose tools are done.
-
-    ``max_new_tokens`` and ``context`` bound a sample with its tool results (TRL's rollback rule).
-    """
-
-    turns: Turns
-    wait: ToolWait
-    sched: Scheduler
-    feed: Feed
-    max_new_tokens: int
-    context: int | None
-
-    def offer(self, seqs: list[Sequence]) -> list[Sequence]:
-        """The sequences that ended; those whose turn ended on a stop token are offered to the turns, and those
-        handed a future leave to wait on it. Returns the others: they ended."""
-        done = []
-        for seq in seqs:
-            future = (
-                self.turns.turn_ended(seq, self.feed.prompts[seq.prompt_idx]) if seq.finish_reason == "stop" else None
-            )
-            if future is None:
-                done.append(seq)
-            else:
-                self.wait.add(seq, future)
-                self.sched.leave(seq)
-        return done
-
-    def resume(self, back: list[tuple[Sequence, list[int]]]) -> None:
-        """Samples back from their tools, with the suffix ids to append. TRL's rollback rule: a suffix that takes
-        the completion past ``max_new_tokens``, or prompt + completion to the context, is dropped
-        (``turns.rolled_back``) and the sample ends as it is. Otherwise the suffix is appended (tool mask 0, log-prob
-        0.0) and the sample queued ahead of new work; one left with no room for a model token ends there
-        ('length')."""
-        ended = []
-        for seq, suffix in back:
-            total = len(seq) + len(suffix)
-            prompt_len = len(self.feed.prompts[seq.prompt_idx])
-            if total > self.max_new_tokens or (self.context is not None and prompt_len + total >= self.context):
-                self.turns.rolled_back(seq)
-                self.sched.back(seq)
-                ended.append(seq)
-                continue
-            if seq.tool_mask is None:
-                seq.tool_mask = [1] * len(seq)
-            seq.token_ids.extend(suffix)
-            seq.tool_mask.extend([0] * len(suffix))
-            seq.logprobs = [*seq.logprobs.tolist(), *([0.0] * len(suffix))]
-            seq.turns += 1
-            seq.turn_start = len(seq)
-            if total == self.max_new_tokens:  # no room for the next turn (TRL generates nothing after it)
-                seq.finish_reason = "length"
-                seq.logprobs = torch.tensor(seq.logprobs, dtype=torch.float32)
-                self.sched.back(seq)
-                ended.append(seq)
-                continue
-            seq.status, seq.finish_reason = SequenceStatus.WAITING, None
-            self.sched.resume(seq)
-        self.feed.ended(ended)

@@ -18,10 +18,22 @@ prefill draws every sample's first token at once from the prompt's last logits, 
 uniform (its stream at token 0, :mod:`infgrpo.sampler.engine.counter_rng`), so no sample needs a decode
 step or a prefill of its own; those tokens are the prefill's one read-back.
 
-A multi-turn sample back from its tools (:mod:`infgrpo.sampler.engine.turns`) holds no K/V: :meth:`ModelRunner.resume`
-prefills the round's resumed samples (prompt + tokens so far, each a row) in one left-padded forward and draws each
-one's next token from its last logits, with the uniform of its stream at ``t`` = its model tokens so far; the slot
-then starts after its last token, ``t`` counting model tokens only.
+A multi-turn sample back from its tools (:mod:`infgrpo.sampler.engine.turns`) holds no K/V of its own:
+:meth:`ModelRunner.resume` prefills the round's resumed samples in one forward and draws each one's next token from
+its last logits, with the uniform of its stream at ``t`` = its model tokens so far; the slot then starts after its
+last token, ``t`` counting model tokens only. What it prefills is the least the memory bound allows:
+
+1. its own K/V: when a sample leaves for its tools, :meth:`ModelRunner.park` copies its K/V (prompt and every token
+   but the last, out of its slot or its prefill) while the parked K/V of all waiting samples stay within the pool's
+   own size (``num_slots`` x the pool's width); the resume then prefills its last token and the tool results only;
+2. else its prompt's: while some sample of a prompt has not finished, the prompt's prefilled K/V are kept
+   (:meth:`ModelRunner.keep`: at most ``num_slots`` prompts kept for that alone); the resume prefills its completion
+   and tool results on top (:func:`~infgrpo.sampler.engine.prefill.prefill_after`);
+3. else prompt + tokens so far, as a row of a forward of its own.
+
+So the K/V a rollout holds stay bounded by ``num_slots`` whatever the group size, the turns or the tools' latency:
+the pool, the prompts some new sample needs, at most ``num_slots`` prompts kept for resumes and at most a pool's
+worth of parked K/V.
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ from transformers import PreTrainedModel
 from infgrpo.sampler.engine.counter_rng import counter_uniform
 from infgrpo.sampler.engine.decode_step import DecodeStep, StepSettings
 from infgrpo.sampler.engine.finite import check_logprobs
-from infgrpo.sampler.engine.prefill import prefill
+from infgrpo.sampler.engine.prefill import prefill, prefill_after
 from infgrpo.sampler.engine.slot_pool import SlotPool
 from infgrpo.sampler.schedule.sequence import Sequence
 
@@ -53,6 +65,10 @@ class PromptState:
 class ModelRunner:
     """Prefill and decode for one rollout over a pool and its step; see the module docstring.
 
+    ``resume_on_prompt`` (a class attribute): whether resumed samples prefill on their prompt's kept K/V; False
+    prefills prompt + tokens so far for each, and keeps no prompt K/V for resumes (the behaviour before issue 59,
+    the agent benchmark's baseline).
+
     Args:
         model: the causal LM.
         pool, step: the rollout's slot pool and its decode step (from the pool keeper).
@@ -60,6 +76,8 @@ class ModelRunner:
         prompts: the rollout's prompts.
         groups: each prompt's sequences, in sample order (their stream keys seed the first tokens).
     """
+
+    resume_on_prompt: bool = True
 
     def __init__(
         self,
@@ -73,6 +91,12 @@ class ModelRunner:
         self.model, self.pool, self.step, self.settings = model, pool, step, settings
         self.prompts, self.groups = prompts, groups
         self.prompt_kv: dict[int, PromptState] = {}
+        self.kept_for_resume = pool.num_slots if self.resume_on_prompt else 0
+        """The most prompts whose K/V are kept only for resumed samples (beyond those some new sample needs)."""
+        self.parked: dict[tuple[int, int], torch.Tensor] = {}  # (prompt, sample) -> its K/V while it waits
+        self.park_budget = pool.num_slots * pool.max_len if self.resume_on_prompt else 0
+        """The most positions of K/V parked for waiting samples at once: the pool's own size."""
+        self.parked_tokens = 0
         self.resumed: dict[tuple[int, int], PromptState] = {}  # (prompt, sample) -> K/V of a resumed sample, its draw
         self.prefill_tokens = self.prefill_calls = self.prompt_kv_bytes_peak = 0
         self.place = np.arange(pool.num_slots)  # the pool slot of each scheduler slot (the same unless packed)
@@ -104,19 +128,41 @@ class ModelRunner:
         self.prefilled(prompts)
 
     def resume(self, seqs: list[Sequence]) -> None:
-        """Prefills resumed samples (prompt + tokens so far, one row each) in one forward; keeps their K/V and draws
-        each one's next token from its last logits at ``t`` = its model tokens so far."""
-        if not seqs:
-            return
+        """Prefills resumed samples, at most two forwards: those with K/V to build on (their own, parked; else their
+        prompt's, kept) prefill the rest of prompt + tokens so far on top of them, the others all of it, one row
+        each; keeps their K/V and draws each one's next token from its last logits at ``t`` = its model tokens so
+        far."""
+        kept = self.prompt_kv if self.resume_on_prompt else {}
+        on, alone = [], []  # (sample, the K/V it builds on), (sample, None)
+        for seq in seqs:
+            prefix = self.unpark(seq)
+            if prefix is None and seq.prompt_idx in kept:
+                prefix = kept[seq.prompt_idx].kv
+            (on if prefix is not None else alone).append((seq, prefix))
+        for group in (on, alone):
+            if group:
+                self._resume_rows(group)
+
+    def _resume_rows(self, group: list[tuple[Sequence, torch.Tensor | None]]) -> None:
+        """One forward of resumed samples: after their prefixes' K/V when given (:func:`prefill_after`), else
+        alone (:func:`prefill`)."""
+        seqs = [seq for seq, _ in group]
         rows = [self.prompts[seq.prompt_idx] + seq.token_ids for seq in seqs]
         keys = torch.tensor([seq.key for seq in seqs])  # (P, 2)
         t = torch.tensor([[seq.model_tokens] for seq in seqs])  # (P, 1)
         u_dtype = torch.float64 if self.pool.dtype == torch.float64 else torch.float32
         uniforms = counter_uniform(keys[:, :1], keys[:, 1:], t, u_dtype).to(self.pool.kv.device)  # (P, 1)
         s = self.settings
-        kv, tokens, logps = prefill(
-            self.model, rows, uniforms, self.pool.dtype, s.temperature, s.top_k, s.top_p, s.pad_id
-        )
+        if group[0][1] is not None:
+            prefixes = [prefix for _, prefix in group]
+            rows = [row[prefix.shape[3] :] for row, prefix in zip(rows, prefixes, strict=True)]  # the rest only
+            kv, tokens, logps = prefill_after(
+                self.model, prefixes, rows, uniforms, self.pool.dtype, s.temperature, s.top_k, s.top_p, s.pad_id
+            )
+        else:
+            kv, tokens, logps = prefill(
+                self.model, rows, uniforms, self.pool.dtype, s.temperature, s.top_k, s.top_p, s.pad_id
+            )
         tokens, logps = tokens[:, 0].cpu().numpy().tolist(), logps[:, 0].double().cpu().numpy()
         check_logprobs(logps, "the prefill", "resumed samples")
         for seq, k, token, logp in zip(seqs, kv, tokens, logps.tolist(), strict=True):
@@ -127,10 +173,37 @@ class ModelRunner:
         """Counts a prefill of ``rows`` and the K/V held after it."""
         self.prefill_tokens += sum(map(len, rows))
         self.prefill_calls += 1
+        self.count_held()
+
+    def count_held(self) -> None:
+        """The K/V held beside the pool now (prompts, resumed and parked samples), into the peak."""
         held = sum(st.kv.numel() * st.kv.element_size() for st in self.prompt_kv.values())
         if self.resumed:
             held += sum(st.kv.numel() * st.kv.element_size() for st in self.resumed.values())
+        if self.parked:
+            held += sum(kv.numel() * kv.element_size() for kv in self.parked.values())
         self.prompt_kv_bytes_peak = max(self.prompt_kv_bytes_peak, held)
+
+    def park(self, seq: Sequence) -> None:
+        """``seq`` leaves for its tools: keeps its K/V (its prompt and every token but the last: out of its slot, or
+        of the prefill it ended on) for its resume, unless that would take the parked K/V past :attr:`park_budget`."""
+        n = len(self.prompts[seq.prompt_idx]) + len(seq) - 1  # positions with K/V: the last token was never fed
+        if self.parked_tokens + n > self.park_budget:
+            return
+        if seq.slot >= 0:  # it ended in a decode step: its slot's K/V are intact until the next step or admission
+            kv = self.pool.kv[:, :, self.place[seq.slot], :, :n].clone()  # (2, layers, kv_heads, n, head_dim)
+        else:  # it ended on the first token of a prefill (its prompt's, or its resume's)
+            kv = self.state(seq).kv[:, :, :, :n]
+        self.parked[seq.prompt_idx, seq.sample_idx] = kv
+        self.parked_tokens += n
+        self.count_held()
+
+    def unpark(self, seq: Sequence) -> torch.Tensor | None:
+        """Drops ``seq``'s parked K/V (resumed on them, or finished); returns them (None: none were parked)."""
+        kv = self.parked.pop((seq.prompt_idx, seq.sample_idx), None)
+        if kv is not None:
+            self.parked_tokens -= kv.shape[3]
+        return kv
 
     def state(self, seq: Sequence) -> PromptState:
         """The prefill ``seq`` starts from: its prompt's, or a resumed sample's own."""
@@ -141,9 +214,18 @@ class ModelRunner:
         drawn by its own)."""
         return self.state(seq).first[seq.sample_idx]
 
-    def keep(self, prompts: Container[int]) -> None:
-        """Drops the prefilled K/V of every prompt not in ``prompts`` (the scheduler's ``held``)."""
-        self.prompt_kv = {i: st for i, st in self.prompt_kv.items() if i in prompts}
+    def keep(self, prompts: Container[int], live: Container[int] = ()) -> None:
+        """Drops the prefilled K/V of every prompt not in ``prompts`` (the scheduler's ``held``: a new sample still
+        needs them) nor in ``live`` (multi-turn samples of it have not finished: a resume builds on them); of those
+        kept for resumes alone, at most :attr:`kept_for_resume` (the first kept stay; beyond the bound, a prompt's
+        resumed samples prefill it again)."""
+        kept, extra = {}, 0
+        for i, st in self.prompt_kv.items():
+            if i in prompts:
+                kept[i] = st
+            elif i in live and extra < self.kept_for_resume:
+                kept[i], extra = st, extra + 1
+        self.prompt_kv = kept
 
     def drop_resumed(self, seqs: Iterable[Sequence] | None = None) -> None:
         """Drops the K/V of these resumed samples (ended on their first token), or of all (loaded into their slots:

@@ -1,6 +1,7 @@
 """Batched prefill: the prompts about to run, in one forward, and every sample's first token.
 
     kv, first_tokens, first_logps = prefill(model, prompts, uniforms, dtype, temperature, top_k, top_p, pad_id)
+    kv, tokens, logps = prefill_after(model, prefixes, rows, uniforms, dtype, temperature, top_k, top_p, pad_id)
 
 Prompts of different lengths are left-padded to the longest, with explicit positions (each prompt
 starts at position 0) and an additive 4D mask that hides the padding (finite minimum, never -inf: a
@@ -12,12 +13,17 @@ every prompt's last token in the last column, so the LM head runs on one positio
 The prompt's last logits give **all** G samples their first token at once: the tempered,
 filtered distribution is built once per prompt, and each sample's own uniform (its stream at token
 0) picks from it, so no sample needs a decode step or a prefill of its own.
+
+:func:`prefill_after` prefills rows **on top of K/V already computed** (a resumed multi-turn sample: its completion
+and tool results after its prompt's prefilled K/V): the prefixes are left-padded into one cache, each row's tokens
+left-padded after them, its positions continuing its prefix's, and one additive mask hides both paddings. Each row's
+K/V (prefix, then its tokens) is cut out as :func:`prefill` cuts a prompt's.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
 from infgrpo.sampler.engine.sampling import sample_tokens
 
@@ -96,3 +102,70 @@ def split_cache(layers: list, lengths: list[int], dtype: torch.dtype) -> list[to
             kv[i][1, index].copy_(layer.values[i, :, width - n :])
         layer.keys = layer.values = None  # the cache held the only reference: this layer's batch K/V is freed
     return kv
+
+
+@torch.no_grad()
+def prefill_after(
+    model: PreTrainedModel,
+    prefixes: list[torch.Tensor],
+    rows: list[list[int]],
+    uniforms: torch.Tensor,
+    dtype: torch.dtype,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    pad_id: int,
+) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Prefills ``rows`` after the K/V of ``prefixes`` in one forward; returns each row's K/V (its prefix's, then
+    its tokens') and the next token and log-prob of each row.
+
+    Args:
+        prefixes: one K/V tensor per row, (2, layers, kv_heads, L_i, head_dim) in ``dtype`` (a prompt's prefill).
+        rows: the tokens that follow each prefix (at least one each).
+        uniforms: (P, 1) each row's uniform for its next token.
+
+    Returns:
+        One tensor per row, (2, layers, kv_heads, L_i + len(rows[i]), head_dim) in ``dtype``; the next tokens (P, 1)
+        and their log-probs (P, 1), on the model's device.
+    """
+    device = uniforms.device
+    lengths, counts = [p.shape[3] for p in prefixes], [len(r) for r in rows]
+    wp, wr = max(lengths), max(counts)
+    _, n_layers, kv_heads, _, head_dim = prefixes[0].shape
+    # 1) the prefixes, left-padded into one cache: (P, kv_heads, wp, head_dim) a layer, zeros where padded
+    past = torch.zeros(2, n_layers, len(rows), kv_heads, wp, head_dim, dtype=dtype, device=device)
+    for i, prefix in enumerate(prefixes):
+        past[:, :, i, :, wp - lengths[i] :] = prefix
+    cache = DynamicCache(ddp_cache_data=[(past[0, layer], past[1, layer]) for layer in range(n_layers)])
+    del past  # the cache holds its own copies (a layer's update concatenates)
+    # 2) the rows left-padded after them, positions continuing each prefix, one mask hiding both paddings
+    pads = torch.tensor([wr - n for n in counts], device=device)  # (P,)
+    starts = torch.tensor([wp - n for n in lengths], device=device)  # (P,): first real prefix column
+    ids = torch.tensor([[pad_id] * (wr - len(r)) + list(r) for r in rows], device=device)  # (P, wr)
+    cols = torch.arange(wr, device=device)
+    positions = torch.tensor(lengths, device=device).unsqueeze(1) + (cols.unsqueeze(0) - pads.unsqueeze(1)).clamp(
+        min=0
+    )  # (P, wr)
+    keys = torch.arange(wp + wr, device=device)  # (K,): the prefix columns, then the rows'
+    in_prefix = (keys.unsqueeze(0) < wp) & (keys.unsqueeze(0) >= starts.unsqueeze(1))  # (P, K)
+    row_key = keys - wp  # a row column's index among the rows' columns
+    in_rows = (keys.unsqueeze(0) >= wp) & (row_key.unsqueeze(0) >= pads.unsqueeze(1))  # (P, K): not padding
+    causal = row_key.unsqueeze(0) <= cols.unsqueeze(1)  # (wr, K): prefix columns pass (row_key < 0)
+    visible = (in_prefix | in_rows).unsqueeze(1) & causal.unsqueeze(0)  # (P, wr, K)
+    closed = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)  # finite in every dtype
+    mask = torch.where(visible, torch.zeros((), dtype=dtype, device=device), closed).unsqueeze(1)  # (P, 1, wr, K)
+    out = model(
+        input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=1
+    )
+    tokens, logps = sample_tokens(out.logits[:, -1], uniforms, temperature, top_k, top_p)  # (P, 1) each
+    # 3) each row's K/V: its prefix's columns, then its tokens'
+    kv = [torch.empty(2, n_layers, kv_heads, n + c, head_dim, dtype=dtype, device=device)
+          for n, c in zip(lengths, counts, strict=True)]  # fmt: skip
+    for index, layer in enumerate(out.cache.layers):
+        for i, (n, c) in enumerate(zip(lengths, counts, strict=True)):
+            kv[i][0, index, :, :n].copy_(layer.keys[i, :, wp - n : wp])
+            kv[i][1, index, :, :n].copy_(layer.values[i, :, wp - n : wp])
+            kv[i][0, index, :, n:].copy_(layer.keys[i, :, wp + wr - c :])
+            kv[i][1, index, :, n:].copy_(layer.values[i, :, wp + wr - c :])
+        layer.keys = layer.values = None
+    return kv, tokens, logps

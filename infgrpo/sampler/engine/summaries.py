@@ -1,10 +1,13 @@
-"""What a rollout found: dynamic sampling's counts and adaptive groups' (``Rollouts.dynamic``, ``Rollouts.adaptive``).
+"""What a rollout found: dynamic sampling's counts, adaptive groups' and the tools' (``Rollouts.dynamic``,
+``Rollouts.adaptive``, ``Rollouts.tools``).
 
     rollouts.dynamic.stats()        # {"dynamic/prompts_drawn": 7, ...}: this rank's counts
     rollouts.dynamic.reduce(ranks)  # the same keys, of the global batch (every rank calls it: a collective)
+    rollouts.tools.reduce(ranks)    # {"tools/call_frequency": 0.4, ...}: TRL's tool metrics and ours
 
 Each summary says how it combines over data-parallel ranks (:meth:`DynamicSummary.reduce`,
-:meth:`AdaptiveSummary.reduce`); the step's metrics (:mod:`infgrpo.training.metrics`) log what they return.
+:meth:`AdaptiveSummary.reduce`, :meth:`ToolSummary.reduce`); the step's metrics (:mod:`infgrpo.training.metrics`)
+log what they return.
 """
 
 from __future__ import annotations
@@ -92,3 +95,45 @@ class AdaptiveSummary:
         table = ranks.gather(torch.tensor([row], dtype=torch.float64))  # (world, fields)
         combine = [f.metadata.get(OVER_RANKS, torch.sum) for f in columns]
         return {f"adaptive/{f.name}": float(combine[j](table[:, j])) for j, f in enumerate(columns)}
+
+
+@dataclass
+class ToolSummary:
+    """What a rollout's tools did (``Rollouts.tools``; with ``turns``, every rank has one, no call made included, so
+    every rank reduces it). Counted over every sample the rollout ended, trained or not (dynamic sampling's dropped
+    groups, adaptive groups' unpicked samples included)."""
+
+    samples: int
+    """Samples that ended (the denominator of the frequencies)."""
+    calls: int
+    """Tool calls run (every call of a turn that ran, failed or not; a rolled-back round's too, as in TRL)."""
+    failures: int
+    """Calls that failed: raised, named no known tool, were of another type than ``function``, or timed out."""
+    timeouts: int
+    """Calls abandoned when they ran past the tools' time limit (among the failures)."""
+    rounds: int
+    """Tool rounds: turns whose calls ran (one sample's each)."""
+    wait_s: float
+    """Seconds samples waited on their tools, summed over samples."""
+    steps_while_waiting: int = over_ranks(torch.max)
+    """Decode steps run while at least one sample waited on its tools (the largest rank's)."""
+
+    def reduce(self, ranks: Ranks) -> dict[str, float]:
+        """The ``tools/*`` metrics of the global batch (one gather): TRL's ``tools/call_frequency`` (calls a sample)
+        and ``tools/failure_frequency`` (failures a call; 0 without calls), and ours: ``tools/turns_mean`` (the model's
+        turns a sample: 1 + its tool rounds), ``tools/timeouts`` (calls that timed out), ``tools/wait_s`` (summed over
+        every rank's samples) and ``tools/steps_while_waiting`` (the largest rank's, as ``rollout/decode_steps``)."""
+        columns = sorted(fields(self), key=lambda f: f.name)
+        row = [float(getattr(self, f.name)) for f in columns]
+        table = ranks.gather(torch.tensor([row], dtype=torch.float64))  # (world, fields)
+        combine = [f.metadata.get(OVER_RANKS, torch.sum) for f in columns]
+        total = {f.name: float(combine[j](table[:, j])) for j, f in enumerate(columns)}
+        n, calls = max(total["samples"], 1.0), total["calls"]
+        return {
+            "tools/call_frequency": calls / n,
+            "tools/failure_frequency": total["failures"] / calls if calls > 0 else 0.0,
+            "tools/turns_mean": 1.0 + total["rounds"] / n,
+            "tools/timeouts": total["timeouts"],
+            "tools/wait_s": total["wait_s"],
+            "tools/steps_while_waiting": total["steps_while_waiting"],
+        }

@@ -24,14 +24,16 @@ exactly (tests compare every decode step and the timeline).
 
 **Multi-turn samples** (tools, :mod:`infgrpo.sampler.engine.turns`): a sample whose turn ended waits away from the
 pool (:meth:`Scheduler.leave`) and, when its tool results are in, :meth:`Scheduler.resume` queues it ahead of the
-refill policy's work. A resumed sample (``turns > 0``) holds no prompt K/V (the engine prefills its prompt and
-tokens so far anew) and is not the policy's: the policy hears only of each sample's first turn. The timeline has
-one entry per turn.
+refill policy's work. A resumed sample (``turns > 0``) is not the policy's: the policy hears only of each sample's
+first turn. With multi-turn samples every sample is counted in :attr:`Scheduler.live` from its first admission until
+it finishes for good (:meth:`Scheduler.finished`): the engine keeps the prompt K/V of a prompt with live samples
+(within a bound), so a resumed sample prefills only its tokens so far on top of them. The timeline has one entry per
+turn.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -101,6 +103,11 @@ class Scheduler:
         """Multi-turn samples back from their tools, served before the policy's queue."""
         self.away = 0
         """Multi-turn samples waiting on their tools (out of the pool)."""
+        self.live: Counter[int] = Counter()
+        """Multi-turn samples (``multi_turn``): prompt -> its samples admitted and not finished for good (running,
+        waiting on tools or queued to resume): the prompts whose K/V a resume can build on."""
+        self.multi_turn = False
+        """Whether samples may leave for tools (the engine sets it for a rollout with turns)."""
         self._idle: list[int] = []  # slots the policy leaves empty until this admission ends
 
     # -- what a feed asks -----------------------------------------------------------------------
@@ -129,6 +136,12 @@ class Scheduler:
     def back(self, seq: Sequence) -> None:
         """``seq`` is back from its tools and ends there (its tool results rolled back, or no room left)."""
         self.away -= 1
+
+    def finished(self, seq: Sequence) -> None:
+        """A multi-turn sample finished for good (no more turns): it no longer counts in :attr:`live`."""
+        self.live[seq.prompt_idx] -= 1
+        if not self.live[seq.prompt_idx]:
+            del self.live[seq.prompt_idx]
 
     # -- admission ----------------------------------------------------------------------------
     def schedule(self) -> list[tuple[int, Sequence]]:
@@ -165,6 +178,8 @@ class Scheduler:
         started, freed = [], []
         for (slot, seq), end in zip(picks, ends, strict=True):
             seq.start_step = self.now
+            if self.multi_turn and not seq.turns:  # a sample's first admission: live until it finishes for good
+                self.live[seq.prompt_idx] += 1
             if end:
                 if not seq.turns:  # the policy popped only the first turn
                     self.policy.finished(seq, slot, self.now)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum, auto
+from typing import Any
 
 import torch
 
@@ -40,6 +41,8 @@ class Sequence:
     """The index in ``token_ids`` where the current model turn began (0, then past each tool result)."""
     turns: int = 0
     """Tool rounds appended so far (a sample with ``turns > 0`` is resumed: its prompt K/V are not held for it)."""
+    record: Any = None
+    """Multi-turn samples: what the host's ``Turns.ended`` recorded when the sample finished (its exchange)."""
 
     @property
     def model_tokens(self) -> int:

@@ -94,7 +94,7 @@ def check_skipped_prompts(
     longest = data["max_prompt_length"]
     source, cap = source_rows(data), data.get("train_size")
     if not any(n <= longest for n in lengths) and not (source is not None and source <= len(lengths)):
-        lengths = [n for _, _, n in check_first_rows(measure, tokenizer, ALL_ROWS)]  # none kept: measure them all
+        lengths = [n for _, _, n in check_first_rows(measure, tokenizer, head=ALL_ROWS)]  # none kept: measure them all
     read = len(lengths)
     kept, shortest = sum(n <= longest for n in lengths), min(lengths)
     whole_source = source is not None and source <= read  # held-out rows among them: `kept` bounds the rest

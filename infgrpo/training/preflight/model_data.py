@@ -22,13 +22,13 @@ stop ids are set; the rule is :func:`~infgrpo.sampler.stop_tokens.check_stop_tok
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from infgrpo.agent import AgentConfig
-from infgrpo.agent.chat import check_tool_template, ensure_response_parser, load_template
 from infgrpo.data.first_rows import check_first_rows, split_rows
 from infgrpo.data.prompt_rows import row_prompt
 from infgrpo.policy.load import load_tokenizer
@@ -41,6 +41,7 @@ from infgrpo.rewards.sources import is_model_source
 from infgrpo.sampler.model_support import context_overflow, sequence_positions
 from infgrpo.sampler.stop_tokens import FIELD, check_stop_token_ids, config_vocab_size
 from infgrpo.settings import ConfigError
+from infgrpo.training.agent_rollout import AgentRollout
 from infgrpo.training.hparams import ModuleSettings
 
 
@@ -112,23 +113,22 @@ def check_before_loading(config: Any, settings: ModuleSettings) -> None:
     check_lora_targets(model_config, settings.lora)
     data = config["data"]
     data = data.as_dict() if hasattr(data, "as_dict") else dict(data)
-    prompts = check_first_rows(data, lambda: load_tokenizer(policy.model_name_or_path, policy.gguf_file))
+    tokenizer = functools.cache(lambda: load_tokenizer(policy.model_name_or_path, policy.gguf_file))  # when needed
+    agent = check_agent_template(settings.agent, tokenizer()) if settings.agent.enabled else None
+    tools = (agent.schemas, agent.template) if agent is not None else (None, None)
+    prompts = check_first_rows(data, tokenizer, *tools)  # with model.agent: rendered with the tool schemas
     check_context(model_config, settings.sampler.max_new_tokens, prompts)
-    if settings.agent.enabled:
-        check_agent_template(settings.agent, load_tokenizer(policy.model_name_or_path, policy.gguf_file))
     if data.get("train_dataset") is None:
         check_reward_splits(settings.rewards.functions, data)
 
 
-def check_agent_template(agent: AgentConfig, tokenizer: PreTrainedTokenizerBase) -> None:
-    """A ConfigError naming ``model.agent.chat_template`` unless the agent's template renders a tool exchange and
-    infgrpo can parse the calls it writes (:func:`~infgrpo.agent.chat.check_tool_template`); ``GRPOModule`` checks
-    the same when it builds its :class:`~infgrpo.training.agent_rollout.AgentRollout`, after the tokenizer loads
-    and before the model does."""
-    template = load_template(agent)
+def check_agent_template(agent: AgentConfig, tokenizer: PreTrainedTokenizerBase) -> AgentRollout:
+    """The run's :class:`~infgrpo.training.agent_rollout.AgentRollout` (its template and tool schemas: the first
+    rows are measured with them), or a ConfigError naming ``model.agent.chat_template`` unless the agent's template
+    renders a tool exchange and infgrpo can parse the calls it writes; ``GRPOModule`` builds the same after the
+    tokenizer loads and before the model does."""
     try:
-        check_tool_template(tokenizer, template, agent.chat_template)
-        ensure_response_parser(tokenizer, template, agent.chat_template)
+        return AgentRollout(agent, tokenizer)
     except ConfigError as err:
         raise ConfigError(f"model.{err}") from err
 

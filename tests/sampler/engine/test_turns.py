@@ -16,6 +16,7 @@ import torch
 from infgrpo import MicroGroupSampler, SamplerConfig
 from infgrpo.data.datamodule import encode_prompt
 from infgrpo.policy.load import load_policy
+from infgrpo.sampler.engine.model_runner import ModelRunner
 from infgrpo.sampler.engine.plan import DynamicSpec
 from infgrpo.sampler.engine.slot_pool import pool_width
 from infgrpo.settings import ConfigError
@@ -38,16 +39,25 @@ def chat_prompts(tokenizer):
     return [encode_prompt(tokenizer, p, None, True) for p in ("rev abcdefg", "count 3 9", "dup ab")]
 
 
-class ToolResponses:
+class NoRecord:
+    """What every Turns also has: call counters (the engine's ToolSummary reads them) and a record of each sample."""
+
+    calls = failures = timeouts = 0
+
+    def ended(self, seq, prompt):
+        return None
+
+
+class ToolResponses(NoRecord):
     """Turns: each turn that ended on EOS gets the suffix after a random latency, up to ``rounds`` rounds a sample."""
 
     def __init__(self, suffix, rounds=2, seed=0, max_latency=0.01):
         self.suffix, self.rounds, self.rng, self.max_latency = suffix, rounds, random.Random(seed), max_latency
         self.pool = ThreadPoolExecutor(4)
-        self.ended, self.rolled = [], []
+        self.turns_seen, self.rolled = [], []
 
     def turn_ended(self, seq, prompt):
-        self.ended.append((seq.prompt_idx, seq.sample_idx, list(seq.token_ids[seq.turn_start :])))
+        self.turns_seen.append((seq.prompt_idx, seq.sample_idx, list(seq.token_ids[seq.turn_start :])))
         if seq.turns >= self.rounds:
             return None
         latency = self.rng.random() * self.max_latency
@@ -69,7 +79,7 @@ def test_tokens_masks_and_logprobs_do_not_depend_on_slots_or_tool_latency(model6
         out = sample(model64, tokenizer, chat_prompts, turns, n, 140, 4)
         outs.append((out, turns))
     ref, turns = outs[0]
-    assert ref.tool_masks is not None and ref.stats["tool_rounds"] > 4  # tools were called, samples resumed
+    assert ref.tool_masks is not None and ref.tools.rounds > 4  # tools were called, samples resumed
     assert any(m.count(0) == 2 * len(suffix) for m in ref.tool_masks)  # some sample had two tool rounds
     for out, _ in outs[1:]:
         assert out.completion_ids == ref.completion_ids
@@ -119,7 +129,7 @@ def test_greedy_equals_trls_loop_over_hf_generate(model64, tokenizer, chat_promp
         for j in range(2):
             assert out.completion_ids[2 * i + j] == want_ids
             assert out.tool_masks[2 * i + j] == want_mask
-    assert out.stats["tool_rounds"] == 3 * 2 * 2 + 2  # twice a sample; "rev xy" once (its second turn hit max_new)
+    assert out.tools.rounds == 3 * 2 * 2 + 2  # twice a sample; "rev xy" once (its second turn hit max_new)
 
 
 def test_rollback_when_the_suffix_passes_max_new_tokens_or_the_context(model64, tokenizer, chat_prompts, suffix):
@@ -131,7 +141,7 @@ def test_rollback_when_the_suffix_passes_max_new_tokens_or_the_context(model64, 
     turns = ToolResponses(suffix)
     out = sample(model64, tokenizer, [prompt], turns, 1, len(first) + len(suffix) - 1, 1, temperature=0.0)
     assert out.completion_ids == [first] and out.tool_masks is None and out.finish_reasons == ["stop"]
-    assert turns.rolled == [(0, 0)] and out.stats["tool_rounds"] == 1
+    assert turns.rolled == [(0, 0)] and out.tools.rounds == 1
     # exactly room for the suffix (TRL's `>`): appended, nothing generated after it
     turns = ToolResponses(suffix)
     out = sample(model64, tokenizer, [prompt], turns, 1, len(first) + len(suffix), 1, temperature=0.0)
@@ -148,7 +158,7 @@ def test_rollback_when_the_suffix_passes_max_new_tokens_or_the_context(model64, 
     assert out.completion_ids == [first] and turns.rolled == [(0, 0)]
 
 
-class AllWait:
+class AllWait(NoRecord):
     """Turns: one tool round a sample; no future resolves before every sample's first turn has ended."""
 
     def __init__(self, suffix, total):
@@ -174,7 +184,7 @@ def test_the_pool_holds_at_most_num_slots_sequences_while_every_sample_waits(mod
     turns = AllWait(suffix, total=2 * G)
     out = sample(model64, tokenizer, chat_prompts[:2], turns, slots, 120, G, temperature=0.0)
     assert turns.peak == 2 * G  # every sample waited on its tool at once
-    assert out.stats["tool_rounds"] == 2 * G and out.tool_masks is not None
+    assert out.tools.rounds == 2 * G and out.tool_masks is not None
     timeline = out.stats["timeline"]
     assert len(timeline) == 2 * 2 * G  # one entry per turn
     for step in range(out.stats["decode_steps"] + 1):
@@ -187,7 +197,7 @@ def test_the_pool_holds_at_most_num_slots_sequences_while_every_sample_waits(mod
     assert out.stats["kv_bytes_peak"] <= (slots * pool_width(width) + 2 * width + slots * width) * per_token
 
 
-class OneSlowTool:
+class OneSlowTool(NoRecord):
     """Turns: the first sample whose turn ends calls a tool that sleeps until every sample's first turn ended (the
     others call none)."""
 
@@ -222,14 +232,14 @@ def test_decoding_goes_on_while_a_tool_sleeps(model64, tokenizer, chat_prompts, 
     stats = out.stats
     assert turns.seen == 6 and out.finish_reasons[1:] == ["stop"] * 4  # every turn ended on EOS
     # samples 2-4 decoded while sample 0 waited (samples 0 and 1 ran first, side by side)
-    assert stats["tool_rounds"] == 1 and stats["steps_while_waiting"] > 0 and stats["tool_wait_s"] > 0.02
-    assert stats["steps_while_waiting"] < stats["decode_steps"]
+    assert out.tools.rounds == 1 and out.tools.steps_while_waiting > 0 and out.tools.wait_s > 0.02
+    assert out.tools.steps_while_waiting < stats["decode_steps"]
     assert [0 in m for m in out.tool_masks] == [True, False, False, False, False]
 
 
 def test_without_turns_no_tool_fields(model64, tokenizer, chat_prompts):
     out = sample(model64, tokenizer, chat_prompts[:1], None, 2, 20, 2)
-    assert out.tool_masks is None and "tool_rounds" not in out.stats
+    assert out.tool_masks is None and out.tools is None
 
 
 def test_turns_need_the_engine_decoder(model64, tokenizer, chat_prompts, suffix):
@@ -245,7 +255,7 @@ def test_every_refill_policy_gives_the_same_multi_turn_samples(model64, tokenize
     ref = sample(model64, tokenizer, chat_prompts, ToolResponses(suffix, max_latency=0.0), 3, 60, 3)
     out = sample(model64, tokenizer, chat_prompts, ToolResponses(suffix, seed=5), 3, 60, 3, refill=refill)
     assert out.completion_ids == ref.completion_ids and out.tool_masks == ref.tool_masks
-    assert out.stats["tool_rounds"] == ref.stats["tool_rounds"] > 0
+    assert out.tools.rounds == ref.tools.rounds > 0
 
 
 def test_dynamic_sampling_judges_a_group_after_its_samples_last_turns(model64, tokenizer, chat_prompts, suffix):
@@ -261,7 +271,29 @@ def test_dynamic_sampling_judges_a_group_after_its_samples_last_turns(model64, t
     out = MicroGroupSampler(model64, tokenizer, cfg).sample_dynamic(
         iter(chat_prompts), 3, seed=1, spec=spec, max_prompt_len=max(map(len, chat_prompts)), turns=lambda: turns
     )
-    assert len(out) == 6 and out.tool_masks is not None and out.stats["tool_rounds"] > 0
+    assert len(out) == 6 and out.tool_masks is not None and out.tools.rounds > 0
     assert len(judged) >= 6
     for i, j, reason, rounds in judged:  # none judged while it waited on its tool or had a turn left
         assert reason == "length" or rounds == 1 or (i, j) in turns.rolled
+
+
+def test_a_resumed_sample_prefills_only_what_it_has_no_kv_for(model64, tokenizer, chat_prompts, suffix, monkeypatch):
+    """A sample that leaves for its tools parks its K/V (within the pool's size), so its resume prefills its last
+    token and the tool results only; with none parked it builds on its prompt's kept K/V; before issue 59 it
+    prefilled prompt + tokens so far. The same tokens and log-probs every way (float64)."""
+    runs = {}
+    for way, park, on_prompt in (("parked", None, True), ("prompt", 0, True), ("before", 0, False)):
+        monkeypatch.setattr(ModelRunner, "resume_on_prompt", on_prompt)
+        if park is not None:  # no room to park: the prompt's K/V are what a resume builds on
+            monkeypatch.setattr(ModelRunner, "park", lambda self, seq: None)
+        runs[way] = sample(model64, tokenizer, chat_prompts, ToolResponses(suffix, rounds=1), 8, 140, 3)
+    ref = runs["before"]
+    for out in runs.values():
+        assert out.completion_ids == ref.completion_ids and out.tool_masks == ref.tool_masks
+        assert all(torch.equal(a, b) for a, b in zip(out.logprobs, ref.logprobs, strict=True))
+    resumes = [sum(1 for t in range(1, len(m)) if m[t - 1] == 0 and m[t] == 1) for m in ref.tool_masks]
+    assert sum(resumes) >= 4  # samples came back from their tool and went on
+    prompts = sum(map(len, chat_prompts))  # each prompt prefilled once
+    assert runs["parked"].stats["prefill_tokens"] == prompts + sum(resumes) * (1 + len(suffix))
+    saved = sum(n * len(chat_prompts[k // 3]) for k, n in enumerate(resumes))  # each resume's prompt, not again
+    assert ref.stats["prefill_tokens"] - runs["prompt"].stats["prefill_tokens"] == saved
