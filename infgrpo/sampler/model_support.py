@@ -127,14 +127,25 @@ def context_overflow(config, length: int, max_new_tokens: int) -> str | None:  #
     return f"{what}. Shorten the prompt or lower max_new_tokens to <= {positions - length}."
 
 
-def check_prompts(model: PreTrainedModel, prompt_ids: list[list[int]], max_new_tokens: int) -> None:
+def check_prompts(
+    model: PreTrainedModel, prompt_ids: list[list[int]], max_new_tokens: int, vision: list | None = None
+) -> None:
     """Raises a ValueError naming the prompt that is empty or cannot fit the model's context
-    (:func:`context_overflow`)."""
+    (:func:`context_overflow`); for a prompt with images (``vision[i]``, a
+    :class:`~infgrpo.vision.inputs.VisionInputs`), the message says how many of its tokens are image tokens and names
+    the pixel setting, ``data.processor_kwargs``."""
     if not prompt_ids:
         raise ValueError("prompt_ids is empty; give at least one prompt")
     for i, p in enumerate(prompt_ids):
         if len(p) == 0:
             raise ValueError(f"prompt_ids[{i}] is empty; every prompt needs at least one token")
         reason = context_overflow(model.config, len(p), max_new_tokens)
-        if reason is not None:
-            raise ValueError(f"prompt_ids[{i}] has {len(p)} tokens; with max_new_tokens={max_new_tokens} {reason}")
+        if reason is None:
+            continue
+        images = getattr(vision[i], "image_tokens", 0) if vision is not None else 0
+        if images:
+            reason += (
+                f" {images} of the prompt's tokens are its images': lower their pixels with data.processor_kwargs "
+                "(e.g. {max_pixels: ...} for Qwen-VL, {size: {longest_edge: ...}} for SmolVLM)."
+            )
+        raise ValueError(f"prompt_ids[{i}] has {len(p)} tokens; with max_new_tokens={max_new_tokens} {reason}")

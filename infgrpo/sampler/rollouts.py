@@ -11,6 +11,7 @@ from infgrpo.sampler.schedule.sequence import Sequence
 
 if TYPE_CHECKING:
     from infgrpo.sampler.engine.summaries import AdaptiveSummary, DynamicSummary, ToolSummary
+    from infgrpo.vision.inputs import VisionInputs
 
 
 @dataclass
@@ -48,6 +49,9 @@ class Rollouts:
     without turns."""
     tools: ToolSummary | None = None
     """Multi-turn rollouts: what the tools did (calls, failures, rounds, waits); None without turns."""
+    vision: list[VisionInputs | None] | None = None
+    """Image prompts (a vision-language model): each prompt's images, one entry per prompt (None: a text prompt);
+    the update runs them through the vision tower once per prompt in each forward pass. None: text prompts only."""
 
     @classmethod
     def from_sequences(cls, prompt_ids: list[list[int]], group_size: int, seqs: list[Sequence]) -> Rollouts:

@@ -45,6 +45,8 @@ from infgrpo.sampler.schedule.length_predictor import LengthPredictor, Looks, po
 from infgrpo.sampler.schedule.schedule_metrics import prediction_stats
 from infgrpo.sampler.stop_tokens import check_stop_token_ids, model_vocab_size
 from infgrpo.settings import InfgrpoWarning
+from infgrpo.vision.checks import check_decoder
+from infgrpo.vision.inputs import VisionInputs
 
 T = TypeVar("T")
 
@@ -68,6 +70,7 @@ class MicroGroupSampler:
         pad_id: int | None = None,
     ) -> None:
         check_engine_support(model, config.max_new_tokens)
+        check_decoder(model.config, config.decoder)  # a vision-language model decodes on the engine only
         self.model, self.config = model, config
         if isinstance(tokenizer_or_eos, int):
             self.eos_id, pad = tokenizer_or_eos, None
@@ -110,6 +113,7 @@ class MicroGroupSampler:
         ranks: Ranks | None = None,
         adaptive: AdaptiveSpec | None = None,
         turns: Callable[[], Turns] | None = None,
+        vision: list[VisionInputs | None] | None = None,
     ) -> Rollouts:
         """``group_size`` completions of each prompt, prompt-major (see :class:`Rollouts`).
 
@@ -123,11 +127,13 @@ class MicroGroupSampler:
         :mod:`infgrpo.sampler.engine.turns`), a factory called once per engine run (an attempt that ran out of
         memory starts again with a fresh one); the rollouts then carry ``tool_masks``, what the turns recorded of
         each sample (``exchanges``) and what the tools did (``tools``, a
-        :class:`~infgrpo.sampler.engine.summaries.ToolSummary`).
+        :class:`~infgrpo.sampler.engine.summaries.ToolSummary`). ``vision``: each prompt's images (a vision-language
+        model; :class:`~infgrpo.vision.inputs.VisionInputs` or None per prompt): encoded and prefilled once per prompt,
+        whatever ``group_size``; the rollouts carry them for the update (``Rollouts.vision``).
         """
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1")
-        check_prompts(self.model, prompt_ids, self.config.max_new_tokens)
+        check_prompts(self.model, prompt_ids, self.config.max_new_tokens, vision)
         adapt_threads(self.model, rows=len(prompt_ids) * group_size)  # CPU threads: work size, free cores
         start = self._start()
         with self._decoding():
@@ -138,8 +144,9 @@ class MicroGroupSampler:
                     self.config.require_engine("agent")
                 rollouts = self._baseline(prompt_ids, group_size, seed, prompt_offset)
             else:
-                plan = FeedPlan(group_size, seed, prompt_offset, prompts=prompt_ids, adaptive=adaptive)
+                plan = FeedPlan(group_size, seed, prompt_offset, prompts=prompt_ids, adaptive=adaptive, vision=vision)
                 rollouts = self._on_engine(plan, self.sizer.slots(self.model, prompt_ids), ranks, turns)
+        rollouts.vision = vision  # the update encodes each prompt's images once per forward pass too
         return self._finish(rollouts, start)
 
     def sample_dynamic(
@@ -177,22 +184,27 @@ class MicroGroupSampler:
         return self._finish(rollouts, start)
 
     def generate_one(
-        self, prompt_ids: list[list[int]], batch_size: int = 128, turns: Callable[[], Turns] | None = None
+        self,
+        prompt_ids: list[list[int]],
+        batch_size: int = 128,
+        turns: Callable[[], Turns] | None = None,
+        vision: list[VisionInputs | None] | None = None,
     ) -> Rollouts:
         """One completion per prompt (evaluation, e.g. greedy), on the slots a rollout of these prompts gets.
 
         The slot count is the rollout's plan for ``prompt_ids`` (``num_slots``, or under 'auto' what
         ``rollout_memory`` holds), at most ``batch_size``: evaluation never takes more memory than the
-        rollouts it sits between, whatever the evaluation batch. ``turns``: multi-turn samples, as in :meth:`sample`.
+        rollouts it sits between, whatever the evaluation batch. ``turns`` and ``vision``: multi-turn samples and
+        each prompt's images, as in :meth:`sample`.
         """
-        check_prompts(self.model, prompt_ids, self.config.max_new_tokens)
+        check_prompts(self.model, prompt_ids, self.config.max_new_tokens, vision)
         planned = self.sizer.slots(self.model, prompt_ids)
         field = "data.eval_batch_size" if batch_size <= planned else "model.sampler.num_slots"
         if turns is not None and self.config.decoder != "engine":
             self.config.require_engine("agent")
         with self._decoding():
             rollouts, retries = self._backoff(
-                lambda n: self._decode(prompt_ids, 1, 0, n, turns), min(batch_size, planned), field
+                lambda n: self._decode(prompt_ids, 1, 0, n, turns, vision), min(batch_size, planned), field
             )
         rollouts.stats["oom_retries"] = retries
         return rollouts
@@ -260,7 +272,7 @@ class MicroGroupSampler:
         ``turns``, a new Turns from it."""
         looks = Looks(self.predictor, self.model) if self.predictor is not None else None
         feed = make_feed(plan, looks, self.rescue)
-        return feed, self.engine.run(feed, num_slots, None if turns is None else turns()), looks
+        return feed, self.engine.run(feed, num_slots, None if turns is None else turns(), plan.vision), looks
 
     def _decode(
         self,
@@ -269,11 +281,13 @@ class MicroGroupSampler:
         seed: int,
         num_slots: int,
         turns: Callable[[], Turns] | None = None,
+        vision: list[VisionInputs | None] | None = None,
     ) -> Rollouts:
         """One engine run of a fixed batch on ``num_slots`` slots, no length prediction, as :class:`Rollouts`."""
         feed = FixedBatch(prompt_ids, group_size, seed)
-        stats = self.engine.run(feed, num_slots, None if turns is None else turns())
+        stats = self.engine.run(feed, num_slots, None if turns is None else turns(), vision)
         rollouts = Rollouts.from_sequences(prompt_ids, group_size, feed.initial())  # every sequence, prompt-major
+        rollouts.vision = vision
         rollouts.stats = stats.to_stats(rollouts.model_lengths)
         rollouts.tools = stats.tools
         return rollouts

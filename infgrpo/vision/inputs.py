@@ -14,7 +14,7 @@ nothing (Qwen-VL) or zero images (Idefics3). Each prompt is processed once, neve
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -46,6 +46,14 @@ class VisionInputs:
         types = out[family.token_types][0] if family.token_types and family.token_types in out else None
         image_tokens = int((out["input_ids"][0] == image_token_id).sum())
         return cls(tensors, types, num_images, image_tokens)
+
+
+def extended(vision: VisionInputs | None, n: int) -> VisionInputs | None:
+    """``vision`` for its prompt followed by ``n`` text tokens (a resumed sample's row: prompt + tokens so far): its
+    token types extended with ``n`` zeros, its images unchanged (None stays None)."""
+    if vision is None or vision.token_types is None or n == 0:
+        return vision
+    return replace(vision, token_types=torch.cat([vision.token_types, vision.token_types.new_zeros(n)]))
 
 
 def collate(inputs: Sequence[VisionInputs | None], family: Family) -> dict[str, torch.Tensor]:

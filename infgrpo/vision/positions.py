@@ -68,8 +68,9 @@ def prompt_positions(
 
 
 def decode_positions(cache_positions: torch.Tensor, deltas: torch.Tensor, scheme: Positions) -> torch.Tensor:
-    """Rotary positions of one decode step: ``cache_positions`` (S, 1) (where each slot writes its K/V) plus each
-    slot's prompt delta (S, 1), on the three M-RoPE rows: (3, S, 1); for 1D the cache positions as they are."""
+    """Rotary positions of text after a prompt: ``cache_positions`` (S, L) (where each row writes its K/V: a decode
+    step's (S, 1), or rows prefilled after a prompt's K/V) plus each row's prompt delta (S, 1), on the three M-RoPE
+    rows: (3, S, L); for 1D the cache positions as they are."""
     if scheme == "1d":
         return cache_positions
     return (cache_positions + deltas).unsqueeze(0).expand(3, -1, -1)

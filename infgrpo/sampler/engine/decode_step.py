@@ -1,24 +1,29 @@
 """DecodeStep: one decode step over the whole slot pool, of static shape, optionally as a CUDA graph.
 
     step = DecodeStep(model, pool, StepSettings(temperature=1.0, top_k=0, top_p=1.0, pad_id=0))
-    step.start(slot, token, position, key, t)   # a sequence enters a slot (host bookkeeping only)
+    step.start(slot, token, position, key, t)   # a sequence enters a slot (host bookkeeping only); delta= (M-RoPE)
     out = step()                                # (S, 2) host array: every slot's next token and its log-prob
     step.advance(slot, token)                   # it feeds that token, one position further, next step
     step.idle(slot)                             # the slot is free: pad token at position 0
 
-The step reads its inputs from one int64 state tensor (5, S, 1), one column per slot, written only
+The step reads its inputs from one int64 state tensor (6, S, 1), one column per slot, written only
 through the four operations above (the rows are this file's business): the token to feed, its
 position (= the slot's length: its K/V are written there; the one copy of it), the sequence's
-stream key words k0, k1 (:mod:`infgrpo.sampler.engine.counter_rng`) and an offset, the position of the
+stream key words k0, k1 (:mod:`infgrpo.sampler.engine.counter_rng`), an offset, the position of the
 prompt's last token (so ``t = position - offset`` is the index in the completion of the token this
-step samples, computed on the device). It writes one float64 tensor (S, 2): the sampled token ids and
-their log-probs. Per step the host makes **one** copy in (state, from pinned memory, asynchronous)
-and **one** copy out (into pinned memory), then waits on an event: no ``.item()``, no
-``torch.tensor(list)``, no per-slot kernel. On CPU both are the same tensors and nothing is copied.
+step samples, computed on the device), and the prompt's rotary delta: a vision-language model with
+M-RoPE (Qwen-VL) reads the token at rotary position ``position + delta`` on all three rows
+(:func:`~infgrpo.vision.positions.decode_positions`; an image takes fewer positions than tokens), so a
+slot refilled with another prompt's sample, or a packed move, carries its own delta; 0 otherwise. It
+writes one float64 tensor (S, 2): the sampled token ids and their log-probs. Per step the host makes
+**one** copy in (state, from pinned memory, asynchronous) and **one** copy out (into pinned memory),
+then waits on an event: no ``.item()``, no ``torch.tensor(list)``, no per-slot kernel. On CPU both are
+the same tensors and nothing is copied.
 
 Inside, everything is device work over all slots at once: the decode mask from the positions, the
 model's forward over the pool (K/V written with ``scatter_``), counter-based uniforms, and sampling
-(temperature / top-k / top-p, inverse CDF, the chosen token's log-prob). Its shapes never change, so
+(temperature / top-k / top-p, inverse CDF, the chosen token's log-prob; a vision-language model's image
+placeholders are never drawn: ``StepSettings.banned``). Its shapes never change, so
 on CUDA it is captured once as a CUDA graph (``cuda_graphs``: 'auto' or 'on') and replayed: one
 launch a step instead of ~1,500. The graph is recaptured when the model's parameters or buffers
 move to other storage, or when peft adapters are toggled, merged or switched (a graph replays raw
@@ -60,6 +65,8 @@ from infgrpo.sampler.engine.graph_capture import CaptureFailures, GraphRuntime, 
 from infgrpo.sampler.engine.sampling import sample_tokens
 from infgrpo.sampler.engine.slot_pool import SlotPool
 from infgrpo.settings import ConfigError, InfgrpoWarning
+from infgrpo.vision.families import family_of
+from infgrpo.vision.positions import decode_positions
 
 CudaGraphs = Literal["auto", "on", "off"]
 """``SamplerConfig.cuda_graphs``: capture the step on CUDA devices ('auto'), insist on it ('on'), or never."""
@@ -78,12 +85,13 @@ ATTENTION_BACKENDS: dict[str, list[SDPBackend] | None] = {
     "math": [SDPBackend.MATH],
     "auto": None,
 }
-_TOKEN, _POSITION, _K0, _K1, _OFFSET = range(5)  # the rows of the state
+_TOKEN, _POSITION, _K0, _K1, _OFFSET, _DELTA = range(6)  # the rows of the state
 
 
 @dataclass(frozen=True)
 class StepSettings:
-    """What a step bakes in (a captured graph replays them): sampling, the idle slots' token, graph and kernel."""
+    """What a step bakes in (a captured graph replays them): sampling, the idle slots' token, graph and kernel, and
+    the ids never drawn (``banned``: a vision-language model's image placeholders; also the prefills')."""
 
     temperature: float
     top_k: int
@@ -92,6 +100,7 @@ class StepSettings:
     cuda_graphs: CudaGraphs = "auto"
     attention: DecodeAttention = "efficient"
     width: DecodeWidth = "auto"
+    banned: tuple[int, ...] = ()
 
 
 def check_graph_width(cuda_graphs: str, width: str, cuda: bool = True) -> bool:
@@ -153,17 +162,20 @@ class DecodeStep:
         self.strict = settings.cuda_graphs == "on"
         self.backends = ATTENTION_BACKENDS[settings.attention] if self.cuda else None
         S = pool.num_slots
-        # (5, S, 1): rows are (S, 1) views, the shape input_ids, position_ids and the uniforms take as they are
-        self.state = torch.zeros(5, S, 1, dtype=torch.long, device=device)  # what the step reads
+        family = family_of(model.config)
+        self.scheme = family.positions if family is not None else None  # "mrope": rotary positions + each delta
+        self.banned = torch.tensor(settings.banned, dtype=torch.long, device=device) if settings.banned else None
+        # (6, S, 1): rows are (S, 1) views, the shape input_ids, position_ids and the uniforms take as they are
+        self.state = torch.zeros(6, S, 1, dtype=torch.long, device=device)  # what the step reads
         self.out = torch.zeros(S, 2, dtype=torch.float64, device=device)  # what it writes: token, log-prob
         if self.cuda:
-            self.host_state = torch.zeros(5, S, 1, dtype=torch.long, pin_memory=True)
+            self.host_state = torch.zeros(6, S, 1, dtype=torch.long, pin_memory=True)
             self.host_out = torch.zeros(S, 2, dtype=torch.float64, pin_memory=True)
             self.done = torch.cuda.Event()
         else:
             self.host_state, self.host_out = self.state, self.out
-        self.rows = self.state.unbind(0)  # five (S, 1) views, made once
-        self._host = self.host_state.numpy()[:, :, 0]  # the host's (5, S) view, written by the operations below
+        self.rows = self.state.unbind(0)  # six (S, 1) views, made once
+        self._host = self.host_state.numpy()[:, :, 0]  # the host's (6, S) view, written by the operations below
         self.width = S  # rows the next step computes: every slot, or (busy_width) the busy front of the pool
         self.reset()
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -174,9 +186,10 @@ class DecodeStep:
         """Why the step runs eagerly although graphs are on: a failed capture's one-line reason, or None."""
 
     # -- the host's operations on the state (no device work) ------------------------------------
-    def start(self, slot: int, token: int, position: int, key: tuple[int, int], t: int) -> None:
-        """A sequence enters ``slot``: feed ``token`` at ``position`` and sample its token of index ``t``."""
-        self._host[:, slot] = (token, position, key[0], key[1], position - t)
+    def start(self, slot: int, token: int, position: int, key: tuple[int, int], t: int, delta: int = 0) -> None:
+        """A sequence enters ``slot``: feed ``token`` at ``position`` and sample its token of index ``t``; its
+        prompt's rotary ``delta`` (M-RoPE prompts with images; else 0)."""
+        self._host[:, slot] = (token, position, key[0], key[1], position - t, delta)
 
     def advance(self, slot: int, token: int) -> None:
         """The sequence in ``slot`` feeds ``token`` next, one position further (its length grows by one)."""
@@ -185,7 +198,7 @@ class DecodeStep:
 
     def idle(self, slot: int) -> None:
         """``slot`` runs idle: the pad token at position 0 (it sees only that position; its output is unused)."""
-        self._host[:, slot] = (self.settings.pad_id, 0, 0, 0, 0)
+        self._host[:, slot] = (self.settings.pad_id, 0, 0, 0, 0, 0)
 
     def reset(self) -> None:
         """Every slot idle."""
@@ -212,11 +225,12 @@ class DecodeStep:
         """The step itself: forward over every slot, then sampling; reads ``state``, writes ``out``."""
         n = self.width  # S, or fewer on a busy-width step (rows 0 .. n - 1)
         rows = self.rows if n == self.pool.num_slots else tuple(r[:n] for r in self.rows)
-        tokens, positions, k0, k1, offsets = rows  # (n, 1) each
+        tokens, positions, k0, k1, offsets, deltas = rows  # (n, 1) each
         mask = self.pool.prepare_step(positions)  # (n, 1, 1, T); the forward below writes K/V at `positions`
+        rotary = decode_positions(positions, deltas, self.scheme) if self.scheme == "mrope" else positions
         logits = self.model(
             input_ids=tokens,
-            position_ids=positions,
+            position_ids=rotary,  # (n, 1); M-RoPE: (3, n, 1), the cache position + the prompt's delta
             attention_mask=mask,
             cache=self.pool,
             use_cache=True,
@@ -225,7 +239,7 @@ class DecodeStep:
         dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
         u = counter_uniform(k0, k1, positions - offsets, dtype)  # (n, 1): token index t of each slot's stream
         s = self.settings
-        new, logps = sample_tokens(logits, u, s.temperature, s.top_k, s.top_p)  # (n, 1) each
+        new, logps = sample_tokens(logits, u, s.temperature, s.top_k, s.top_p, self.banned)  # (n, 1) each
         out = self.out if n == self.pool.num_slots else self.out[:n]
         torch.cat((new, logps), dim=1, out=out)  # (n, 2) float64: one tensor to copy out
 

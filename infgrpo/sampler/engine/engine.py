@@ -71,6 +71,8 @@ from infgrpo.sampler.engine.turns import Tools, Turns, context
 from infgrpo.sampler.schedule.refill import REFILL_POLICIES
 from infgrpo.sampler.schedule.schedule_metrics import lower_bound_steps
 from infgrpo.sampler.schedule.scheduler import Scheduler
+from infgrpo.vision.families import banned_token_ids, is_vision_config
+from infgrpo.vision.inputs import VisionInputs
 
 if TYPE_CHECKING:  # the facade's settings: read here, never imported at run time (imports run facade -> engine)
     from infgrpo.sampler.config import SamplerConfig
@@ -150,19 +152,28 @@ class Engine:
         self.model, self.config = model, config
         self.stop_ids = list(stop_ids)
         self.pools = pools if pools is not None else PoolKeeper()
+        banned = tuple(banned_token_ids(model.config)) if is_vision_config(model.config) else ()  # image placeholders
         self.settings = StepSettings(
             config.temperature, config.top_k, config.top_p, pad_id, config.cuda_graphs, config.decode_attention,
-            config.decode_width,
+            config.decode_width, banned,
         )  # fmt: skip
 
     @torch.no_grad()
-    def run(self, feed: Feed, num_slots: int | None = None, turns: Turns | None = None) -> EngineStats:
+    def run(
+        self,
+        feed: Feed,
+        num_slots: int | None = None,
+        turns: Turns | None = None,
+        vision: list[VisionInputs | None] | None = None,
+    ) -> EngineStats:
         """Decodes what ``feed`` queues until it is done or nothing is left to run; returns the stats of every
         sequence decoded (the completions stay in ``feed.groups``).
 
         ``num_slots`` overrides the config's (the sampler's pool sizing and out-of-memory back-off choose it).
         ``turns``: multi-turn samples (see the module docstring); each turn that ends on a stop token is offered
-        to it.
+        to it. ``vision``: each prompt's images, by prompt index (a vision-language model; None: text prompts): a
+        prompt's images go through the vision tower in its one prefill
+        (:class:`~infgrpo.sampler.engine.model_runner.ModelRunner`).
         """
         cfg = self.config
         num_slots = cfg.num_slots if num_slots is None else num_slots
@@ -175,7 +186,7 @@ class Engine:
         refill = cfg.refill if feed.predicted else "fifo"
         policy = REFILL_POLICIES.get(refill)(feed.initial(), slots, planner=cfg.planner, epsilon=cfg.planner_epsilon)
         sched = Scheduler(policy, slots, feed.group_size, cfg.max_new_tokens, self.stop_ids, feed.waiting)
-        runner = ModelRunner(self.model, pool, step, self.settings, feed.prompts, feed.groups)
+        runner = ModelRunner(self.model, pool, step, self.settings, feed.prompts, feed.groups, vision)
         feed.bind(sched)
         tools = (
             None

@@ -34,6 +34,12 @@ last token, ``t`` counting model tokens only. What it prefills is the least the 
 So the K/V a rollout holds stay bounded by ``num_slots`` whatever the group size, the turns or the tools' latency:
 the pool, the prompts some new sample needs, at most ``num_slots`` prompts kept for resumes and at most a pool's
 worth of parked K/V.
+
+**Images** (``visions``: each prompt's :class:`~infgrpo.vision.inputs.VisionInputs`, or None): a prompt's images go
+through the vision tower in its one prefill, and its rotary delta (M-RoPE: :mod:`infgrpo.vision.positions`) is kept
+for the rollout (:attr:`ModelRunner.deltas`, an int per prompt): every slot that runs one of its samples, and every
+resume, continues at cache position + delta. A resume on kept or parked K/V feeds text only; one that prefills prompt
++ tokens again passes the prompt's images again (its token types extended over the tokens).
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from infgrpo.sampler.engine.finite import check_logprobs
 from infgrpo.sampler.engine.prefill import prefill, prefill_after
 from infgrpo.sampler.engine.slot_pool import SlotPool
 from infgrpo.sampler.schedule.sequence import Sequence
+from infgrpo.vision.inputs import VisionInputs, extended
 
 
 @dataclass
@@ -75,6 +82,7 @@ class ModelRunner:
         settings: the sampling settings (also those of the first tokens).
         prompts: the rollout's prompts.
         groups: each prompt's sequences, in sample order (their stream keys seed the first tokens).
+        visions: each prompt's images (a vision-language model), by prompt index; None: text prompts.
     """
 
     resume_on_prompt: bool = True
@@ -87,9 +95,13 @@ class ModelRunner:
         settings: StepSettings,
         prompts: list[list[int]],
         groups: list[list[Sequence]],
+        visions: list[VisionInputs | None] | None = None,
     ) -> None:
         self.model, self.pool, self.step, self.settings = model, pool, step, settings
-        self.prompts, self.groups = prompts, groups
+        self.prompts, self.groups, self.visions = prompts, groups, visions
+        self.deltas: dict[int, int] = {}
+        """Each prefilled prompt's rotary delta (M-RoPE prompts with images; else 0), kept for the rollout."""
+        self.banned = step.banned  # the image placeholders of a vision-language model (never drawn), or None
         self.prompt_kv: dict[int, PromptState] = {}
         self.kept_for_resume = pool.num_slots if self.resume_on_prompt else 0
         """The most prompts whose K/V are kept only for resumed samples (beyond those some new sample needs)."""
@@ -116,9 +128,12 @@ class ModelRunner:
         u_dtype = torch.float64 if self.pool.dtype == torch.float64 else torch.float32
         uniforms = counter_uniform(keys[..., 0], keys[..., 1], t0, u_dtype).to(self.pool.kv.device)  # (P, G)
         s = self.settings
-        kv, tokens, logps = prefill(
-            self.model, prompts, uniforms, self.pool.dtype, s.temperature, s.top_k, s.top_p, s.pad_id
-        )
+        visions = [self.visions[i] for i in prompt_indices] if self.visions is not None else None
+        kv, tokens, logps, deltas = prefill(
+            self.model, prompts, uniforms, self.pool.dtype, s.temperature, s.top_k, s.top_p, s.pad_id, visions,
+            self.banned,
+        )  # fmt: skip
+        self.deltas.update(zip(prompt_indices, deltas, strict=True))
         tokens, logps = tokens.cpu().numpy().tolist(), logps.double().cpu().numpy()  # its read-back
         check_logprobs(logps[:, 0], "the prefill", "prompts")  # a prompt's samples share its row of logits
         logps = logps.tolist()
@@ -156,13 +171,19 @@ class ModelRunner:
         if group[0][1] is not None:
             prefixes = [prefix for _, prefix in group]
             rows = [row[prefix.shape[3] :] for row, prefix in zip(rows, prefixes, strict=True)]  # the rest only
+            deltas = [self.deltas.get(seq.prompt_idx, 0) for seq in seqs]  # text after the prompt: its delta
             kv, tokens, logps = prefill_after(
-                self.model, prefixes, rows, uniforms, self.pool.dtype, s.temperature, s.top_k, s.top_p, s.pad_id
-            )
-        else:
-            kv, tokens, logps = prefill(
-                self.model, rows, uniforms, self.pool.dtype, s.temperature, s.top_k, s.top_p, s.pad_id
-            )
+                self.model, prefixes, rows, uniforms, self.pool.dtype, s.temperature, s.top_k, s.top_p, s.pad_id,
+                deltas, self.banned,
+            )  # fmt: skip
+        else:  # prompt + tokens so far: the prompt's images again, its token types extended over the tokens
+            visions = None
+            if self.visions is not None:
+                visions = [extended(self.visions[seq.prompt_idx], len(seq.token_ids)) for seq in seqs]
+            kv, tokens, logps, _ = prefill(
+                self.model, rows, uniforms, self.pool.dtype, s.temperature, s.top_k, s.top_p, s.pad_id, visions,
+                self.banned,
+            )  # fmt: skip
         tokens, logps = tokens[:, 0].cpu().numpy().tolist(), logps[:, 0].double().cpu().numpy()
         check_logprobs(logps, "the prefill", "resumed samples")
         for seq, k, token, logp in zip(seqs, kv, tokens, logps.tolist(), strict=True):
@@ -242,7 +263,8 @@ class ModelRunner:
         self.place[slot], self.held[place] = place, slot
         self.pool.load_prompt(place, self.state(seq).kv)
         position = len(self.prompts[seq.prompt_idx]) + len(seq) - 1  # the last token's; a new sample: the first's
-        self.step.start(place, seq.last_token, position, seq.key, seq.model_tokens)
+        delta = self.deltas.get(seq.prompt_idx, 0)
+        self.step.start(place, seq.last_token, position, seq.key, seq.model_tokens, delta)
 
     def decode(self) -> np.ndarray:
         """One decode step: the (S, 2) host array of every scheduler slot's token and log-prob (rows of

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from infgrpo.sampler.schedule.sequence import Sequence
+from infgrpo.vision.inputs import VisionInputs
 
 Scheme = Literal["continuous", "rounds"]
 Rule = Literal["uniform", "value", "value_or_draw"]
@@ -40,6 +41,8 @@ class FeedPlan:
     """Dynamic sampling: the longest prompt ``source`` may yield."""
     adaptive: AdaptiveSpec | None = None
     """Adaptive groups: stalled groups grow (not with the ``rounds`` scheme)."""
+    vision: list[VisionInputs | None] | None = None
+    """The fixed batch's images, one entry per prompt (a vision-language model; None: text prompts)."""
 
 
 @dataclass

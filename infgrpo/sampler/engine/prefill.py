@@ -1,6 +1,6 @@
 """Batched prefill: the prompts about to run, in one forward, and every sample's first token.
 
-    kv, first_tokens, first_logps = prefill(model, prompts, uniforms, dtype, temperature, top_k, top_p, pad_id)
+    kv, first_tokens, first_logps, deltas = prefill(model, prompts, uniforms, dtype, temperature, top_k, top_p, pad_id)
     kv, tokens, logps = prefill_after(model, prefixes, rows, uniforms, dtype, temperature, top_k, top_p, pad_id)
 
 Prompts of different lengths are left-padded to the longest, with explicit positions (each prompt
@@ -18,14 +18,27 @@ filtered distribution is built once per prompt, and each sample's own uniform (i
 and tool results after its prompt's prefilled K/V): the prefixes are left-padded into one cache, each row's tokens
 left-padded after them, its positions continuing its prefix's, and one additive mask hides both paddings. Each row's
 K/V (prefix, then its tokens) is cut out as :func:`prefill` cuts a prompt's.
+
+**Images** (a vision-language model, ``visions`` given): the prompts' images go through the vision tower once, in
+this forward (their tensors collated once: :func:`~infgrpo.vision.forward_inputs.forward_inputs`), and the positions
+are the model's own M-RoPE positions of the left-padded batch. Each prompt's ``rope_delta`` (M-RoPE: an image takes
+fewer positions than tokens) comes back with its K/V: every later token of it, decoded or prefilled after it
+(``deltas`` of :func:`prefill_after`), sits at its cache position + that delta. ``banned`` ids (the image
+placeholders) are never drawn (:func:`~infgrpo.sampler.engine.sampling.sample_tokens`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from infgrpo.sampler.engine.sampling import sample_tokens
+from infgrpo.vision.families import family_of
+from infgrpo.vision.forward_inputs import forward_inputs
+from infgrpo.vision.inputs import VisionInputs
+from infgrpo.vision.positions import decode_positions
 
 
 def padded_batch(
@@ -56,27 +69,38 @@ def prefill(
     top_k: int,
     top_p: float,
     pad_id: int,
-) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
-    """Prefills ``prompts`` together; returns their K/V, and first tokens and log-probs of their samples.
+    visions: Sequence[VisionInputs | None] | None = None,
+    banned: torch.Tensor | None = None,
+) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, list[int]]:
+    """Prefills ``prompts`` together; returns their K/V, first tokens and log-probs of their samples, and deltas.
 
     Args:
         uniforms: (P, G) each sample's uniform for its first token (token index 0 of its stream).
         dtype: the K/V dtype the slot pool holds.
+        visions: each prompt's images (a vision-language model; None: text prompts), see the module docstring.
+        banned: ids never drawn (the image placeholders), or None.
 
     Returns:
         The K/V (one tensor per prompt, (2, layers, kv_heads, L_i, head_dim) in ``dtype``), the first tokens
-        ((P, G) int64) and their log-probs ((P, G)), on the model's device.
+        ((P, G) int64) and their log-probs ((P, G)), on the model's device; each prompt's position delta (0 but
+        for M-RoPE prompts with images).
     """
     device = uniforms.device
     ids, positions, mask = padded_batch(prompts, pad_id, dtype, device)
-    out = model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True, logits_to_keep=1)
+    images, deltas = {}, [0] * len(prompts)
+    if visions is not None and any(v is not None for v in visions):
+        pads = torch.tensor([ids.shape[1] - len(p) for p in prompts], device=device)  # (P,)
+        real = torch.arange(ids.shape[1], device=device)[None] >= pads[:, None]  # (P, L): not padding
+        positions, delta, images = forward_inputs(model, ids, real.long(), visions)  # the tower runs in this forward
+        deltas = delta.tolist()
+    out = model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True, logits_to_keep=1, **images)
     if out.logits.shape[1] != 1:
         raise ValueError(
             f"{type(model).__name__} returned logits for {out.logits.shape[1]} positions with logits_to_keep=1; "
             "the engine needs a model that honours logits_to_keep"
         )
-    tokens, logps = sample_tokens(out.logits[:, -1], uniforms, temperature, top_k, top_p)  # (P, G) each
-    return split_cache(out.cache.layers, [len(p) for p in prompts], dtype), tokens, logps
+    tokens, logps = sample_tokens(out.logits[:, -1], uniforms, temperature, top_k, top_p, banned)  # (P, G) each
+    return split_cache(out.cache.layers, [len(p) for p in prompts], dtype), tokens, logps, deltas
 
 
 def split_cache(layers: list, lengths: list[int], dtype: torch.dtype) -> list[torch.Tensor]:
@@ -115,6 +139,8 @@ def prefill_after(
     top_k: int,
     top_p: float,
     pad_id: int,
+    deltas: list[int] | None = None,
+    banned: torch.Tensor | None = None,
 ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
     """Prefills ``rows`` after the K/V of ``prefixes`` in one forward; returns each row's K/V (its prefix's, then
     its tokens') and the next token and log-prob of each row.
@@ -123,6 +149,9 @@ def prefill_after(
         prefixes: one K/V tensor per row, (2, layers, kv_heads, L_i, head_dim) in ``dtype`` (a prompt's prefill).
         rows: the tokens that follow each prefix (at least one each).
         uniforms: (P, 1) each row's uniform for its next token.
+        deltas: each row's prompt position delta (M-RoPE prompts with images; None: 0): the rows are text at their
+            cache positions + the delta.
+        banned: ids never drawn (the image placeholders), or None.
 
     Returns:
         One tensor per row, (2, layers, kv_heads, L_i + len(rows[i]), head_dim) in ``dtype``; the next tokens (P, 1)
@@ -146,6 +175,10 @@ def prefill_after(
     positions = torch.tensor(lengths, device=device).unsqueeze(1) + (cols.unsqueeze(0) - pads.unsqueeze(1)).clamp(
         min=0
     )  # (P, wr)
+    family = family_of(model.config)
+    if family is not None and family.positions == "mrope":  # (3, P, wr): the rows are text after their prompts
+        shift = torch.tensor(deltas if deltas is not None else [0] * len(rows), device=device)[:, None]
+        positions = decode_positions(positions, shift, family.positions)
     keys = torch.arange(wp + wr, device=device)  # (K,): the prefix columns, then the rows'
     in_prefix = (keys.unsqueeze(0) < wp) & (keys.unsqueeze(0) >= starts.unsqueeze(1))  # (P, K)
     row_key = keys - wp  # a row column's index among the rows' columns
@@ -157,7 +190,7 @@ def prefill_after(
     out = model(
         input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=1
     )
-    tokens, logps = sample_tokens(out.logits[:, -1], uniforms, temperature, top_k, top_p)  # (P, 1) each
+    tokens, logps = sample_tokens(out.logits[:, -1], uniforms, temperature, top_k, top_p, banned)  # (P, 1) each
     # 3) each row's K/V: its prefix's columns, then its tokens'
     kv = [torch.empty(2, n_layers, kv_heads, n + c, head_dim, dtype=dtype, device=device)
           for n, c in zip(lengths, counts, strict=True)]  # fmt: skip

@@ -94,7 +94,7 @@ def test_sampled_steps_draw_the_uniform_of_their_token_index():
         seq.append(want)
         step.advance(0, want)
     step.idle(0)
-    assert step.state[:, 0, 0].tolist() == [0, 0, 0, 0, 0]
+    assert step.state[:, 0, 0].tolist() == [0] * 6  # token, position, key words, offset, rotary delta
 
 
 def test_model_fingerprint_changes_with_everything_a_captured_graph_replays():

@@ -28,7 +28,8 @@ def test_a_batch_without_padding_has_no_mask_and_plain_positions():
 def test_each_prompts_kv_and_first_tokens_equal_the_prompt_prefilled_alone():
     model = random_model("qwen3", torch.float64, seed=6)
     prompts = [[5, 9, 11, 40], [7], [3, 30, 31]]
-    kv, tokens, logps = prefill(model, prompts, torch.zeros(3, 2, dtype=torch.float64), torch.float64, 0.0, 0, 1.0, 0)
+    uniforms = torch.zeros(3, 2, dtype=torch.float64)
+    kv, tokens, logps, _ = prefill(model, prompts, uniforms, torch.float64, 0.0, 0, 1.0, 0)
     for i, p in enumerate(prompts):
         out = model(input_ids=torch.tensor([p]), use_cache=True)
         keys = torch.stack([layer.keys[0] for layer in out.cache.layers])  # (layers, kv_heads, L, head_dim)

@@ -1,0 +1,189 @@
+"""Image prompts on the engine: equal to HF ``generate`` with the pixels, each prompt's images encoded once.
+
+The shipped tiny VLMs (``tiny-vl``: Qwen2.5-VL, M-RoPE; ``tiny-idefics3``: 1D positions) in float64, greedy, on
+prompts with 0, 1 and 2 images: one prefill per prompt, its K/V shared by the group's slots, each slot at its cache
+position + its prompt's rotary delta through decode steps, refills, packing moves and resumed tool turns.
+"""
+
+import random
+from concurrent.futures import Future
+
+import pytest
+import torch
+from transformers import AutoModelForImageTextToText
+
+from infgrpo import MicroGroupSampler, SamplerConfig
+from infgrpo.assets import resolve_model_path
+from infgrpo.assets.shapes import draw, sample_scene
+from infgrpo.sampler.engine.model_runner import ModelRunner
+from infgrpo.vision.families import banned_token_ids
+from infgrpo.vision.features import image_features_owner
+from infgrpo.vision.inputs import VisionInputs
+from infgrpo.vision.processor import load_processor
+
+QUESTIONS = ((0, "how many shapes?"), (1, "colours, left to right?"), (2, "how many?"), (1, "how many shapes?"))
+STEPS = 12
+
+
+@pytest.fixture(scope="module", params=("tiny-vl", "tiny-idefics3"))
+def shipped(request):
+    """(the shipped tiny VLM in float64, its processor, the rendered prompts: (ids, VisionInputs or None, the
+    processor's answer) for 0, 1, 2 and 1 images)."""
+    model = AutoModelForImageTextToText.from_pretrained(resolve_model_path(request.param), dtype=torch.float64)
+    processor = load_processor(request.param)
+    rng, rendered = random.Random(0), []
+    for n, text in QUESTIONS:
+        blocks = [{"type": "image", "image": draw(sample_scene(rng))} for _ in range(n)]
+        messages = [{"role": "user", "content": [*blocks, {"type": "text", "text": text}]}]
+        out = processor.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+        )
+        vision = VisionInputs.from_processor(out, processor.family, processor.image_token_id) if n else None
+        rendered.append((out["input_ids"][0].tolist(), vision, out))
+    return model.eval(), processor, rendered
+
+
+def generate(model, inputs, tokens=(), steps=STEPS, pad=0):
+    """HF ``generate``'s greedy continuation of the processor's answer ``inputs`` followed by ``tokens`` (text), with
+    the pixels (the model computes its own positions) and the image tokens suppressed, as TRL runs it."""
+    kwargs = dict(inputs)
+    if tokens:
+        extra = torch.tensor([list(tokens)])
+        kwargs["input_ids"] = torch.cat([inputs["input_ids"], extra], dim=1)
+        kwargs["attention_mask"] = torch.ones_like(kwargs["input_ids"])
+        if "mm_token_type_ids" in kwargs:  # the tokens after the prompt are text
+            kwargs["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(extra)], dim=1)
+    out = model.generate(
+        **kwargs, max_new_tokens=steps, do_sample=False, suppress_tokens=banned_token_ids(model.config),
+        pad_token_id=pad,
+    )  # fmt: skip
+    return out[0, kwargs["input_ids"].shape[1] :].tolist()
+
+
+def engine(model, processor, slots, **kw):
+    cfg = SamplerConfig(num_slots=slots, max_new_tokens=STEPS, length_predictor="none", **kw)
+    return MicroGroupSampler(model, processor.tokenizer, cfg)
+
+
+def count_images(model):
+    """A list that grows by the number of images each call of the vision tower encodes, and the hook's handle."""
+    owner = image_features_owner(model)
+    seen = []
+    qwen = hasattr(owner, "visual")  # Qwen-VL: forward(pixels, grid_thw), a grid row per image; Idefics3: (N, 3, H, W)
+    tower = owner.visual if qwen else owner.vision_model
+
+    def hook(module, args, kwargs, out):
+        key, at = ("grid_thw", 1) if qwen else ("pixel_values", 0)
+        seen.append((kwargs[key] if key in kwargs else args[at]).shape[0])
+
+    hook = tower.register_forward_hook(hook, with_kwargs=True)
+    return seen, hook
+
+
+@pytest.mark.parametrize("slots", [1, 3, 8])
+def test_greedy_rollouts_equal_hf_generate_with_the_pixels(shipped, slots):
+    model, processor, rendered = shipped
+    want = [generate(model, out) for _, _, out in rendered]
+    assert any(len(w) > 4 for w in want)  # decode steps after an image prompt, not only a first token
+    seen, hook = count_images(model)
+    try:
+        got = engine(model, processor, slots, temperature=0.0).sample(
+            [ids for ids, _, _ in rendered], 2, vision=[v for _, v, _ in rendered]
+        )
+    finally:
+        hook.remove()
+    assert got.completion_ids == [w for w in want for _ in range(2)]
+    assert sum(seen) == sum(n for n, _ in QUESTIONS)  # each prompt's images once, not x G
+    assert got.stats["prefill_tokens"] == sum(len(ids) for ids, _, _ in rendered)  # each prompt prefilled once
+    assert all(v is got.vision[i] for i, (_, v, _) in enumerate(rendered))  # handed on to the update
+
+
+def test_sampled_tokens_do_not_depend_on_the_slots(shipped):
+    model, processor, rendered = shipped
+    prompts, visions = [ids for ids, _, _ in rendered], [v for _, v, _ in rendered]
+    outs = [engine(model, processor, n).sample(prompts, 4, seed=7, vision=visions) for n in (1, 3, 8)]
+    for out in outs[1:]:
+        assert out.completion_ids == outs[0].completion_ids
+        assert all(torch.equal(a, b) for a, b in zip(out.logprobs, outs[0].logprobs, strict=True))
+    assert len({tuple(c) for c in outs[0].completion_ids}) > len(prompts)  # samples of a prompt differ
+
+
+def test_image_tokens_are_never_sampled(shipped):
+    model, processor, rendered = shipped
+    banned = banned_token_ids(model.config)
+    head = model.get_output_embeddings().weight
+    saved = head.data.clone()
+    ids, vision, out = rendered[1]
+    try:
+        with torch.no_grad():  # the image token's row along the prompt's last hidden state: the model's favourite
+            hidden = model(**out, output_hidden_states=True).hidden_states[-1][0, -1]
+            head[banned[0]] = hidden / hidden.norm() * head.norm(dim=1).max() * 100
+            logits = model(**out).logits[0, -1]
+        assert logits.argmax().item() == banned[0]  # unbanned, greedy would pick the image token
+        greedy = engine(model, processor, 2, temperature=0.0).sample([ids], 2, vision=[vision])
+        assert greedy.completion_ids[0] == generate(model, out)  # generate with suppress_tokens
+        sampled = engine(model, processor, 2).sample([ids], 8, seed=1, vision=[vision])
+        assert not any(t in banned for c in greedy.completion_ids + sampled.completion_ids for t in c)
+    finally:
+        head.data.copy_(saved)
+
+
+class OneToolRound:
+    """Turns: the first turn of every sample that ends on a stop token gets ``suffix`` (a done future) once."""
+
+    calls = failures = timeouts = 0
+
+    def __init__(self, suffix):
+        self.suffix = suffix
+
+    def turn_ended(self, seq, prompt):
+        if seq.turns:
+            return None
+        done = Future()
+        done.set_result(list(self.suffix))
+        return done
+
+    def rolled_back(self, seq):
+        pass
+
+    def ended(self, seq, prompt):
+        return None
+
+
+@pytest.mark.parametrize("resume_on_prompt", [True, False])
+def test_resumed_turns_continue_positions_as_generate_from_the_whole_sequence(shipped, resume_on_prompt, monkeypatch):
+    """A resume on parked or kept K/V (text after the prompt: cache position + delta) or a whole re-prefill (the
+    prompt's images again): the next turn is HF generate's from prompt + completion + suffix with the pixels."""
+    model, processor, rendered = shipped
+    monkeypatch.setattr(ModelRunner, "resume_on_prompt", resume_on_prompt)
+    eos = processor.tokenizer.eos_token_id
+    suffix = processor.tokenizer.encode("\n5\n", add_special_tokens=False)
+    prompts, visions = [ids for ids, _, _ in rendered], [v for _, v, _ in rendered]
+    cfg = SamplerConfig(num_slots=3, max_new_tokens=3 * STEPS, length_predictor="none", temperature=0.0)
+    got = MicroGroupSampler(model, processor.tokenizer, cfg).sample(
+        prompts, 2, turns=lambda: OneToolRound(suffix), vision=visions
+    )
+    resumed = 0
+    for i, (_, _, out) in enumerate(rendered):
+        first = generate(model, out, steps=3 * STEPS)
+        completion = got.completion_ids[2 * i]
+        assert completion[: len(first)] == first
+        if first[-1] != eos:
+            continue
+        rest = completion[len(first) + len(suffix) :]
+        assert completion[len(first) : len(first) + len(suffix)] == suffix
+        want = generate(model, out, first + suffix, steps=len(rest))
+        assert rest == want, i
+        resumed += 1
+    assert resumed >= 2
+
+
+def test_a_prompt_whose_images_overflow_the_context_is_one_line_naming_the_pixels(shipped, monkeypatch):
+    model, processor, rendered = shipped
+    ids, vision, _ = rendered[2]  # two images
+    monkeypatch.setattr(model.config.get_text_config(), "max_position_embeddings", len(ids) + 2)
+    with pytest.raises(ValueError) as err:
+        engine(model, processor, 2).sample([ids], 2, vision=[vision])
+    message = str(err.value)
+    assert "\n" not in message and "data.processor_kwargs" in message
+    assert f"{vision.image_tokens} of the prompt's tokens are its images'" in message
