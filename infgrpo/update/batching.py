@@ -10,7 +10,10 @@ A micro-batch is laid out as ``[left-padded prompt | right-padded completion]``:
 
 so the completion occupies the last C columns and its log-probs come from the last C + 1 logits. Each
 micro-batch carries its :class:`Frozen` tensors (old, reference and behaviour log-probs, entropy mask), which
-split with its rows (:meth:`MicroBatch.halves`).
+split with its rows (:meth:`MicroBatch.halves`). Rows of image prompts carry their prompt's
+:class:`~infgrpo.vision.inputs.VisionInputs` (``visions``): a forward encodes each distinct prompt's images once and
+hands the features to its rows (:func:`~infgrpo.vision.features.rows_inputs`), with M-RoPE positions from the model's
+``get_rope_index`` instead of ``position_ids``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from infgrpo.runtime.packing import pack_longest_first
+from infgrpo.vision.inputs import VisionInputs
 
 
 @dataclass
@@ -65,6 +69,8 @@ class MicroBatch:
     completion_ids: torch.Tensor
     completion_mask: torch.Tensor
     frozen: Frozen = field(default_factory=Frozen)
+    visions: list[VisionInputs | None] | None = None
+    """Each row's prompt's images (one object per prompt, shared by its rows); None: text prompts."""
 
     @property
     def generated(self) -> torch.Tensor:
@@ -95,6 +101,7 @@ class MicroBatch:
             self.completion_ids.to(device),
             self.completion_mask.to(device),
             self.frozen.to(device),
+            self.visions,
         )
 
 
@@ -158,6 +165,7 @@ def split_rows(mb: MicroBatch) -> list[MicroBatch]:
             mb.completion_ids[lo:hi, :c_len],
             mb.completion_mask[lo:hi, :c_len],
             mb.frozen.cut(slice(lo, hi), c_len),
+            mb.visions[lo:hi] if mb.visions is not None else None,
         )
         halves.append(half)
     return halves

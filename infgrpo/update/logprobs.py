@@ -29,6 +29,7 @@ from infgrpo.update.chunked_head import (
 from infgrpo.update.shared_prompt.batching import SharedMicroBatch
 from infgrpo.update.shared_prompt.carry import PromptCarry
 from infgrpo.update.shared_prompt.forward import shared_hidden, shared_logits
+from infgrpo.vision.features import rows_inputs
 
 UNSUPPORTED_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 """Config fields of models whose forward changes the logits after the LM head (Gemma 2/3 soft-capping,
@@ -142,11 +143,17 @@ def hidden_before_completions(
 
 def plain_forward(module: nn.Module, mb: MicroBatch, **kwargs: object) -> Any:
     """``module``'s output over the rows of ``mb``, each prompt and completion in one sequence, without a cache
-    (``kwargs``: more arguments of its forward, e.g. ``logits_to_keep``)."""
+    (``kwargs``: more arguments of its forward, e.g. ``logits_to_keep``). Rows of image prompts: each distinct
+    prompt's images through the vision tower once in this forward, and the model's M-RoPE positions
+    (:func:`~infgrpo.vision.features.rows_inputs`)."""
+    positions = mb.position_ids
+    if mb.visions is not None:
+        positions, images = rows_inputs(module, mb.input_ids, mb.attention_mask, mb.visions, mb.completion_ids.shape[1])
+        kwargs = {**kwargs, **images}
     return module(
         input_ids=mb.input_ids,
         attention_mask=mb.attention_mask,
-        position_ids=mb.position_ids,
+        position_ids=positions,
         use_cache=False,
         **kwargs,
     )

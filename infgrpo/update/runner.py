@@ -44,7 +44,7 @@ from infgrpo.sampler import Rollouts, SamplerConfig
 from infgrpo.settings import InfgrpoWarning
 from infgrpo.update.budget import UpdateSizer
 from infgrpo.update.config import UpdateConfig
-from infgrpo.update.shared_prompt.batching import prepare_shared_microbatches
+from infgrpo.update.shared_prompt.batching import SharedMicroBatch, prepare_shared_microbatches
 from infgrpo.update.shared_prompt.check import resolve_share_prompt
 from infgrpo.update.step import (
     Batch,
@@ -327,7 +327,8 @@ class PolicyUpdate:
         multi-turn rollout's tool-result tokens (``Rollouts.tool_masks`` 0) stay in the input ids and the attention
         (the model reads them) and leave the loss mask, so the loss, KL, entropy, token counts and the behaviour
         terms see model tokens only (TRL's ``completion_mask * tool_mask``); they travel with their rows through
-        any split.
+        any split. Image prompts (``Rollouts.vision``) give each micro-batch its prompts' vision inputs: a shared prompt
+        forward encodes them once, unshared rows get their prompt's features from one encoder pass.
         """
         rows = list(range(len(rollouts))) if rows is None else rows
         completions = [rollouts.completion_ids[i] for i in rows]
@@ -342,6 +343,10 @@ class PolicyUpdate:
         if len(rows) != len(rollouts):
             for mb in mbs:
                 mb.rows = [rows[r] for r in mb.rows]
+        if rollouts.vision is not None:  # image prompts: each forward encodes a prompt's images once
+            for mb in mbs:
+                shared = isinstance(mb, SharedMicroBatch)
+                mb.visions = [rollouts.vision[p if shared else index[p]] for p in (mb.prompts if shared else mb.rows)]
         if rollouts.tool_masks is not None:
             for mb in mbs:
                 for r, row in enumerate(mb.rows):

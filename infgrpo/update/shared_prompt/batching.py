@@ -11,6 +11,7 @@ group that share a micro-batch, instead of once per completion. A :class:`Shared
     completion_mask  (n, C)     the loss mask (generated tokens; 0 on tool results, on a row left out of the loss)
     prompts          [n_p]      the rollout's index of each prompt row (which prompt it is)
     frozen                      its rows' old, reference and behaviour log-probs and entropy mask, (n, C) each
+    visions          [n_p]      each prompt row's images (VisionInputs or None), or None: text prompts
 
 Its size for the token budget is ``n_p * P + n * C`` padded tokens: a group's prompt counts once.
 :func:`pack_groups_by_token_budget` keeps a group's completions together while that is cheapest and
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from infgrpo.update.batching import Frozen
+from infgrpo.vision.inputs import VisionInputs
 
 
 @dataclass
@@ -42,6 +44,8 @@ class SharedMicroBatch:
     completion_mask: torch.Tensor
     prompts: list[int]
     frozen: Frozen = field(default_factory=Frozen)
+    visions: list[VisionInputs | None] | None = None
+    """Each prompt row's images (its prompt forward encodes them once); None: text prompts."""
 
     @property
     def generated(self) -> torch.Tensor:
@@ -66,7 +70,9 @@ class SharedMicroBatch:
         """A copy with every tensor on ``device``."""
         tensors = (self.prompt_ids, self.prompt_mask, self.row_prompt, self.completion_ids, self.completion_real)
         tensors += (self.completion_mask,)
-        return SharedMicroBatch(self.rows, *(t.to(device) for t in tensors), self.prompts, self.frozen.to(device))
+        return SharedMicroBatch(
+            self.rows, *(t.to(device) for t in tensors), self.prompts, self.frozen.to(device), self.visions
+        )
 
 
 MICRO_BATCH_TOKENS = 48
@@ -218,6 +224,7 @@ def split_shared(mb: SharedMicroBatch) -> list[SharedMicroBatch]:
             mb.completion_mask[lo:hi, :c_len],
             [mb.prompts[k] for k in used.tolist()],
             mb.frozen.cut(slice(lo, hi), c_len),
+            [mb.visions[k] for k in used.tolist()] if mb.visions is not None else None,
         )
         halves.append(half)
     return halves

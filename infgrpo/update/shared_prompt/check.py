@@ -18,6 +18,7 @@ from infgrpo.update.batching import collate
 from infgrpo.update.config import SharePrompt
 from infgrpo.update.logprobs import causal_lm_parts, completion_logprobs
 from infgrpo.update.shared_prompt.batching import collate_shared
+from infgrpo.vision.families import is_vision_config
 
 
 def resolve_share_prompt(model: nn.Module, setting: SharePrompt) -> bool:
@@ -39,17 +40,18 @@ def share_prompt_reason(model: nn.Module) -> str | None:
     """Why ``share_prompt`` cannot be exact for ``model`` (one line), or None when it is.
 
     Refused: attention other than sdpa / eager (the masks are 4D tensors), sliding-window layers (the
-    completions' mask is full), multimodal configs, reentrant gradient checkpointing (it drops the
-    gradient of K/V leaving a checkpointed layer), and any model whose shared log-probs differ from the
-    unshared ones on a short probe (e.g. attention that ignores the ``Cache`` interface).
+    completions' mask is full), multimodal configs other than vision-language ones, reentrant gradient
+    checkpointing (it drops the gradient of K/V leaving a checkpointed layer), and any model whose shared
+    log-probs differ from the unshared ones on a short probe (e.g. attention that ignores the ``Cache``
+    interface).
     """
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     if impl not in ENGINE_ATTENTION:
         return f"attn_implementation={impl!r} (the shared path passes 4D masks; it needs 'sdpa' or 'eager')"
     if sliding_window(model) is not None:
         return "the model has sliding-window attention layers (the shared path attends over whole sequences)"
-    if text_config(model.config) is not model.config:
-        return f"{type(model).__name__} is multimodal (the shared path runs text-only decoders)"
+    if text_config(model.config) is not model.config and not is_vision_config(model.config):
+        return f"{type(model).__name__} is multimodal (the shared path runs text and image prompts only)"
     for module in model.modules():
         func = getattr(module, "_gradient_checkpointing_func", None)
         # torch's checkpoint is reentrant unless told otherwise (a partial without the keyword is reentrant)

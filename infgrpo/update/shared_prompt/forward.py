@@ -15,6 +15,10 @@ gradient is now a sum taken before the prompt's backward instead of after it. (I
 Face's RMSNorm computes in float32, so the two paths then differ at float32 rounding, ~1e-7; with the
 norms in float64 they agree to 1e-15, which is what the tests check.)
 
+Image prompts (``mb.visions``): the prompt forward takes the micro-batch's prompts' images, collated once (the
+vision tower runs once per prompt, never per completion) at the model's M-RoPE positions, and each completion sits at
+``len(prompt) + t + delta`` (:func:`~infgrpo.vision.positions.completion_positions`), its prompt's delta.
+
 Why two forwards and a cache, not one packed sequence with a block mask: the packed form attends over
 ``P + k C`` positions for each of its ``P + k C`` queries, so its attention work and its block mask
 (``(P + k C)^2`` per group, materialized: SDPA's fused kernels take a dense mask) grow with the square
@@ -36,6 +40,9 @@ from infgrpo.sampler.model_support import kv_dtype, text_config
 from infgrpo.update.shared_prompt.batching import SharedMicroBatch
 from infgrpo.update.shared_prompt.carry import PromptCarry, PromptOutputs
 from infgrpo.update.shared_prompt.prefix_cache import PromptCapture, PromptPrefix, caches_under_checkpointing
+from infgrpo.vision.families import family_of
+from infgrpo.vision.forward_inputs import forward_inputs
+from infgrpo.vision.positions import completion_positions
 
 
 def attention_masks(mb: SharedMicroBatch, additive: torch.dtype | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,15 +80,19 @@ def _two_forwards(
     micro-batch), then the completions; returns ``last_of(prompt output)`` (n_p, 1, ...) and the completions' output."""
     lengths = mb.prompt_mask.sum(dim=1).index_select(0, mb.row_prompt)  # (n,) real prompt lengths
     positions = lengths[:, None] + torch.arange(mb.completion_ids.shape[1], device=lengths.device)  # (n, C)
+    prompt_positions, images = (mb.prompt_mask.cumsum(dim=1) - 1).clamp(min=0), {}  # (n_p, P): as the unshared rows
+    if mb.visions is not None:  # the prompts' images once, their M-RoPE positions; completions after each delta
+        prompt_positions, deltas, images = forward_inputs(model, mb.prompt_ids, mb.prompt_mask, mb.visions)
+        scheme = family_of(model.config).positions
+        positions = completion_positions(lengths, deltas.index_select(0, mb.row_prompt), positions.shape[1], scheme)
     prompt_mask, completion_mask = attention_masks(mb, _mask_kind(model))
 
     def prompt_forward() -> PromptOutputs:
         capture = PromptCapture(text_config(model.config).num_hidden_layers)
-        prompt_positions = (mb.prompt_mask.cumsum(dim=1) - 1).clamp(min=0)  # (n_p, P): as the unshared rows
         with caches_under_checkpointing(model):
             out = model(
                 input_ids=mb.prompt_ids, attention_mask=prompt_mask, position_ids=prompt_positions,
-                cache=capture, use_cache=False, **kwargs.get("prompt", {}),
+                cache=capture, use_cache=False, **kwargs.get("prompt", {}), **images,
             )  # fmt: skip
         return capture.kv, last_of(out)  # PromptPrefix and the carry take their own copies of the list
 
