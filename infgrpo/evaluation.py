@@ -28,6 +28,7 @@ from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 from infgrpo.sampler.engine.turns import Turns
 from infgrpo.scoring import Scorer, Scores
 from infgrpo.settings import ConfigError, check_types
+from infgrpo.vision.inputs import batch_visions
 
 
 @dataclass
@@ -91,11 +92,11 @@ def score_heldout(
     ``items`` are ``{"prompt_ids": list[int], "meta": dict}`` (and ``"prompt"``: the prompt as the dataset gave
     it, the rewards' ``prompts``) as produced by the data module. A run with tools gives its ``prompt_ids``
     (rendered with the tool schemas) and ``turns`` (:func:`~infgrpo.training.agent_rollout.rollout_inputs`): the
-    same path, multi-turn.
+    same path, multi-turn. Items with images (the data module's ``vision``) decode with them.
     """
     adapt_threads(sampler.model, rows=min(batch_size, len(items)))  # CPU threads: work size, free cores
     prompts = [it["prompt_ids"] for it in items] if prompt_ids is None else prompt_ids
-    out = sampler.generate_one(prompts, batch_size=batch_size, turns=turns)
+    out = sampler.generate_one(prompts, batch_size=batch_size, turns=turns, vision=batch_visions(items))
     return scorer(out, items), out.model_lengths
 
 

@@ -55,6 +55,8 @@ from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import check_chunked_head
 from infgrpo.update.runner import PolicyUpdate
 from infgrpo.upgrade_checkpoint import upgrade_hint
+from infgrpo.vision.checks import check_image_rollout
+from infgrpo.vision.inputs import batch_visions
 
 
 class GRPOModule(L.LightningModule):
@@ -187,8 +189,11 @@ class GRPOModule(L.LightningModule):
     def setup(self, stage: str) -> None:
         """With ``model.agent``: the data module renders its prompts with the tool schemas, as the rollout does, so
         its length checks and the context check at fit start measure those
-        (:meth:`~infgrpo.data.PromptDataModule.use_tools`)."""
+        (:meth:`~infgrpo.data.PromptDataModule.use_tools`). Image prompts with dynamic sampling or tools: one
+        ConfigError (:func:`~infgrpo.vision.checks.check_image_rollout`)."""
         datamodule = self.trainer.datamodule
+        if getattr(datamodule, "processor", None) is not None:  # image prompts: what cannot carry them is refused
+            check_image_rollout(self.settings.dynamic_sampling.enabled, self.agent is not None)
         if self.agent is not None and hasattr(datamodule, "use_tools"):
             datamodule.use_tools(self.agent.schemas, self.agent.template)
 
@@ -226,8 +231,9 @@ class GRPOModule(L.LightningModule):
                 prompts, turns = rollout_inputs(self.agent, batch, self.trainer.datamodule)  # with tools: rendered
                 offset = self.ranks.prompt_offset(len(batch))
                 rollouts = self.sampler.sample(
-                    prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks, turns=turns
-                )
+                    prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks, turns=turns,
+                    vision=batch_visions(batch),  # image prompts: encoded once per prompt, here and in the update
+                )  # fmt: skip
             return rollouts, self.scorer(rollouts, batch), batch
         except NonFiniteLogitsError as err:  # the sampler's, named here with the settings that likely caused it
             raise rollout_divergence(err, self.settings, self.trainer) from err
@@ -290,8 +296,10 @@ class GRPOModule(L.LightningModule):
     def write_output(self) -> None:
         """Writes the trained adapter (LoRA) or model to ``output_dir`` once, on every rank's call (see
         :func:`~infgrpo.training.preflight.files.write_output_dir`): at the end of fit, or first thing when a signal
-        stops the run (:class:`~infgrpo.callbacks.interruption.Interruption`), before Lightning's evaluation."""
-        self.output.write(self.trainer, self.policy, self.tokenizer, self.sharding.full_state)
+        stops the run (:class:`~infgrpo.callbacks.interruption.Interruption`), before Lightning's evaluation. Beside
+        it go the tokenizer's files, or with image prompts the data module's processor's (its image settings too)."""
+        processor = getattr(self.trainer.datamodule, "processor", None)  # image prompts: the processor goes along
+        self.output.write(self.trainer, self.policy, processor or self.tokenizer, self.sharding.full_state)
 
     # -- evaluation -------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:

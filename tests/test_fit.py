@@ -66,11 +66,13 @@ LOCAL = [
 ]
 
 
-OFFLINE = ("tiny.yaml", "smollm2-cpu.yaml", "agent-calculator.yaml")  # these run as they are: no hub needed
+OFFLINE = ("tiny.yaml", "smollm2-cpu.yaml", "agent-calculator.yaml", "vlm-tiny.yaml")  # these run as they are: no hub
 # smollm2-cpu.yaml loads a real 135M model: its two steps shrunk to 2 prompts, 8 new tokens, 2 held-out prompts
 SMALLER = {
     "smollm2-cpu.yaml": ["--data.batch_size", "2", "--model.sampler.num_slots", "4", "--model.sampler.max_new_tokens",
                          "8", "--data.eval_size", "2"],
+    "vlm-tiny.yaml": ["--data.batch_size", "2", "--data.train_size", "4", "--model.sampler.num_slots", "4",
+                      "--model.sampler.max_new_tokens", "8", "--data.eval_size", "2"],  # encodes 4 + 2 image prompts
 }  # fmt: skip
 
 
@@ -81,7 +83,7 @@ def test_every_config_parses_and_runs_two_steps(config, tmp_path):
     cli = main(["--config", str(config), "--trainer.default_root_dir", str(tmp_path), *local, *quick])
     assert cli.trainer.global_step == 2
     lora = {"tiny.yaml": 0, "qwen3.yaml": 16, "smollm2.yaml": 32, "smollm2-cpu.yaml": 16, "qwen3-8b-fsdp2.yaml": 0}
-    lora["agent-calculator.yaml"] = 0
+    lora["agent-calculator.yaml"], lora["vlm-tiny.yaml"] = 0, 16
     assert cli.model.hparams.lora["r"] == lora[config.name] == cli.model.settings.lora.r
 
 

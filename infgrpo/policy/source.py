@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from infgrpo.assets import MODEL_ALIASES
 from infgrpo.runtime.hub import hub_offline, is_hub_id
 from infgrpo.settings import ConfigError
 
@@ -24,13 +25,13 @@ def check_model_source(name: str, gguf_file: str | None = None, field: str = FIE
     check_gguf_file(name, gguf_file, field.rpartition(".")[0])
     from huggingface_hub import try_to_load_from_cache
 
-    if name in ("tiny", "tiny-tools", "smollm2") or Path(name).expanduser().exists():
+    if name in MODEL_ALIASES or name == "smollm2" or Path(name).expanduser().exists():
         return
     if not is_hub_id(name, (".gguf",)):
         raise ConfigError(
             f"{field}={name!r} is neither an existing folder (looked at {Path(name).expanduser().resolve()}) nor a "
-            "Hugging Face hub id ('name' or 'org/name'); valid: a model folder, a .gguf file, a hub id, 'tiny' or "
-            "'smollm2'"
+            f"Hugging Face hub id ('name' or 'org/name'); valid: a model folder, a .gguf file, a hub id, "
+            f"{', '.join(map(repr, MODEL_ALIASES))} or 'smollm2'"
         )
     if hub_offline():
         cached = try_to_load_from_cache(name, gguf_file or "config.json")

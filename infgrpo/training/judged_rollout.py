@@ -43,6 +43,7 @@ from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.agent_rollout import AgentRollout, prompt_format, rollout_inputs
 from infgrpo.training.dynamic import DynamicSamplingConfig, judge, resolve_criterion
 from infgrpo.training.settings_checks import check_judged_batch
+from infgrpo.vision.inputs import batch_visions
 
 if TYPE_CHECKING:
     from infgrpo.training.hparams import ModuleSettings
@@ -197,8 +198,9 @@ class JudgedRollout:
         else:
             (prompts, turns), offset = rollout_inputs(self.agent, batch, datamodule), ranks.prompt_offset(len(batch))
             rollouts = self.sampler.sample(
-                prompts, self.g, seed, prompt_offset=offset, ranks=ranks, adaptive=grow, turns=turns
-            )
+                prompts, self.g, seed, prompt_offset=offset, ranks=ranks, adaptive=grow, turns=turns,
+                vision=batch_visions(batch),
+            )  # fmt: skip
             chosen = list(range(len(batch)))
         if rollouts.adaptive is not None:
             rollouts.adaptive = judge.found(rollouts.adaptive, chosen, self.g, self.accuracy)

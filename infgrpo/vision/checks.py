@@ -1,6 +1,7 @@
 """What a vision-language run cannot do, each refused in one line (the rules; the preflight and the data call them).
 
     check_decoder(model_config, "hf_full")   # ConfigError: the baseline decoders take token ids only
+    check_image_rollout(dynamic=True, agent=False)   # ConfigError: dynamic sampling draws token ids only
 
 The data side's refusals (images with a text-only model, string prompts with images, a template that cannot place an
 image, image tokens past the prompt limit, bad image values and missing files) live with the data
@@ -23,4 +24,19 @@ def check_decoder(config: Any, decoder: str) -> None:
         raise ConfigError(
             f"model.sampler.decoder={decoder!r} decodes token ids only, and {config.model_type!r} is a vision-language "
             "model whose prompts carry images; use model.sampler.decoder: engine"
+        )
+
+
+def check_image_rollout(dynamic: bool, agent: bool) -> None:
+    """A ConfigError for image prompts with what cannot carry their images yet: dynamic sampling (it draws prompts as
+    token ids from the data module's stream) and ``model.agent`` (tool prompts are rendered as text)."""
+    if dynamic:
+        raise ConfigError(
+            "model.dynamic_sampling.enabled: true draws prompts as token ids, and the data's prompts hold images; "
+            "train image prompts without it (model.adaptive_groups works), or drop the image column"
+        )
+    if agent:
+        raise ConfigError(
+            "model.agent renders tool prompts as text, and the data's prompts hold images; train image prompts "
+            "without tools, or drop the image column"
         )

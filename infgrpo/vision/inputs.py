@@ -2,6 +2,7 @@
 
     vision = VisionInputs.from_processor(out, family, image_token_id)   # out: the processor's answer for ONE prompt
     kwargs = collate([vision_a, vision_b], family)                      # pixel_values, image_grid_thw, ... for 2 rows
+    visions = batch_visions(batch)                                      # a batch's items' vision inputs, or None
 
 A prompt keeps its own tensors (Qwen-VL: ``pixel_values`` (patches, dim) and ``image_grid_thw`` (images, 3);
 Idefics3: ``pixel_values`` (1, images, 3, H, W) and ``pixel_attention_mask`` (1, images, H, W)), its per-token
@@ -46,6 +47,13 @@ class VisionInputs:
         types = out[family.token_types][0] if family.token_types and family.token_types in out else None
         image_tokens = int((out["input_ids"][0] == image_token_id).sum())
         return cls(tensors, types, num_images, image_tokens)
+
+
+def batch_visions(items: Sequence[dict[str, Any]]) -> list[VisionInputs | None] | None:
+    """Each data item's ``vision`` (the data module's collate sets it for a row with images), or None when no item
+    of the batch has one: what the sampler and the update take beside the prompt ids."""
+    visions = [item.get("vision") for item in items]
+    return visions if any(v is not None for v in visions) else None
 
 
 def extended(vision: VisionInputs | None, n: int) -> VisionInputs | None:

@@ -1,0 +1,79 @@
+"""GRPOModule on image prompts: the shipped tiny-vl trains on the shapes task in TRL's format, resumes exactly, hands
+the rewards TRL's inputs and writes its processor beside the adapter."""
+
+import lightning as L
+import pytest
+import torch
+
+from infgrpo import GRPOModule, SamplerConfig
+from infgrpo.assets import SHAPES_DATA_DIR
+from infgrpo.assets.shapes import correct
+from infgrpo.data import PromptDataModule
+from infgrpo.settings import ConfigError
+from infgrpo.training.optim import OptimizerConfig
+from tests.helpers import trainer
+
+SEEN: list[dict] = []
+
+
+def recording_correct(completions, answer, prompts, image, **kwargs):
+    """The shapes task's reward, recording what TRL's convention handed it."""
+    SEEN.append({"prompts": prompts, "image": image, "completions": completions})
+    return correct(completions, answer)
+
+
+SMALL = dict(
+    policy={"model_name_or_path": "tiny-vl"},
+    lora={"r": 4, "dropout": 0.1},
+    group_size=4,
+    sampler=SamplerConfig(num_slots=4, max_new_tokens=8),
+    rewards={"functions": {f"{__name__}:recording_correct": 1.0}, "accuracy": f"{__name__}:recording_correct"},
+    optimizer=OptimizerConfig(learning_rate=1e-3),
+)
+
+
+def data():
+    return PromptDataModule(path=str(SHAPES_DATA_DIR), tokenizer="tiny-vl", batch_size=2, train_size=8, eval_size=4)
+
+
+@pytest.mark.slow  # three fits of a vision-language model
+def test_a_fit_on_image_prompts_resumes_exactly_and_the_rewards_get_trls_inputs(tmp_path):
+    L.seed_everything(0)
+    straight = GRPOModule(**SMALL, output_dir="adapter")
+    SEEN.clear()
+    trainer(tmp_path / "a", 2).fit(straight, data())
+    # the rewards: TRL's prompts (the image block injected before the text, holding the image), the image column
+    first = SEEN[0]
+    blocks = first["prompts"][0][0]["content"]
+    assert blocks[0]["type"] == "image" and blocks[1] == {"type": "text", "text": blocks[1]["text"]}
+    assert blocks[0]["image"] is first["image"][0] and first["image"][0].size == (56, 56)
+    assert len(first["prompts"]) == len(first["image"]) == 2 * 4  # rows repeated G times, as TRL's
+    assert first["completions"][0][0]["role"] == "assistant"
+    saved = {p.name for p in (tmp_path / "a" / "adapter").iterdir()}
+    assert {"adapter_model.safetensors", "processor_config.json", "chat_template.jinja"} <= saved
+    assert not [n for n, p in straight.policy.named_parameters() if p.requires_grad and "visual" in n]  # tower frozen
+
+    L.seed_everything(0)
+    first_half = GRPOModule(**SMALL)
+    t = trainer(tmp_path / "b", 1)
+    t.fit(first_half, data())
+    ckpt = tmp_path / "b" / "mid.ckpt"
+    t.save_checkpoint(ckpt)
+    L.seed_everything(123)  # resuming must not depend on the global seed
+    resumed = GRPOModule(**SMALL)
+    trainer(tmp_path / "c", 2).fit(resumed, data(), ckpt_path=ckpt)
+    assert resumed.sampler.calls == 2
+    for (k, a), b in zip(straight.policy.state_dict().items(), resumed.policy.state_dict().values(), strict=True):
+        assert torch.equal(a, b), k
+    moved = [
+        k
+        for k, v in GRPOModule(**SMALL).policy.state_dict().items()
+        if not torch.equal(v, resumed.policy.state_dict()[k])
+    ]
+    assert moved and all("lora" in k for k in moved)  # it trained, the adapters only
+
+
+def test_image_prompts_with_dynamic_sampling_are_one_line(tmp_path):
+    module = GRPOModule(**SMALL, dynamic_sampling={"enabled": True})
+    with pytest.raises(ConfigError, match="^model.dynamic_sampling.enabled: true draws prompts as token ids"):
+        trainer(tmp_path, 1).fit(module, data())
