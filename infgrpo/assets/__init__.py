@@ -6,8 +6,10 @@ chat template); ``TINY_DATA_DIR`` holds ``train.jsonl`` and ``eval.jsonl``. Both
 path is accepted.
 
 ``TINY_TOOLS_MODEL_DIR`` is the same architecture warm-started to call a calculator tool, with a chat template
-that renders tools (:mod:`infgrpo.assets.calculator`); ``python -m infgrpo.assets.build_tools`` builds it and
+that renders tools (:mod:`infgrpo.assets.calculator`); ``python -m infgrpo.builds.tools`` builds it and
 writes its task's splits as ``calculator-train.jsonl`` and ``calculator-eval.jsonl`` in ``TINY_DATA_DIR``.
+``TINY_STOCK_TOOLS_MODEL_DIR`` is that model taught to call the calculator in two stock templates' formats, Qwen3's and
+Llama 3.1's, whose prompts are 700 and 1,070 tokens long (``python -m infgrpo.builds.stock_tools``).
 """
 
 from __future__ import annotations
@@ -18,13 +20,19 @@ ASSETS_DIR = Path(__file__).resolve().parent
 TINY_MODEL_DIR = ASSETS_DIR / "tiny-qwen3"
 TINY_DATA_DIR = ASSETS_DIR / "tiny-data"
 TINY_TOOLS_MODEL_DIR = ASSETS_DIR / "tiny-qwen3-tools"
+TINY_STOCK_TOOLS_MODEL_DIR = ASSETS_DIR / "tiny-qwen3-stock-tools"
 
 
-MODEL_ALIASES = {"tiny": TINY_MODEL_DIR, "tiny-tools": TINY_TOOLS_MODEL_DIR}
-"""The shipped models by name: the tiny default, and the tiny model that calls the calculator tool."""
+MODEL_ALIASES = {
+    "tiny": TINY_MODEL_DIR,
+    "tiny-tools": TINY_TOOLS_MODEL_DIR,
+    "tiny-stock-tools": TINY_STOCK_TOOLS_MODEL_DIR,
+}
+"""The shipped models by name: the tiny default, the tiny model that calls the calculator tool, and that model in
+Qwen3's and Llama 3.1's tool formats."""
 
 
 def resolve_model_path(name: str) -> str:
-    """Maps an alias of :data:`MODEL_ALIASES` (``"tiny"``, ``"tiny-tools"``) to its shipped folder; other names pass
-    through."""
+    """Maps an alias of :data:`MODEL_ALIASES` (``"tiny"``, ``"tiny-tools"``, ``"tiny-stock-tools"``) to its shipped
+    folder; other names pass through."""
     return str(MODEL_ALIASES[name]) if name in MODEL_ALIASES else name

@@ -24,7 +24,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from infgrpo.agent import AgentConfig, Environments, ToolTurns, ToolWorkers
-from infgrpo.agent.chat import check_tool_template, ensure_response_parser, load_template, render_prompt
+from infgrpo.agent.chat import prepare_template, render_prompt
 from infgrpo.agent.tools import load_tools, tool_box
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import MicroGroupSampler, Rollouts
@@ -53,9 +53,7 @@ class AgentRollout:
         chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         self.cfg, self.tokenizer, self.group_size = cfg, tokenizer, group_size
-        self.template = load_template(cfg)
-        check_tool_template(tokenizer, self.template, cfg.chat_template)
-        ensure_response_parser(tokenizer, self.template, cfg.chat_template)
+        self.template = prepare_template(tokenizer, cfg)  # checked, the call format's parser set on the tokenizer
         tools, schemas = load_tools(cfg.tools)
         self.box = tool_box(tools, schemas)  # the standalone tools (without an environment, every sample's)
         self.envs = Environments.from_config(cfg)

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
+from infgrpo.agent.chat import prepare_template
 from infgrpo.data.datamodule import check_data_settings
 from infgrpo.policy.load import load_tokenizer, resolve_output_dir
 from infgrpo.policy.source import check_model_source
@@ -87,6 +90,12 @@ class CommandLine:
         """The parsed ``data`` section, as plain dicts."""
         return namespace_dict(self.config["data"])
 
+    @cached_property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        """The policy's tokenizer (``model.policy``), loaded the first time a step asks and kept for the others."""
+        policy = self.settings.policy
+        return load_tokenizer(policy.model_name_or_path, policy.gguf_file)
+
 
 @dataclass(frozen=True)
 class Step:
@@ -138,15 +147,20 @@ def checkpoint_of(run: CommandLine) -> None:
 
 def training_data_of(run: CommandLine) -> None:
     """At least one batch of prompts over the run's ranks (``long_prompts: skip`` included)."""
-    policy = run.settings.policy
-    world = world_size(run.config["trainer"])
-    check_training_data(run.data, world, lambda: load_tokenizer(policy.model_name_or_path, policy.gguf_file))
+    check_training_data(run.data, world_size(run.config["trainer"]), lambda: run.tokenizer)
 
 
 def data_settings_of(run: CommandLine) -> None:
     """Each ``data`` field by itself, then ``system_prompt`` with ``chat_template``."""
     check_data_settings(run.data)
     check_system_prompt(run.data)
+
+
+def agent_template_of(run: CommandLine) -> None:
+    """With ``model.agent`` on: the template renders a tool exchange, in a call format infgrpo reads, and keeps the
+    prefix (or is Qwen3's, swapped as TRL swaps it): :func:`~infgrpo.agent.chat.prepare_template`."""
+    if run.settings.agent.enabled:
+        prepare_template(run.tokenizer, run.settings.agent)
 
 
 def output_folder(module: FitStart) -> None:
@@ -271,7 +285,13 @@ STEPS: tuple[Step, ...] = (
         "model and data",
         "the model's config (no weights), LoRA targets, the context and reward columns; command line: the data's "
         "first rows; Python API: the loaded model and every row",
-        lambda run: check_before_loading(run.config, run.settings), every_prompt,
+        lambda run: check_before_loading(run.config, run.settings, lambda: run.tokenizer), every_prompt,
+    ),
+    Step(
+        "agent template", "model.agent: chat_template and call_format, against the tokenizer's chat template",
+        agent_template_of,
+        "AgentRollout runs the same prepare_template in GRPOModule.__init__, after the tokenizer loads and before the "
+        "model does", prefix="model.",
     ),
     Step(
         "training data", "data: at least one batch of prompts over the ranks (long_prompts: skip included)",
