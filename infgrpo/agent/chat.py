@@ -19,20 +19,17 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jinja2 import TemplateError
 from transformers import PreTrainedTokenizerBase
 
+from infgrpo.agent.config import COMPACT, AgentConfig
 from infgrpo.agent.formats import CALL_FORMATS, FORMATS, recognise
-from infgrpo.agent.shipped import TEMPLATES, shipped_template
+from infgrpo.agent.shipped import TEMPLATES as TEMPLATES  # where the shipped templates are, for older callers
+from infgrpo.agent.shipped import shipped_template
 from infgrpo.agent.swap import swap_for
 from infgrpo.settings import ConfigError, InfgrpoWarning
-
-if TYPE_CHECKING:
-    from infgrpo.agent.config import AgentConfig
-
-__all__ = ["TEMPLATES", "prepare_template", "render_prompt", "parse_turn", "tool_suffix_ids"]
 
 _PROBE = ("tool_name_probe", "tool_arg_key_probe", "tool_arg_val_probe", "tool_content_probe")
 """Sentinels of the template check: a call's name, argument key and value, and the result (TRL's check)."""
@@ -48,8 +45,8 @@ def load_template(cfg: AgentConfig) -> str | None:
     file's text."""
     if cfg.chat_template is None:
         return None
-    if cfg.chat_template == "compact":
-        return shipped_template("compact")
+    if cfg.chat_template == COMPACT:
+        return shipped_template(COMPACT)
     return Path(cfg.chat_template).expanduser().read_text()
 
 
