@@ -84,6 +84,8 @@ class CommandLine:
     """The checked settings (the ``settings`` step)."""
     state: dict[str, Any] | None = None
     """The ``--ckpt_path`` checkpoint, memory-mapped (the ``checkpoint`` step); None without a local file."""
+    agent_template: str | None = None
+    """The chat template the agent renders with (the ``agent template`` step; None: the tokenizer's own)."""
 
     @property
     def data(self) -> dict[str, Any]:
@@ -158,9 +160,10 @@ def data_settings_of(run: CommandLine) -> None:
 
 def agent_template_of(run: CommandLine) -> None:
     """With ``model.agent`` on: the template renders a tool exchange, in a call format infgrpo reads, and keeps the
-    prefix (or is Qwen3's, swapped as TRL swaps it): :func:`~infgrpo.agent.chat.prepare_template`."""
+    prefix (or is Qwen3's, swapped as TRL swaps it): :func:`~infgrpo.agent.chat.prepare_template`; the template to
+    render with is kept for the steps after it."""
     if run.settings.agent.enabled:
-        prepare_template(run.tokenizer, run.settings.agent)
+        run.agent_template = prepare_template(run.tokenizer, run.settings.agent)
 
 
 def output_folder(module: FitStart) -> None:
@@ -282,16 +285,16 @@ STEPS: tuple[Step, ...] = (
         lambda module: check_max_steps(module.trainer.max_steps),
     ),
     Step(
-        "model and data",
-        "the model's config (no weights), LoRA targets, the context and reward columns; command line: the data's "
-        "first rows; Python API: the loaded model and every row",
-        lambda run: check_before_loading(run.config, run.settings, lambda: run.tokenizer), every_prompt,
-    ),
-    Step(
         "agent template", "model.agent: chat_template and call_format, against the tokenizer's chat template",
         agent_template_of,
         "AgentRollout runs the same prepare_template in GRPOModule.__init__, after the tokenizer loads and before the "
         "model does", prefix="model.",
+    ),
+    Step(
+        "model and data",
+        "the model's config (no weights), LoRA targets, the context and reward columns; command line: the data's "
+        "first rows; Python API: the loaded model and every row",
+        lambda run: check_before_loading(run.config, run.settings, lambda: run.tokenizer), every_prompt,
     ),
     Step(
         "training data", "data: at least one batch of prompts over the ranks (long_prompts: skip included)",

@@ -21,10 +21,7 @@ def bracketed(tmp_path):
     return str(path)
 
 
-def test_both_doors_refuse_a_template_whose_calls_no_format_reads_with_one_line(tmp_path, capsys, monkeypatch):
-    loads = []
-    real = door.load_tokenizer
-    monkeypatch.setattr(door, "load_tokenizer", lambda *a: loads.append(a) or real(*a))  # counts, loads for real
+def test_both_doors_refuse_a_template_whose_calls_no_format_reads_with_one_line(tmp_path, capsys):
     template = bracketed(tmp_path)
     line = cli_error(capsys, *AGENT, "--model.agent.chat_template", template)
     agent = {"tools": ["infgrpo.assets.calculator:add"], "chat_template": template}
@@ -33,7 +30,17 @@ def test_both_doors_refuse_a_template_whose_calls_no_format_reads_with_one_line(
     assert line == f"error: model.{api.value}"
     assert line.startswith(f"error: model.agent.chat_template={template!r}: the chat template {template!r} writes tool")
     assert "agent.call_format" in line and "agent.chat_template: compact" in line
-    assert len(loads) == 1  # the data's first rows and the template step share one tokenizer
+
+
+def test_the_command_line_loads_the_tokenizer_once_for_every_step_that_reads_it(capsys, monkeypatch):
+    loads = []
+    real = door.load_tokenizer
+    monkeypatch.setattr(door, "load_tokenizer", lambda *a: loads.append(a) or real(*a))  # counts, loads for real
+    line = cli_error(
+        capsys, *AGENT, "--model.agent.chat_template", "compact", "--model.sampler.stop_token_ids", "[999]"
+    )
+    assert "model.sampler.stop_token_ids=[999]" in line  # the last step: the template's and the data's ran before it
+    assert len(loads) == 1
 
 
 def test_naming_the_call_format_lets_such_a_template_through(tmp_path):
@@ -43,8 +50,8 @@ def test_naming_the_call_format_lets_such_a_template_through(tmp_path):
     assert module.tokenizer.response_template == FORMATS["qwen"].response_template  # the named format's parser
 
 
-def test_the_step_stands_in_the_one_list_after_the_data_and_names_where_the_api_runs_it():
+def test_the_step_stands_in_the_one_list_before_the_data_and_names_where_the_api_runs_it():
     names = [step.name for step in door.STEPS]
     step = door.STEPS[names.index("agent template")]
-    assert names.index("agent template") == names.index("model and data") + 1
+    assert names.index("agent template") == names.index("model and data") - 1  # the rows are rendered with it
     assert step.prefix == "model." and "AgentRollout" in step.python_api and "prepare_template" in step.python_api
