@@ -3,10 +3,12 @@
     AgentConfig(tools=["my_tools:add"], max_turns=4)        # TRL's tools=[add], max_tool_calling_iterations=4
     AgentConfig(environment="my_env:Wordle", chat_template="compact")      # TRL's environment_factory=Wordle
     AgentConfig(environment={"calc": "envs:Calc", "game": "envs:Wordle"})  # picked by a row's `environment` column
+    AgentConfig(tools=["my_tools:add"], call_format="llama3")   # calls read as Llama 3.x's bare JSON
 
 Everything a setting alone decides is checked here, before any model loads: every import path imports, every tool's
-schema can be built, every environment defines ``reset``, ``max_turns`` is at least 1 and a template file exists.
-Whether the chat template renders a tool exchange needs the tokenizer: :func:`infgrpo.agent.chat.check_tool_template`.
+schema can be built, every environment defines ``reset``, ``max_turns`` is at least 1, a template file exists and
+``call_format`` names a format infgrpo reads. Whether the chat template renders a tool exchange, and in which call
+format, needs the tokenizer: :func:`infgrpo.agent.chat.prepare_template`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infgrpo.agent.formats import FORMATS
 from infgrpo.agent.tools import load_factories, load_tools
 from infgrpo.settings import ConfigError, check_types
 
@@ -47,6 +50,11 @@ class AgentConfig:
     """The chat template that renders the tool schemas, calls and results. Null: the tokenizer's own; 'compact': a
     small ChatML template with Qwen's ``<tool_call>`` / ``<tool_response>`` blocks, for the tiny models (a stock
     tool template's prompt is longer than their context); else the path of a ``.jinja`` file."""
+    call_format: str | None = None
+    """How the model writes tool calls, read back with that format's parser: ``qwen``, ``qwen3.5``, ``nemotron3``,
+    ``llama3``, ``gpt-oss``, ``glm4``, ``lfm2`` or ``gemma4``. Null: the format the chat template renders (every
+    stock template TRL 1.16 trains with tools is recognised, edited copies too). A ``response_template`` already on
+    the tokenizer is used as it is."""
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -54,6 +62,11 @@ class AgentConfig:
             raise ConfigError(f"max_turns={self.max_turns!r} must be an integer >= 1, or null (unbounded)")
         if self.tool_workers < 1:
             raise ConfigError(f"tool_workers={self.tool_workers!r} must be an integer >= 1")
+        if self.call_format is not None and self.call_format not in FORMATS:
+            raise ConfigError(
+                f"call_format={self.call_format!r} is no call format infgrpo reads; valid: null (the one the chat "
+                f"template renders), {', '.join(map(repr, FORMATS))}"
+            )
         load_tools(self.tools)  # imports, a schema each
         load_factories(self.environment)  # imports, a reset each, every method's schema
         template = self.chat_template

@@ -32,7 +32,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from infgrpo.agent import AgentConfig, Environments, ToolTurns, ToolWorkers
-from infgrpo.agent.chat import check_tool_template, ensure_response_parser, load_template
+from infgrpo.agent.chat import prepare_template
 from infgrpo.agent.tools import load_factories, load_tools, tool_box
 from infgrpo.data.conversation import PromptFormat
 from infgrpo.runtime.ranks import Ranks
@@ -42,12 +42,10 @@ from infgrpo.scoring import Source
 
 def agent_template(tokenizer: PreTrainedTokenizerBase, cfg: AgentConfig) -> str | None:
     """The chat template the agent renders with (None: the tokenizer's own), checked to render a tool exchange; the
-    tokenizer gets a response parser for it when it has none (a ConfigError naming ``agent.chat_template``
-    otherwise). The one place the agent asks :mod:`infgrpo.agent.chat` for its template."""
-    template = load_template(cfg)
-    check_tool_template(tokenizer, template, cfg.chat_template)
-    ensure_response_parser(tokenizer, template, cfg.chat_template)
-    return template
+    tokenizer gets the response parser of its call format when it has none (a ConfigError naming
+    ``agent.chat_template`` and ``agent.call_format`` otherwise). The one place the agent asks
+    :mod:`infgrpo.agent.chat` for its template."""
+    return prepare_template(tokenizer, cfg)
 
 
 def prompt_format(datamodule: Any) -> PromptFormat:
@@ -62,7 +60,7 @@ class AgentRollout:
     Args:
         cfg: the ``model.agent`` settings (enabled).
         tokenizer: the policy's tokenizer: its template (or ``cfg.chat_template``) must render a tool exchange
-            (a ConfigError otherwise); it gets a response parser for Qwen-style tool calls when it has none.
+            (a ConfigError otherwise); it gets the response parser of its call format when it has none.
         group_size: completions a prompt in training rollouts (``model.group_size``).
     """
 
