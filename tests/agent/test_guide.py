@@ -14,6 +14,7 @@ from infgrpo.agent.formats import FORMATS
 from infgrpo.agent.shipped import shipped_template
 from infgrpo.assets import TINY_TOOLS_MODEL_DIR
 from infgrpo.assets.calculator import add, make_split
+from infgrpo.training.agent_rollout import prompt_format
 from tests.agent.families import stock_template
 from tests.agent.trl_reference import trl_prompt_ids, trl_suffix_ids, trl_tool_setup
 
@@ -57,15 +58,14 @@ def test_the_guides_first_example_runs_offline_and_renders_and_parses_as_trl(tmp
     theirs = AutoTokenizer.from_pretrained(model)
     trl_template = trl_tool_setup(theirs)
     kwargs = {"enable_thinking": False}
-    agent.use_data(data)
     items = [{"prompt": row["prompt"], "meta": row} for row in rows]
-    prompts = agent.prompt_ids(items)
+    prompts = agent.prompt_ids(items, prompt_format(data))
     assert prompts == [
         list(p) for p in trl_prompt_ids(theirs, trl_template, [r["prompt"] for r in rows], [add], kwargs)
     ]
     assert tok.decode(prompts[0]).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     results = [{"role": "tool", "name": "add", "content": "80235"}]
-    suffix = chat.tool_suffix_ids(tok, results, agent.template, agent.kwargs)
+    suffix = chat.tool_suffix_ids(tok, results, agent.template, agent.format.chat_template_kwargs)
     assert suffix == trl_suffix_ids(theirs, trl_template, results, kwargs)
     turn = tok('<tool_call>\n{"name": "add", "arguments": {"a": "12", "b": 3}}\n</tool_call><|im_end|>')["input_ids"]
     message = chat.parse_turn(tok, turn, prompts[0], agent.box.schemas)
