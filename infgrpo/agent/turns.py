@@ -29,7 +29,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from infgrpo.agent.calls import ToolWorkers, run_calls
+from infgrpo.agent.calls import ToolWorkers
 from infgrpo.agent.chat import parse_turn, tool_suffix_ids
 from infgrpo.agent.tools import ToolBox
 from infgrpo.sampler.schedule.sequence import Sequence as Sample
@@ -73,6 +73,7 @@ class ToolTurns:
         self._parsed: dict[Key, int] = {}  # the turn_start of each sample's last parsed turn
         self._results_from: dict[Key, int] = {}  # where each sample's last tool messages start in its exchange
         self.calls = self.failures = self.rounds = 0
+        self.dropped = 0  # tool results the engine dropped as too long (TRL's rollback): the ToolWatch's count
         self.wait_seconds = 0.0
 
     def turn_ended(self, seq: Sample, prompt: list[int]) -> Future[list[int]] | None:
@@ -98,7 +99,7 @@ class ToolTurns:
 
     def _answer(self, key: Key, calls: list[dict[str, Any]], box: ToolBox, asked: float) -> list[int]:
         """On a worker: runs the turn's calls, records their messages and returns the ids that follow the turn."""
-        result = run_calls(calls, box, self.workers.loop)
+        result = self.workers.run(calls, box)  # agent.tool_timeout bounds each call; outcomes tallied
         with self._tokenizer_lock:
             suffix = tool_suffix_ids(self.tokenizer, result.messages, self.template, self.kwargs)
         with self._lock:
@@ -117,6 +118,7 @@ class ToolTurns:
         key = (seq.prompt_idx, seq.sample_idx)
         with self._lock:
             del self._exchanges[key][self._results_from.pop(key) :]
+            self.dropped += 1
 
     def ended(self, seq: Sample, prompt: list[int]) -> list[dict[str, Any]]:
         """``seq`` is done: its last turn is parsed into the exchange if the engine did not offer it (a turn cut

@@ -97,7 +97,7 @@ def test_tool_turns_give_trls_ids_masks_messages_and_counts(tiny, workers, limit
     assert (stats["calls"], stats["failures"]) == (trl_calls, trl_failures)
     assert stats["wait_seconds"] >= 0 and stats["turns"] >= 1
     turns.close()
-    assert not workers.pool._shutdown  # a shared pool outlives the rollout
+    assert not workers.stopped  # a shared pool outlives the rollout
 
 
 def test_one_exchange_end_to_end_on_real_ids(tiny):
@@ -125,7 +125,7 @@ def test_one_exchange_end_to_end_on_real_ids(tiny):
     assert turns.ended(seq, prompt) == exchange  # the rolled-back turn was parsed already: nothing added
     assert turns.stats() == {"calls": 3, "failures": 1, "turns": 2, "wait_seconds": turns.stats()["wait_seconds"]}
     turns.close()
-    assert turns.workers.pool._shutdown  # its own pool, ended
+    assert turns.workers.stopped  # its own pool, ended
 
 
 def test_max_turns_stops_before_running_the_calls(tiny):
