@@ -25,6 +25,7 @@ from transformers import PreTrainedTokenizerBase
 
 from infgrpo.agent import AgentConfig, Environments, ToolTurns, ToolWorkers
 from infgrpo.agent.chat import check_tool_template, ensure_response_parser, load_template, render_prompt
+from infgrpo.agent.tool_watch import ToolWatch
 from infgrpo.agent.tools import load_tools, tool_box
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import MicroGroupSampler, Rollouts
@@ -62,7 +63,8 @@ class AgentRollout:
         self.sources = {
             src.__name__: (src, 1.0) for src in (self.envs.reward_sources() if self.envs is not None else [])
         }
-        self.workers = ToolWorkers(cfg.tool_workers)  # the tool threads, shared by every rollout of the run
+        self.workers = ToolWorkers(cfg.tool_workers, cfg.tool_timeout)  # the tool threads, shared by every rollout
+        self.watch = ToolWatch(cfg.tool_timeout)  # tools that leave the run at reward 0: a warning once
         self.system_prompt, self.kwargs = system_prompt, dict(chat_template_kwargs or {})
 
     def use_data(self, datamodule: Any) -> None:
@@ -133,6 +135,7 @@ class AgentRollout:
         exchanges = [turns.ended(last_turn(rollouts, n, key), prompts[key[0]]) for n, key in enumerate(keys)]
         stats = turns.stats()
         rollouts.stats.update(tool_calls=stats["calls"], tool_failures=stats["failures"])
+        self.watch(self.workers.take_tally(), turns.dropped, sampler.config.max_new_tokens)
         return rollouts, exchanges
 
     def _turns(self, made: list[ToolTurns]) -> ToolTurns:
