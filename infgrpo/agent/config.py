@@ -16,9 +16,9 @@ A checkpoint records each object by its import path (:meth:`AgentConfig.recorded
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,12 +36,12 @@ class AgentConfig:
     ``environment_factory=`` and ``max_tool_calling_iterations``). Off while both ``tools`` and ``environment``
     are empty."""
 
-    tools: list[str | Callable[..., Any]] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
     """Tool functions by import path, ``module.path:function`` (TRL's ``tools=[...]``; in Python also the functions
     themselves): plain or ``async def`` functions with a type hint on every parameter and a Google-style docstring
     with an ``Args:`` line for each; their schemas go into the prompt through the chat template, in this order. Each
     name once."""
-    environment: str | Callable[..., Any] | dict[str, str | Callable[..., Any]] | None = None
+    environment: str | dict[str, str] | None = None
     """An environment class or factory by import path (TRL's ``environment_factory``; in Python also the class
     itself), made with no arguments: one instance per sample, ``reset(**row)`` before the rollout (a returned string
     is appended to the prompt's last message), its public methods are tools, an optional ``get_reward()`` one more
@@ -66,7 +66,7 @@ class AgentConfig:
     tool template's prompt is longer than their context); else the path of a ``.jinja`` file."""
 
     def __post_init__(self) -> None:
-        check_types(self)
+        check_types(self.as_paths())  # the annotations are the command line's (strings); Python may pass objects
         if self.max_turns is not None and self.max_turns < 1:
             raise ConfigError(f"max_turns={self.max_turns!r} must be an integer >= 1, or null (unbounded)")
         if self.tool_workers < 1:
@@ -83,18 +83,29 @@ class AgentConfig:
                 "of a .jinja file"
             )
 
+    def as_paths(self) -> AgentConfig:
+        """A copy whose tools and environments are import paths (:meth:`recorded`), not checked again."""
+        paths, plain = copy.copy(self), self.recorded()
+        paths.tools, paths.environment = plain["tools"], plain["environment"]
+        return paths
+
     def recorded(self) -> dict[str, Any]:
-        """The fields as plain values, each tool and environment as an import path (what a checkpoint's
-        hyper-parameters hold; an object without one as ``(no import path) <name>``)."""
+        """The fields as plain values, each tool and environment given as an object as its import path (what a
+        checkpoint's hyper-parameters hold; an object without one as ``(no import path) <name>``)."""
         environment = self.environment
         if isinstance(environment, dict):
-            environment = {name: recorded(entry) for name, entry in environment.items()}
-        elif environment is not None:
-            environment = recorded(environment)
+            environment = {name: _path(entry) for name, entry in environment.items()}
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {**fields, "tools": [recorded(tool) for tool in self.tools], "environment": environment}
+        tools = [_path(tool) for tool in self.tools] if isinstance(self.tools, list | tuple) else self.tools
+        return {**fields, "tools": tools, "environment": _path(environment)}
 
     @property
     def enabled(self) -> bool:
         """Whether completions may call tools: a tool or an environment is set."""
         return bool(self.tools) or bool(self.environment)
+
+
+def _path(entry: Any) -> Any:
+    """``entry`` as a checkpoint records it when it is a callable object (:func:`~infgrpo.agent.tools.recorded`);
+    anything else as it is (the type check names what is wrong)."""
+    return recorded(entry) if callable(entry) and not isinstance(entry, str) else entry

@@ -216,12 +216,17 @@ def load_factories(
         where = f"environment: {recorded(path)!r}"
         factories[name] = factory = load_tool(path, "environment")
         check_no_arguments(factory, where)
-        cls = factory if inspect.isclass(factory) else type(factory())
+        cls = environment_class(factory)
         check_environment(cls, where)
         for method in environment_tools(cls):
             tool_schema(getattr(cls, method), f"{where}'s method {method!r}")
         check_tool_names([*standalone, *((m, f"{where}'s method {m!r}") for m in environment_tools(cls))])
     return factories
+
+
+def environment_class(factory: Factory) -> type:
+    """The class of the environments ``factory`` makes: itself when it is a class, else what one call makes."""
+    return factory if inspect.isclass(factory) else type(factory())
 
 
 def check_environment(cls: type, where: str) -> None:

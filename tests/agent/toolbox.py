@@ -273,3 +273,10 @@ async def hang_async(x: int) -> int:
     """
     await asyncio.Event().wait()
     return x
+
+
+class Strict:
+    """An environment whose reset takes no row columns."""
+
+    def reset(self) -> None:
+        """Nothing."""
