@@ -26,6 +26,9 @@ from typing import Protocol
 
 from infgrpo.sampler.schedule.sequence import Sequence
 
+WAKE_S = 0.5
+"""Longest a blocked wait on tool futures goes without running the process's pending signal handlers."""
+
 
 class Turns(Protocol):
     """What follows a sample's turn (the host side: parsing the turn, running its tools); see the module docstring."""
@@ -75,8 +78,14 @@ class ToolWait:
         return self._take(done)
 
     def wait_first(self) -> list[tuple[Sequence, list[int]]]:
-        """Blocks until some future is done; then :meth:`ready`."""
-        concurrent.futures.wait(list(self.waiting), return_when=concurrent.futures.FIRST_COMPLETED)
+        """Blocks until some future is done; then :meth:`ready`.
+
+        The wait wakes every :data:`WAKE_S` seconds: a signal that lands while the thread releases the GIL to block
+        (a worker thread holding it sends one, or a terminal's Ctrl-C hits that instant) interrupts nothing, and its
+        Python handler (Ctrl-C's) runs only once this thread runs Python again."""
+        futures = list(self.waiting)
+        while not concurrent.futures.wait(futures, WAKE_S, concurrent.futures.FIRST_COMPLETED).done:
+            pass
         return self.ready()
 
     def _take(self, done: list[Future[list[int]]]) -> list[tuple[Sequence, list[int]]]:
