@@ -155,6 +155,12 @@ def load_tools(paths: Iterable[Entry]) -> tuple[list[Callable[..., Any]], list[d
     shares its name with another (:func:`check_tool_names`)."""
     paths = list(paths)
     tools = [load_tool(path, "tools") for path in paths]
+    for tool, path in zip(tools, paths, strict=True):
+        if not isinstance(getattr(tool, "__name__", None), str):
+            raise ConfigError(
+                f"tools: {recorded(path)!r} has no __name__, the name a completion calls it by (a functools.partial, a "
+                "callable object); give a function (def), which may call it"
+            )
     check_tool_names([(tool.__name__, f"tools: {recorded(path)!r}") for tool, path in zip(tools, paths, strict=True)])
     return tools, [tool_schema(tool, f"tools: {recorded(path)!r}") for tool, path in zip(tools, paths, strict=True)]
 

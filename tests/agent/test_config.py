@@ -1,11 +1,13 @@
 """AgentConfig: every refusal is one line naming ``agent.<field>``, the value and what is valid, before any model."""
 
+import functools
 import re
 
 import pytest
 
 from infgrpo.agent.config import AgentConfig
 from infgrpo.settings import ConfigError, build_group
+from tests.agent import toolbox
 
 T = "tests.agent.toolbox"
 
@@ -39,6 +41,7 @@ def test_a_valid_config_and_its_switch(tmp_path):
         ({"tool_workers": 0}, r"^agent\.tool_workers=0 must be an integer >= 1$"),
         ({"tools": ["add"]}, r"^agent\.tools: 'add' is not an import path; write 'module.path:function' \(in Python"),
         ({"tools": [3]}, r"^agent\.tools=\[3\] must be a list of strings$"),
+        ({"tools": [functools.partial(toolbox.add, b=1)]}, r"^agent\.tools: '\(no import path\) functools\.partial\("),
         ({"tool_timeout": 0}, r"^agent\.tool_timeout=0 must be a number of seconds > 0, or null \(no limit, as TRL\)$"),
         ({"tool_timeout": float("nan")}, r"^agent\.tool_timeout=nan must be a number of seconds > 0"),
         ({"tool_timeout": "1"}, r"^agent\.tool_timeout='1' must be a number or null$"),
