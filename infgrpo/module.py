@@ -222,13 +222,17 @@ class GRPOModule(L.LightningModule):
         try:
             with self.phase_memory.phase("rollout", self.device), self.sharding.rollout(self.device):  # full weights
                 if self.judged is not None:
-                    return self.judged(batch, seed, self.trainer.datamodule, self.ranks)
-                prompts, turns = rollout_inputs(self.agent, batch, self.trainer.datamodule)  # with tools: rendered
-                offset = self.ranks.prompt_offset(len(batch))
-                rollouts = self.sampler.sample(
-                    prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks, turns=turns
-                )
-            return rollouts, self.scorer(rollouts, batch), batch
+                    rollouts, scores, items = self.judged(batch, seed, self.trainer.datamodule, self.ranks)
+                else:
+                    prompts, turns = rollout_inputs(self.agent, batch, self.trainer.datamodule)  # tools: rendered
+                    offset = self.ranks.prompt_offset(len(batch))
+                    rollouts = self.sampler.sample(
+                        prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks, turns=turns
+                    )
+                    scores, items = None, batch
+            if self.agent is not None:  # tools that leave the run at reward 0: a warning once
+                self.agent.watch_rollout(rollouts, self.sampler.config.max_new_tokens)
+            return rollouts, scores if scores is not None else self.scorer(rollouts, batch), items
         except NonFiniteLogitsError as err:  # the sampler's, named here with the settings that likely caused it
             raise rollout_divergence(err, self.settings, self.trainer) from err
 

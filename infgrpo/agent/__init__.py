@@ -5,7 +5,7 @@ tool messages and the calls of one turn. The engine's side is ``infgrpo.sampler.
 docs/architecture.md ("Agents").
 """
 
-from infgrpo.agent.calls import CallResult, ToolWorkers, run_calls
+from infgrpo.agent.calls import CallResult, ToolTally, ToolWorkers, run_calls, stop_tool_calls
 from infgrpo.agent.chat import (
     check_tool_template,
     ensure_response_parser,
@@ -18,6 +18,7 @@ from infgrpo.agent.chat import (
 from infgrpo.agent.config import AgentConfig
 from infgrpo.agent.environments import AgentError, Environments, environment_reward
 from infgrpo.agent.formats import CALL_FORMATS, FORMATS, CallFormat, recognise
+from infgrpo.agent.tool_watch import ToolWatch
 from infgrpo.agent.tools import ToolBox, environment_tools, load_tools, tool_box, tool_schema
 from infgrpo.agent.turns import Exchange, ToolTurns
 
@@ -31,7 +32,9 @@ __all__ = [
     "Environments",
     "Exchange",
     "ToolBox",
+    "ToolTally",
     "ToolTurns",
+    "ToolWatch",
     "ToolWorkers",
     "check_tool_template",
     "ensure_response_parser",
@@ -44,6 +47,7 @@ __all__ = [
     "recognise",
     "render_prompt",
     "run_calls",
+    "stop_tool_calls",
     "tool_box",
     "tool_schema",
     "tool_suffix_ids",

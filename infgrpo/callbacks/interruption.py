@@ -9,7 +9,9 @@ checkpoint is written (atomically, as every checkpoint of ``python -m infgrpo.fi
 checkpoint folder, ``model.output_dir`` is written at once (before the held-out evaluation that Lightning runs on
 a stop, which a scheduler's grace period may cut short), the run ends, and ``python -m infgrpo.fit``
 prints where the checkpoint went with the command that resumes (``--ckpt_path last``) and exits with 128 + the
-signal's number (130, 143), so a scheduler sees the run did not finish. A second Ctrl-C stops at once. Saved at a
+signal's number (130, 143), so a scheduler sees the run did not finish. A second Ctrl-C stops at once: the tool calls
+still queued are cancelled, and the running ones are not waited for (they run on daemon threads:
+:func:`~infgrpo.agent.calls.stop_tool_calls`). Saved at a
 step boundary, the checkpoint resumes to the parameters an uninterrupted run reaches (tested for both signals).
 SLURM's requeue signal (``SIGUSR1`` with Lightning's ``SLURMEnvironment(auto_requeue=True)``) stays Lightning's.
 
@@ -29,6 +31,8 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from infgrpo.agent.calls import stop_tool_calls
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -47,6 +51,7 @@ class Interruption(L.Callback):
     def _received(self, signum: int, frame: FrameType | None) -> None:
         if self.signal is not None and signum == signal.SIGINT:  # a second Ctrl-C: stop now
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            stop_tool_calls()  # queued tool calls never start; running ones are not waited for
             raise KeyboardInterrupt
         self.signal = self.signal or signum
         name = signal.Signals(signum).name

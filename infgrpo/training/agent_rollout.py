@@ -33,6 +33,7 @@ from transformers import PreTrainedTokenizerBase
 
 from infgrpo.agent import AgentConfig, Environments, ToolTurns, ToolWorkers
 from infgrpo.agent.chat import prepare_template
+from infgrpo.agent.tool_watch import ToolWatch
 from infgrpo.agent.tools import load_factories, load_tools, tool_box
 from infgrpo.data.conversation import PromptFormat
 from infgrpo.runtime.ranks import Ranks
@@ -77,12 +78,14 @@ class AgentRollout:
         self._workers: ToolWorkers | None = None
         self.format = PromptFormat()
         """How the current rollout's prompts were rendered (its chat template options render the tool results)."""
+        self.watch = ToolWatch(cfg.tool_timeout)
+        """Tools that leave the run at reward 0 without a word: a warning once (:meth:`watch_rollout`)."""
 
     @property
     def workers(self) -> ToolWorkers:
         """The tool threads, shared by every rollout of the run (made again after :meth:`close`)."""
         if self._workers is None:
-            self._workers = ToolWorkers(self.cfg.tool_workers)
+            self._workers = ToolWorkers(self.cfg.tool_workers, self.cfg.tool_timeout)
         return self._workers
 
     def schemas(self, row: dict) -> list[dict]:
@@ -151,7 +154,15 @@ class AgentRollout:
         get as its completion (``Rollouts.exchanges``' messages): benchmarks and tests."""
         prompts, turns = rollout_inputs(self, items, group_size=group_size)
         rollouts = sampler.sample(prompts, group_size, seed, prompt_offset=prompt_offset, ranks=ranks, turns=turns)
+        self.watch_rollout(rollouts, sampler.config.max_new_tokens)
         return rollouts, [x.messages for x in rollouts.exchanges or []]
+
+    def watch_rollout(self, rollouts: Rollouts, max_new_tokens: int) -> None:
+        """After a rollout: warns once of each tool that leaves the run at reward 0 without a word (:class:`ToolWatch`:
+        every call failing, ``None`` returned, ``SystemExit`` caught, timeouts, results dropped as too long), from the
+        calls since the last rollout."""
+        dropped = rollouts.tools.dropped if rollouts.tools is not None else 0
+        self.watch(self.workers.take_tally(), dropped, max_new_tokens)
 
     def close(self) -> None:
         """Ends the tool threads (``GRPOModule`` calls it as fit ends; a later rollout makes new ones)."""

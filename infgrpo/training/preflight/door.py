@@ -38,7 +38,12 @@ from infgrpo.training.preflight.checkpoints import (
     checkpoint_folders,
     resolve_last,
 )
-from infgrpo.training.preflight.data_check import check_system_prompt, check_training_data
+from infgrpo.training.preflight.data_check import (
+    check_environment_data,
+    check_environment_items,
+    check_system_prompt,
+    check_training_data,
+)
 from infgrpo.training.preflight.files import check_run_folders, check_writable_folder, config_file_problem
 from infgrpo.training.preflight.fit_start import check_data_prompts, check_reward_rows
 from infgrpo.training.preflight.model_data import (
@@ -295,6 +300,13 @@ STEPS: tuple[Step, ...] = (
         agent_template_of,
         "AgentRollout runs the same prepare_template in GRPOModule.__init__, after the tokenizer loads and before the "
         "model does", prefix="model.",
+    ),
+    Step(
+        "environment data",
+        "data.path null (one model.agent.environment, trainer.max_steps); a mapping of environments: every row's "
+        "environment column (command line: local rows; Python API: the data module's rows)",
+        lambda run: check_environment_data(run.data, run.settings.agent, run.config["trainer"].get("max_steps")),
+        lambda module: check_environment_items(module.settings.agent, module.trainer.datamodule),
     ),
     Step(
         "model and data",
