@@ -46,6 +46,7 @@ from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
 from infgrpo.training.judged_rollout import JudgedRollout
 from infgrpo.training.metrics import StepRecord, progress_bar, step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_for_run
+from infgrpo.training.preflight.data_check import check_environment_items
 from infgrpo.training.preflight.door import check_fit_start
 from infgrpo.training.preflight.files import RunOutput
 from infgrpo.training.preflight.fit_start import move_reward_models, warn_slow_cpu_dtype
@@ -187,9 +188,11 @@ class GRPOModule(L.LightningModule):
     def setup(self, stage: str) -> None:
         """With ``model.agent``: the data module renders its prompts with the tool schemas, as the rollout does, so
         its length checks and the context check at fit start measure those
-        (:meth:`~infgrpo.data.PromptDataModule.use_tools`)."""
+        (:meth:`~infgrpo.data.PromptDataModule.use_tools`); every row routes to a known environment first (one line
+        naming the row otherwise)."""
         datamodule = self.trainer.datamodule
         if self.agent is not None and hasattr(datamodule, "use_tools"):
+            check_environment_items(self.settings.agent, datamodule)  # a row's schemas are its environment's
             datamodule.use_tools(self.agent.schemas, self.agent.template)
 
     def teardown(self, stage: str) -> None:

@@ -115,7 +115,7 @@ class ToolSummary:
     """Tool rounds: turns whose calls ran (one sample's each)."""
     wait_s: float
     """Seconds samples waited on their tools, summed over samples."""
-    dropped: int = 0
+    dropped: int
     """Tool results dropped as too long (TRL's rollback: past ``max_new_tokens`` or the context)."""
     steps_while_waiting: int = over_ranks(torch.max)
     """Decode steps run while at least one sample waited on its tools (the largest rank's)."""

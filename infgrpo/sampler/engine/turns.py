@@ -221,5 +221,5 @@ class Tools:
         t, w = self.turns, self.wait
         return ToolSummary(
             samples=self.finished, calls=t.calls, failures=t.failures, timeouts=t.timeouts, rounds=w.rounds,
-            wait_s=w.wait_s, dropped=getattr(t, "dropped", 0), steps_while_waiting=w.steps_while_waiting,
+            wait_s=w.wait_s, dropped=t.dropped, steps_while_waiting=w.steps_while_waiting,
         )  # fmt: skip

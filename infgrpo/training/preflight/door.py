@@ -296,17 +296,17 @@ STEPS: tuple[Step, ...] = (
         "configure_optimizers (before fit start) refuses the same in training.optim.lr_factor, naming both numbers",
     ),
     Step(
-        "agent template", "model.agent: chat_template and call_format, against the tokenizer's chat template",
-        agent_template_of,
-        "AgentRollout runs the same prepare_template in GRPOModule.__init__, after the tokenizer loads and before the "
-        "model does", prefix="model.",
-    ),
-    Step(
         "environment data",
         "data.path null (one model.agent.environment, trainer.max_steps); a mapping of environments: every row's "
         "environment column (command line: local rows; Python API: the data module's rows)",
         lambda run: check_environment_data(run.data, run.settings.agent, run.config["trainer"].get("max_steps")),
         lambda module: check_environment_items(module.settings.agent, module.trainer.datamodule),
+    ),
+    Step(
+        "agent template", "model.agent: chat_template and call_format, against the tokenizer's chat template",
+        agent_template_of,
+        "AgentRollout runs the same prepare_template in GRPOModule.__init__, after the tokenizer loads and before the "
+        "model does", prefix="model.",
     ),
     Step(
         "model and data",
