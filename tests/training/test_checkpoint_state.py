@@ -60,6 +60,21 @@ def test_a_lora_checkpoint_holds_the_adapters_and_names_its_base(trained, tmp_pa
         assert loaded.keys() == want.keys() and all(torch.equal(loaded[k], want[k]) for k in want), name
 
 
+def test_a_lora_checkpoint_written_before_is_upgraded_to_the_adapters_and_its_base(trained, tmp_path, capsys):
+    from infgrpo.upgrade_checkpoint import main as upgrade_main
+
+    module, full = trained
+    torch.save(full, tmp_path / "before.ckpt")  # every weight, no base: as LoRA checkpoints were written before
+    upgrade_main([str(tmp_path / "before.ckpt"), str(tmp_path / "after.ckpt")])
+    assert "the LoRA weights alone (65,536 of 683,136 values) and the base tiny named" in capsys.readouterr().out
+    now = copy.copy(full)
+    module.contents.write(now, module)  # what a run writes today
+    after = torch.load(tmp_path / "after.ckpt", weights_only=True)
+    assert after[BASE_KEY] == now[BASE_KEY] and after["state_dict"].keys() == now["state_dict"].keys()
+    loaded = GRPOModule.load_from_checkpoint(tmp_path / "after.ckpt").state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in module.state_dict().items())
+
+
 def test_another_base_is_one_line_naming_both(trained, tmp_path):
     module, full = trained
     checkpoint = copy.copy(full)
