@@ -6,8 +6,8 @@
 
 **Why.** Lightning saves the module's whole ``state_dict``. Under LoRA that is mostly the frozen base, which the run
 loads from ``policy.model_name_or_path`` anyway: tiny with ``lora.r: 8`` wrote all 683,136 values of which 65,536
-are LoRA's, and ``configs/qwen3.yaml`` (Qwen3-1.7B, 4-bit) about 1.4 GB a checkpoint where the adapter and its
-AdamW state are about 0.2 GB (``benchmarks/results/checkpoints.md``). A LoRA checkpoint now holds the trainable
+are LoRA's, and ``configs/qwen3.yaml`` (Qwen3-1.7B, 4-bit) about 1.56 GB a checkpoint where the adapters and their
+AdamW state are 0.21 GB (``benchmarks/results/checkpoints.md``). A LoRA checkpoint now holds the trainable
 parameters (``requires_grad``), and Lightning's optimizer, schedule, loop and run state as before.
 
 **The base.** ``infgrpo_base`` names it (``policy.model_name_or_path``, ``gguf_file``, how its weights are held: the

@@ -31,7 +31,7 @@ class OneWeight(L.LightningModule):
         return torch.optim.SGD([self.w], lr=0.1)
 
     def train_dataloader(self):
-        return DataLoader(list(range(64)), batch_size=1)
+        return DataLoader(list(range(1000)), batch_size=1)
 
     def val_dataloader(self):
         return DataLoader([0], batch_size=1)
