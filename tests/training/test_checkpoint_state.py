@@ -15,6 +15,7 @@ from infgrpo.settings import ConfigError
 from infgrpo.training.checkpoint_state import BASE_KEY, base_settings_mismatch, fingerprint, trimmed_for_sharding
 from infgrpo.training.hparams import check_settings
 from infgrpo.training.preflight.checkpoints import check_checkpoint_path
+from tests.test_fit import ROOT, cli_error
 
 LORA = {"lora": {"r": 8}, "group_size": 2}
 
@@ -75,7 +76,7 @@ def test_a_lora_checkpoint_written_before_is_upgraded_to_the_adapters_and_its_ba
     assert all(torch.equal(loaded[k], v) for k, v in module.state_dict().items())
 
 
-def test_another_base_is_one_line_naming_both(trained, tmp_path):
+def test_another_base_is_one_line_naming_both(trained, tmp_path, capsys):
     module, full = trained
     checkpoint = copy.copy(full)
     module.contents.write(checkpoint, module)
@@ -85,6 +86,10 @@ def test_another_base_is_one_line_naming_both(trained, tmp_path):
     line = str(err.value)
     assert "\n" not in line and line.startswith("the checkpoint's LoRA weights were trained on the base tiny (float32")
     assert "and this run loads tiny-tools (float32; fingerprint" in line and "model_name_or_path tiny)" in line
+    # the command line: the parser's one error line (exit 2), found once the other base loaded
+    args = ["--config", str(ROOT / "configs" / "tiny.yaml"), "--model.lora.r", "8", "--model.group_size", "2"]
+    args += ["--model.policy.model_name_or_path", "tiny-tools", "--trainer.default_root_dir", str(tmp_path / "run")]
+    assert cli_error(capsys, *args, "--ckpt_path", str(tmp_path / "lora.ckpt")) == f"error: {line}"
     # held in another dtype: said before the model loads, with the settings that differ
     state = check_checkpoint_path(str(tmp_path / "lora.ckpt"), check_settings(**LORA))
     assert state[BASE_KEY]["weights"] == "float32"
