@@ -76,6 +76,11 @@ class FinalCheckpoint(Checkpoint):
         """Whether this callback wrote :attr:`path` (False: a ModelCheckpoint or a signal's stop had)."""
         self._start_step = 0
         self._since = 0.0
+        # what a ModelCheckpoint has, for code that reads every checkpoint callback as one (infgrpo's divergence
+        # message, Lightning's launchers)
+        self.dirpath: str | None = None
+        self.last_model_path = ""
+        self.best_model_path = ""
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Notes the step training starts from (a resumed run's) and the time (older files are not this run's)."""
@@ -91,7 +96,7 @@ class FinalCheckpoint(Checkpoint):
         if not trainer.strategy.broadcast(current):  # rank 0's file decides for every rank
             trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes
             self.written = True
-        self.path = path
+        self.path, self.last_model_path, self.dirpath = path, str(path), str(path.parent)
 
 
 def final_line(step: int, checkpoint: Path | None, output: Path | None, what: str, why_none: str) -> str:

@@ -62,6 +62,7 @@ def test_the_final_step_is_written_where_the_schedule_left_an_earlier_one(tmp_pa
     every = ModelCheckpoint(dirpath=tmp_path / "a", every_n_train_steps=4, save_last=True, save_top_k=-1)
     final, module = fit(tmp_path, 6, [every])
     assert final.path == tmp_path / "a" / "last.ckpt" and final.written and final.step == 6
+    assert final.last_model_path == str(final.path) and final.best_model_path == ""  # read as a ModelCheckpoint's
     step, w = saved(final.path)
     assert step == 6 and torch.equal(w, module.w.detach())
     assert saved(tmp_path / "a" / "epoch=0-step=4.ckpt")[0] == 4  # the schedule's own file stays
