@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from infgrpo.callbacks.interruption import Interruption
-from infgrpo.fit import resume_line
+from infgrpo.fit import main, resume_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,6 +29,20 @@ def test_the_resume_command_is_quoted_as_a_shell_reads_it():
     command = line.split("; resume: ", 1)[1]
     assert "'[t:add]'" in command  # unquoted, a shell would read it as a glob
     assert shlex.split(command) == ["python", "-m", "infgrpo.fit", *given, "--ckpt_path", "last"]
+
+
+def test_a_run_without_checkpoints_says_so_before_the_model_loads(monkeypatch, capsys, tmp_path):
+    def loading(*args, **kwargs):
+        raise RuntimeError("the model loads here")
+
+    monkeypatch.setattr("infgrpo.module.load_policy", loading)
+    args = ["--config", str(ROOT / "configs" / "tiny.yaml"), "--trainer.default_root_dir", str(tmp_path)]
+    with pytest.raises(RuntimeError, match="the model loads here"):  # the note, then the model would load
+        main([*args, "--trainer.enable_checkpointing", "false", "--model.output_dir", "adapter"])
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "[infgrpo] trainer.enable_checkpointing is false: this run writes no checkpoint and cannot be resumed; it "
+        "keeps model.output_dir (adapter) alone"
+    )
 
 
 def installed_command() -> str:
