@@ -39,6 +39,7 @@ from infgrpo.scoring import Scorer, Scores, trainer_state
 from infgrpo.trainer.policy_sharding import PolicySharding
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.agent_rollout import AgentRollout, rollout_inputs
+from infgrpo.training.checkpoint_state import PolicyCheckpoint
 from infgrpo.training.collapse import CollapseWatch
 from infgrpo.training.divergence import check_update, rollout_divergence
 from infgrpo.training.dynamic import DynamicSamplingConfig
@@ -152,6 +153,7 @@ class GRPOModule(L.LightningModule):
         self.collapse = CollapseWatch(s.optimizer, s.rewards)  # warns once: entropy and reward spread at 0, no reward
         self._resume = RunState()  # a resumed checkpoint's random states and streams (on_load_checkpoint)
         self.output = RunOutput(s.output_dir, "adapter" if s.lora.r else "model")  # fit exits 1 when it was rescued
+        self.contents = PolicyCheckpoint(s.policy, s.quantization)  # LoRA: checkpoints hold what trains, the base named
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> GRPOModule:  # noqa: D417
@@ -325,8 +327,10 @@ class GRPOModule(L.LightningModule):
         return adamw_for_run(self.policy, self.settings.optimizer, self.trainer, self.settings.update.num_iterations)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Adds the sampler's, the update's and the run's states (:class:`~infgrpo.training.run_state.RunState`)."""
+        """Adds the sampler's, the update's and the run's states (:class:`~infgrpo.training.run_state.RunState`); under
+        LoRA keeps the weights that train and names the base (:mod:`~infgrpo.training.checkpoint_state`)."""
         RunState.write(checkpoint, self.sampler, self.updater, self.ranks, self.device, self._trainer)
+        self.contents.write(checkpoint, self, sharded=self.sharding.active)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Restores the sampler's and the update's states; keeps the random states for :meth:`on_train_start`.
@@ -334,6 +338,7 @@ class GRPOModule(L.LightningModule):
         A run resumes with the rollout seed it started with: a seed derived from ``seed_everything`` (``seed:
         null``) becomes the checkpoint's; an explicit one that differs is kept, with a warning.
         """
+        self.contents.read(checkpoint, self)  # a LoRA checkpoint: its base checked, then completed from the module's
         self.settings = resumed_seed(self.settings, self._seed_given, checkpoint.get("hyper_parameters"))
         self.hparams["seed"] = self.settings.seed
         self._resume = RunState.read(checkpoint, self.sampler, self.updater)  # the rest when training starts

@@ -72,14 +72,15 @@ def test_a_signalled_run_checkpoints_exits_128_plus_the_signal_and_resumes_exact
     runs = {sig: (config(tmp_path, sig.name, signal_point=True), None) for sig in (signal.SIGTERM, signal.SIGINT)}
     runs = {sig: (path, fit(path)) for sig, (path, _) in runs.items()}
     outputs = {sig: interrupt(proc, sig) for sig, (path, proc) in runs.items()}
+    lasts = {sig: tmp_path / sig.name / "checkpoints" / "last.ckpt" for sig in runs}
+    stopped = {sig: torch.load(lasts[sig], weights_only=False)["global_step"] for sig in runs}  # before the resumes
     resumes = {sig: fit(path, "--ckpt_path", "last") for sig, (path, _) in runs.items()}
     _, err = straight.communicate(timeout=600)
     assert straight.returncode == 0, err[-3000:]
     want = trained(tmp_path / "straight")
     for sig, (path, _) in runs.items():
-        ckpt = tmp_path / sig.name / "checkpoints" / "last.ckpt"
-        step = torch.load(ckpt, weights_only=False)["global_step"]
-        assert step == 1
+        ckpt, step = lasts[sig], stopped[sig]
+        assert step == 1  # the signal lands at the end of step 1 (signal_point)
         last = [line for line in outputs[sig] if line.startswith("[infgrpo] stopped by")]
         assert last and f"stopped by {sig.name} after step {step}: checkpoint {ckpt}" in last[0]
         assert last[0].rstrip().endswith(f"--config {path} --ckpt_path last")
@@ -87,3 +88,4 @@ def test_a_signalled_run_checkpoints_exits_128_plus_the_signal_and_resumes_exact
         assert resumes[sig].returncode == 0, err[-3000:]
         got = trained(tmp_path / sig.name)  # written at the stop, then again at the resumed run's end
         assert all(torch.equal(got[k], want[k]) for k in want), f"{sig.name}: resumed run differs"
+        assert torch.load(ckpt, weights_only=False)["global_step"] == STEPS  # the resumed run's end, in last.ckpt

@@ -17,7 +17,8 @@ position (``PromptDataModule``: the epoch and the prompts of it consumed, in the
   each by import path), or none: a warning (the policy learnt to call the checkpoint's tools);
 - another ``trainer.max_steps`` under a ``linear`` or ``cosine`` schedule (the checkpoint's is ``infgrpo_max_steps``):
   a printed note naming both, since the schedule decays over the new count from the resumed step on (a note: a run
-  resumed to train more steps is common, and meant).
+  resumed to train more steps is common, and meant);
+- a checkpoint holding only LoRA's weights (:mod:`~infgrpo.training.checkpoint_state`) given to a sharded run: an error.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from infgrpo.settings import ConfigError, InfgrpoWarning
+from infgrpo.training.checkpoint_state import trimmed_for_sharding
 from infgrpo.training.compat_v01 import group_flat_hparams
 from infgrpo.training.optim import lr_factor
 from infgrpo.training.preflight.checkpoints import is_distributed_checkpoint
@@ -195,6 +197,9 @@ def check_resume(ckpt_path: str | None, state: Mapping[str, Any] | None, config:
             "save_distributed_checkpoint: true), which only a sharded run loads: resume it with trainer.strategy: "
             "infgrpo.FSDP2Strategy (or fsdp2) and the checkpoint's number of processes"
         )
+    only_lora = trimmed_for_sharding(state) if is_sharded_strategy(config["trainer"].get("strategy")) else None
+    if only_lora:
+        raise ConfigError(f"--ckpt_path={ckpt_path!r} {only_lora}")
     check_steps_left(ckpt_path, state.get("global_step"), config["trainer"].get("max_steps"))
     change = schedule_change(
         state.get("global_step"), state.get("infgrpo_max_steps"), config["trainer"].get("max_steps"), settings.optimizer
