@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -38,6 +37,7 @@ from benchmarks.dynamic import JOBS, setup
 from benchmarks.harness import Benchmark
 from benchmarks.table import markdown_table, ratio
 from infgrpo.runtime.seeds import derive_seed
+from infgrpo.sampler.schedule.sequence import Sequence
 
 VARIANTS = ("plain", "dynamic", "uniform", "value", "dynamic+value", "dynamic+value_or_draw")
 RULES = {"uniform": "uniform", "value": "value", "dynamic+value": "value", "dynamic+value_or_draw": "value_or_draw"}
@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> dict:
             if variant == "plain":  # nothing judged it while it decoded: the same judge, afterwards
                 for k in chosen:
                     rows_k = range(k * g, (k + 1) * g)
-                    judge.spread(k, [SimpleNamespace(token_ids=out.completion_ids[r], logprobs=out.logprobs[r],
-                                                     finish_reason=out.finish_reasons[r]) for r in rows_k])  # fmt: skip
+                    judge.spread(k, [Sequence(k, r - k * g, token_ids=out.completion_ids[r], logprobs=out.logprobs[r],
+                                              finish_reason=out.finish_reasons[r]) for r in rows_k])  # fmt: skip
             rows.append(count(step, variant, out, judge, chosen, g, wall, correct_answers, reward))
     return {"job": vars(args) | {"budget": budget}, "rows": rows, "summary": summary(rows, args.variants)}
 

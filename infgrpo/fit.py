@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shlex
 import signal
 import sys
 import warnings
@@ -29,7 +30,9 @@ from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_only
 
+from infgrpo.callbacks.final_checkpoint import FinalCheckpoint, final_line, no_checkpoint_note
 from infgrpo.callbacks.interruption import Interruption
 from infgrpo.callbacks.plain_progress import PlainProgress
 from infgrpo.callbacks.progress_bar import StepProgressBar
@@ -105,6 +108,9 @@ class GRPOCLI(LightningCLI):
             check_command_line(config)
         except (ConfigError, ValueError, TypeError) as err:
             self.parser.error(str(err))
+        note = no_checkpoint_note(config["trainer"], config["model"].get("output_dir"))
+        if note:  # the run keeps no checkpoint: said before anything loads, not found out at its end
+            rank_zero_only(print)(note, flush=True)
 
     def instantiate_trainer(self, **kwargs):  # noqa: ANN003, ANN201
         """The Trainer, with the default loggers when ``trainer.logger`` is unset or true, and atomic checkpoints.
@@ -123,6 +129,8 @@ class GRPOCLI(LightningCLI):
             trainer.callbacks.append(PlainProgress())  # prints only when stdout is not a terminal
         if not any(isinstance(c, Interruption) for c in trainer.callbacks):
             trainer.callbacks.append(Interruption())  # Ctrl-C / SIGTERM: a checkpoint at the step's end
+        if trainer.checkpoint_callbacks and not any(isinstance(c, FinalCheckpoint) for c in trainer.callbacks):
+            trainer.callbacks.append(FinalCheckpoint())  # the final step in last.ckpt, whatever the schedule
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
@@ -155,14 +163,18 @@ class HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """jsonargparse's help, with the description and examples kept as written (not re-wrapped)."""
 
 
-def main(args: list[str] | None = None) -> GRPOCLI:
-    """Parses ``args`` (default: the command line) like ``python -m infgrpo.fit``, trains, returns the CLI.
+def main(args: list[str] | None = None) -> GRPOCLI | None:
+    """Parses ``args`` (default: the command line) like ``python -m infgrpo.fit``, trains, and returns the CLI when
+    given ``args`` (None from the command line: the console script ``infgrpo-fit`` exits with ``sys.exit(main())``,
+    so its status is 0).
 
     ``cli.model``, ``cli.datamodule`` and ``cli.trainer`` are the trained objects, e.g.
-    ``main(["--config", "configs/tiny.yaml", "--trainer.max_steps", "10"]).model.policy``. Exits with status 2 on
-    a bad setting (the parser's ``error:`` line), with status 1 when ``model.output_dir`` could not be written
-    at the end and the model went to the run's version folder instead (one ``error:`` line says where), and with
-    128 + the signal's number (130, 143) when SIGINT or SIGTERM stopped it at a step boundary, after a checkpoint
+    ``main(["--config", "configs/tiny.yaml", "--trainer.max_steps", "10"]).model.policy``. The last line says where
+    the final step's checkpoint and ``model.output_dir`` went (:mod:`infgrpo.callbacks.final_checkpoint`). Exit
+    status: 0 when the run ended; 2 on a bad setting (the parser's ``error:`` line), also one found once the model
+    loaded (a checkpoint of another base model); 1 when ``model.output_dir`` could not be written at the end and the
+    model went to the run's version folder instead (one ``error:`` line says where); 128 + the signal's number (130,
+    143) when SIGINT or SIGTERM stopped it at a step boundary, after a checkpoint
     (:mod:`infgrpo.callbacks.interruption`; one line says where and how to resume).
     """
     cli = GRPOCLI(
@@ -184,26 +196,38 @@ def main(args: list[str] | None = None) -> GRPOCLI:
         # the data module shards prompts over ranks itself (contiguous shares of each global batch)
         trainer_defaults={"num_sanity_val_steps": 0, "use_distributed_sampler": False},
     )
-    cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
+    try:
+        cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
+    except ConfigError as err:  # a setting only the loaded model could judge: the parser's line, as before loading
+        cli.parser.error(str(err))
+    stopped = next((c for c in cli.trainer.callbacks if isinstance(c, Interruption) and c.signal), None)
+    if cli.trainer.is_global_zero:
+        words = sys.argv[1:] if args is None else args
+        print(resume_line(stopped, words) if stopped else end_line(cli.trainer, cli.model), flush=True)
     if cli.model.output.rescued_to is not None:
         sys.exit(1)
-    stopped = next((c for c in cli.trainer.callbacks if isinstance(c, Interruption) and c.signal), None)
     if stopped is not None:
-        if cli.trainer.is_global_zero:
-            print(resume_line(stopped, sys.argv[1:] if args is None else args), flush=True)
         sys.exit(128 + stopped.signal)
-    return cli
+    return cli if args is not None else None
+
+
+def end_line(trainer: Any, module: GRPOModule) -> str:
+    """The line a run that ended ends with: its last step, its checkpoint and ``model.output_dir``."""
+    final = next((c for c in trainer.callbacks if isinstance(c, FinalCheckpoint)), None)
+    why = "trainer.enable_checkpointing is false" if final is None else "no step was trained in this run"
+    return final_line(trainer.global_step, final and final.path, module.output.path, module.output.what, why)
 
 
 def resume_line(stopped: Interruption, argv: list[str]) -> str:
-    """The line an interrupted run ends with: the signal, the step, the checkpoint and the command that resumes."""
+    """The line an interrupted run ends with: the signal, the step, the checkpoint and the command that resumes,
+    quoted for a POSIX shell (:func:`shlex.join`: ``[t:add]`` is no glob, a value with a space stays one word)."""
     kept, skip = [], False
     for a in argv:  # the command as given, without its own --ckpt_path
         if skip or a.startswith("--ckpt_path"):
             skip = a == "--ckpt_path"
             continue
         kept.append(a)
-    command = " ".join(["python -m infgrpo.fit", *kept, "--ckpt_path last"])
+    command = shlex.join(["python", "-m", "infgrpo.fit", *kept, "--ckpt_path", "last"])
     name = signal.Signals(stopped.signal).name
     return f"[infgrpo] stopped by {name} after step {stopped.step}: checkpoint {stopped.checkpoint}; resume: {command}"
 

@@ -39,6 +39,7 @@ from infgrpo.scoring import Scorer, Scores, trainer_state
 from infgrpo.trainer.policy_sharding import PolicySharding
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.agent_rollout import AgentRollout, rollout_inputs
+from infgrpo.training.checkpoint_state import PolicyCheckpoint
 from infgrpo.training.collapse import CollapseWatch
 from infgrpo.training.divergence import check_update, rollout_divergence
 from infgrpo.training.dynamic import DynamicSamplingConfig
@@ -46,6 +47,7 @@ from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
 from infgrpo.training.judged_rollout import JudgedRollout
 from infgrpo.training.metrics import StepRecord, progress_bar, step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_for_run
+from infgrpo.training.preflight.data_check import check_environment_items
 from infgrpo.training.preflight.door import check_fit_start
 from infgrpo.training.preflight.files import RunOutput
 from infgrpo.training.preflight.fit_start import move_reward_models, warn_slow_cpu_dtype
@@ -153,6 +155,7 @@ class GRPOModule(L.LightningModule):
         self.collapse = CollapseWatch(s.optimizer, s.rewards)  # warns once: entropy and reward spread at 0, no reward
         self._resume = RunState()  # a resumed checkpoint's random states and streams (on_load_checkpoint)
         self.output = RunOutput(s.output_dir, "adapter" if s.lora.r else "model")  # fit exits 1 when it was rescued
+        self.contents = PolicyCheckpoint(s.policy, s.quantization)  # LoRA: checkpoints hold what trains, the base named
 
     @classmethod
     def load_from_checkpoint(cls, checkpoint_path: Any, *args: Any, **kwargs: Any) -> GRPOModule:  # noqa: D417
@@ -189,12 +192,14 @@ class GRPOModule(L.LightningModule):
     def setup(self, stage: str) -> None:
         """With ``model.agent``: the data module renders its prompts with the tool schemas, as the rollout does, so
         its length checks and the context check at fit start measure those
-        (:meth:`~infgrpo.data.PromptDataModule.use_tools`). Image prompts with dynamic sampling or tools: one
-        ConfigError (:func:`~infgrpo.vision.checks.check_image_rollout`)."""
+        (:meth:`~infgrpo.data.PromptDataModule.use_tools`); every row routes to a known environment first (one line
+        naming the row otherwise). Image prompts with dynamic sampling or tools: one ConfigError
+        (:func:`~infgrpo.vision.checks.check_image_rollout`)."""
         datamodule = self.trainer.datamodule
         if getattr(datamodule, "processor", None) is not None:  # image prompts: what cannot carry them is refused
             check_image_rollout(self.settings.dynamic_sampling.enabled, self.agent is not None)
         if self.agent is not None and hasattr(datamodule, "use_tools"):
+            check_environment_items(self.settings.agent, datamodule)  # a row's schemas are its environment's
             datamodule.use_tools(self.agent.schemas, self.agent.template)
 
     def teardown(self, stage: str) -> None:
@@ -227,14 +232,18 @@ class GRPOModule(L.LightningModule):
         try:
             with self.phase_memory.phase("rollout", self.device), self.sharding.rollout(self.device):  # full weights
                 if self.judged is not None:
-                    return self.judged(batch, seed, self.trainer.datamodule, self.ranks)
-                prompts, turns = rollout_inputs(self.agent, batch, self.trainer.datamodule)  # with tools: rendered
-                offset = self.ranks.prompt_offset(len(batch))
-                rollouts = self.sampler.sample(
-                    prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks, turns=turns,
-                    vision=batch_visions(batch),  # image prompts: encoded once per prompt, here and in the update
-                )  # fmt: skip
-            return rollouts, self.scorer(rollouts, batch), batch
+                    rollouts, scores, items = self.judged(batch, seed, self.trainer.datamodule, self.ranks)
+                else:
+                    prompts, turns = rollout_inputs(self.agent, batch, self.trainer.datamodule)  # tools: rendered
+                    offset = self.ranks.prompt_offset(len(batch))
+                    rollouts = self.sampler.sample(
+                        prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks, turns=turns,
+                        vision=batch_visions(batch),  # image prompts: encoded once per prompt, here and in the update
+                    )  # fmt: skip
+                    scores, items = None, batch
+            if self.agent is not None:  # tools that leave the run at reward 0: a warning once
+                self.agent.watch_rollout(rollouts, self.sampler.config.max_new_tokens)
+            return rollouts, scores if scores is not None else self.scorer(rollouts, batch), items
         except NonFiniteLogitsError as err:  # the sampler's, named here with the settings that likely caused it
             raise rollout_divergence(err, self.settings, self.trainer) from err
 
@@ -326,8 +335,10 @@ class GRPOModule(L.LightningModule):
         return adamw_for_run(self.policy, self.settings.optimizer, self.trainer, self.settings.update.num_iterations)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Adds the sampler's, the update's and the run's states (:class:`~infgrpo.training.run_state.RunState`)."""
+        """Adds the sampler's, the update's and the run's states (:class:`~infgrpo.training.run_state.RunState`); under
+        LoRA keeps the weights that train and names the base (:mod:`~infgrpo.training.checkpoint_state`)."""
         RunState.write(checkpoint, self.sampler, self.updater, self.ranks, self.device, self._trainer)
+        self.contents.write(checkpoint, self, sharded=self.sharding.active)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Restores the sampler's and the update's states; keeps the random states for :meth:`on_train_start`.
@@ -335,6 +346,7 @@ class GRPOModule(L.LightningModule):
         A run resumes with the rollout seed it started with: a seed derived from ``seed_everything`` (``seed:
         null``) becomes the checkpoint's; an explicit one that differs is kept, with a warning.
         """
+        self.contents.read(checkpoint, self)  # a LoRA checkpoint: its base checked, then completed from the module's
         self.settings = resumed_seed(self.settings, self._seed_given, checkpoint.get("hyper_parameters"))
         self.hparams["seed"] = self.settings.seed
         self._resume = RunState.read(checkpoint, self.sampler, self.updater)  # the rest when training starts

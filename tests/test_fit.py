@@ -5,8 +5,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import yaml
 
 from infgrpo.fit import main
+from infgrpo.training.preflight.checkpoints import find_last_checkpoint
 
 pytestmark = pytest.mark.slow  # spawns processes or runs whole fits: `pytest -m "not slow"` leaves it out
 
@@ -77,14 +80,44 @@ SMALLER = {
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.name for c in CONFIGS])
-def test_every_config_parses_and_runs_two_steps(config, tmp_path):
+def test_every_config_runs_and_ends_with_its_last_step_in_a_file(config, tmp_path, capsys):
     local = [] if config.name in OFFLINE else LOCAL
-    quick = [*QUICK, *SMALLER.get(config.name, [])]
+    # 3 steps, evaluated at step 2: the last step is on no config's checkpoint or evaluation schedule (issue #60: a
+    # run stopped between two of them kept only the earlier one, or nothing)
+    quick = [*QUICK, *SMALLER.get(config.name, []), "--trainer.max_steps", "3"]
     cli = main(["--config", str(config), "--trainer.default_root_dir", str(tmp_path), *local, *quick])
-    assert cli.trainer.global_step == 2
+    assert cli.trainer.global_step == 3
     lora = {"tiny.yaml": 0, "qwen3.yaml": 16, "smollm2.yaml": 32, "smollm2-cpu.yaml": 16, "qwen3-8b-fsdp2.yaml": 0}
     lora["agent-calculator.yaml"], lora["vlm-tiny.yaml"] = 0, 16
     assert cli.model.hparams.lora["r"] == lora[config.name] == cli.model.settings.lora.r
+    last = find_last_checkpoint([tmp_path])  # what --ckpt_path last resumes
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith(f"[infgrpo] done after step 3: checkpoint {last}")
+    saved, trained = torch.load(last, weights_only=True), cli.model.state_dict()
+    assert saved["global_step"] == 3 and all(torch.equal(v, trained[k]) for k, v in saved["state_dict"].items())
+    if cli.model.settings.output_dir:  # smollm2-cpu.yaml: the adapter too
+        assert line.endswith(f"; the trained adapter in {tmp_path / 'adapter'}")
+        assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+
+
+def test_the_gpu_configs_keep_a_bounded_number_of_checkpoints(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from tests.callbacks.test_final_checkpoint import fit
+
+    for config in CONFIGS:
+        cfg = yaml.safe_load(config.read_text())
+        if cfg["trainer"]["accelerator"] != "gpu":
+            continue
+        [spec] = [c["init_args"] for c in cfg["trainer"]["callbacks"] if c["class_path"].endswith("ModelCheckpoint")]
+        folder, every = tmp_path / config.stem, 2  # the config's callback, saving every 2 steps of a one-weight model
+        saves = ModelCheckpoint(dirpath=folder, **{**spec, "every_n_train_steps": every})
+        final, _ = fit(folder, 4 * every + 1, [saves])  # 4 saves on the schedule, then one more step
+        kept = sorted(p.name for p in folder.iterdir())
+        newest = [f"epoch=0-step={k * every}.ckpt" for k in range(5 - spec["save_top_k"], 5)]
+        assert kept == sorted([*newest, "last.ckpt"]), config.name
+        assert torch.load(final.path, weights_only=True)["global_step"] == 4 * every + 1  # a file, not a link now
+        assert torch.load(folder / newest[-1], weights_only=True)["global_step"] == 4 * every  # not through the link
 
 
 def test_overrides_logs_checkpoints_and_repeated_runs(tmp_path):
@@ -199,8 +232,6 @@ def test_a_bad_setting_is_one_error_line_before_anything_loads(capsys, flag, val
 
 
 def test_seed_everything_seeds_the_rollouts_and_the_data_order_unless_they_are_set(tmp_path, capsys):
-    import yaml
-
     tiny = ["--config", str(ROOT / "configs" / "tiny.yaml")]
     with pytest.raises(SystemExit):
         main([*tiny, "--seed_everything", "5", "--data.seed", "2", "--print_config"])
@@ -209,7 +240,5 @@ def test_seed_everything_seeds_the_rollouts_and_the_data_order_unless_they_are_s
     cli = main([*tiny, "--seed_everything", "5", "--trainer.default_root_dir", str(tmp_path), *QUICK])
     assert cli.model.settings.seed == 5 and cli.datamodule.hparams.seed == 5
     ckpt = next(Path(cli.trainer.checkpoint_callback.dirpath).glob("*.ckpt"))
-    import torch
-
     saved = torch.load(ckpt, weights_only=True)
     assert saved["hyper_parameters"]["seed"] == 5 and saved["datamodule_hyper_parameters"]["seed"] == 5

@@ -1,60 +1,43 @@
-"""The chat template's side of a tool exchange: the template, its check, the response parser and the token ids.
+"""The chat template's side of a tool exchange: the template, its checks, the response parser and the token ids.
 
-    template = load_template(cfg)                              # None (the tokenizer's own), or the template's text
-    check_tool_template(tokenizer, template, cfg.chat_template)      # one ConfigError line unless it renders tools
-    ensure_response_parser(tokenizer, template, cfg.chat_template)   # tokenizer.response_template: Qwen's tool calls
+    template = prepare_template(tokenizer, cfg)   # the template to render with (None: the tokenizer's); parser set
     ids = render_prompt(tokenizer, messages, schemas, template, kwargs)  # TRL's prompt ids with the tool schemas
     message = parse_turn(tokenizer, turn_ids, prefix_ids, schemas)  # {"role": "assistant", "content", "tool_calls"?}
     suffix = tool_suffix_ids(tokenizer, tool_messages, template, kwargs)  # tool results + the next generation prompt
 
-Each follows TRL 1.16 (``GRPOTrainer._tokenize_prompts``, ``_get_tool_suffix_ids``,
+Each follows TRL 1.16 (``GRPOTrainer.__init__``'s tool set-up, ``_tokenize_prompts``, ``_get_tool_suffix_ids``,
 ``trl.chat_template_utils.parse_response`` / ``supports_tool_calling`` / ``is_chat_template_prefix_preserving``) and
-is tested to give its ids and messages. Where TRL swaps in a training template of its own for a known template that
-does not keep the prefix, or looks a response parser up among the templates it ships, infgrpo refuses with one line:
-pass ``agent.chat_template``, or set ``tokenizer.response_template`` (transformers' response parsing) yourself.
+is tested to give its ids and messages. :func:`prepare_template` is the one set-up both doors run (the command line's
+preflight and ``AgentRollout``): the template must render a tool exchange; the tokenizer gets the response parser of
+the call format the template writes (:mod:`infgrpo.agent.formats`, recognised by what it renders, or named by
+``agent.call_format``; one already on the tokenizer is kept, as in TRL); a template that does not keep the prefix is
+swapped for infgrpo's prefix-preserving copy when it renders as Qwen3's (:mod:`infgrpo.agent.swap`, as TRL swaps
+Qwen3's). Anything else is one ConfigError line naming ``agent.chat_template`` and ``agent.call_format``.
 """
 
 from __future__ import annotations
 
-import copy
-import re
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jinja2 import TemplateError
 from transformers import PreTrainedTokenizerBase
 
-from infgrpo.settings import ConfigError
-
-if TYPE_CHECKING:
-    from infgrpo.agent.config import AgentConfig
-
-TEMPLATES = Path(__file__).parent / "templates"
-"""The chat templates shipped with infgrpo (``compact.jinja``)."""
-
-QWEN_TOOL_CALLS: dict[str, Any] = {
-    "defaults": {"role": "assistant"},
-    "start_anchor": "<|im_start|>assistant\n",
-    "fields": {
-        "reasoning_content": {"open": "<think>", "close_pattern": r"</think>\s*", "content": "text"},
-        "tool_calls": {
-            "open": "<tool_call>",
-            "close_pattern": r"</tool_call>\s*",
-            "repeats": True,
-            "content": "json",
-            "transform": {"type": "function", "function": "{content}"},
-        },
-        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
-    },
-}
-"""A transformers ``response_template`` for ChatML turns with Qwen's tool calls: an optional ``<think>`` block,
-text, then any number of ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, up to ``<|im_end|>``
-(what TRL sets for the Qwen 2.5 / 3 templates, and what ``compact.jinja`` renders)."""
-
-_QWEN_CALL = re.compile(r'<\|im_start\|>assistant\n.*<tool_call>\s*\{"name"', re.S)
+from infgrpo.agent.config import COMPACT, AgentConfig
+from infgrpo.agent.formats import CALL_FORMATS, FORMATS, recognise
+from infgrpo.agent.shipped import TEMPLATES as TEMPLATES  # where the shipped templates are, for older callers
+from infgrpo.agent.shipped import shipped_template
+from infgrpo.agent.swap import swap_for
+from infgrpo.settings import ConfigError, InfgrpoWarning
 
 _PROBE = ("tool_name_probe", "tool_arg_key_probe", "tool_arg_val_probe", "tool_content_probe")
 """Sentinels of the template check: a call's name, argument key and value, and the result (TRL's check)."""
+
+_FIX = (
+    "pass agent.chat_template: compact (ChatML with Qwen's <tool_call> blocks) or the path of a .jinja template "
+    "that renders tools, tool calls and tool results"
+)
 
 
 def load_template(cfg: AgentConfig) -> str | None:
@@ -62,8 +45,9 @@ def load_template(cfg: AgentConfig) -> str | None:
     file's text."""
     if cfg.chat_template is None:
         return None
-    path = TEMPLATES / "compact.jinja" if cfg.chat_template == "compact" else Path(cfg.chat_template).expanduser()
-    return path.read_text()
+    if cfg.chat_template == COMPACT:
+        return shipped_template(COMPACT)
+    return Path(cfg.chat_template).expanduser().read_text()
 
 
 def template_name(setting: str | None) -> str:
@@ -82,18 +66,44 @@ def _render(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, Any]], 
     return tokenizer.apply_chat_template(messages, chat_template=template, **kw)
 
 
+def prepare_template(tokenizer: PreTrainedTokenizerBase, cfg: AgentConfig) -> str | None:
+    """The chat template a run with ``cfg`` (``model.agent``) renders tool exchanges with (None: the tokenizer's
+    own), checked, with the response parser of its calls set on ``tokenizer`` (see the module docstring). A
+    ConfigError line naming ``agent.chat_template`` (and ``agent.call_format`` where that is the fix) otherwise."""
+    template = load_template(cfg)
+    check_renders_tools(tokenizer, template, cfg.chat_template)
+    ensure_response_parser(tokenizer, template, cfg.chat_template, cfg.call_format)
+    if keeps_prefix(tokenizer, template):
+        return template
+    swapped = swap_for(tokenizer, template)
+    if swapped is None or not keeps_prefix(tokenizer, swapped):
+        raise ConfigError(
+            f"agent.chat_template={cfg.chat_template!r}: {template_name(cfg.chat_template)} renders the turns before "
+            "a tool result differently once the result follows (not prefix-preserving), so the result's tokens "
+            f"cannot be appended to the completion; {_FIX}"
+        )
+    return swapped
+
+
 def check_tool_template(tokenizer: PreTrainedTokenizerBase, template: str | None, setting: str | None = None) -> None:
+    """A ConfigError naming ``agent.chat_template`` and the template unless it renders a tool exchange
+    (:func:`check_renders_tools`) and keeps the prefix (:func:`keeps_prefix`), as it is (no swap)."""
+    check_renders_tools(tokenizer, template, setting)
+    if not keeps_prefix(tokenizer, template):
+        raise ConfigError(
+            f"agent.chat_template={setting!r}: {template_name(setting)} renders the turns before a tool result "
+            "differently once the result follows (not prefix-preserving), so the result's tokens cannot be appended "
+            f"to the completion; {_FIX}"
+        )
+
+
+def check_renders_tools(tokenizer: PreTrainedTokenizerBase, template: str | None, setting: str | None = None) -> None:
     """A ConfigError naming ``agent.chat_template`` and the template unless it renders user -> assistant with a
     tool call -> tool result with the call's name, argument and the result in the text (TRL's
-    ``supports_tool_calling``), and the conversation before the result is a prefix of the one with it
-    (``is_chat_template_prefix_preserving``): the tool-result ids are cut from that difference."""
+    ``supports_tool_calling``)."""
     where = f"agent.chat_template={setting!r}: {template_name(setting)}"
-    fix = (
-        "pass agent.chat_template: compact (ChatML with Qwen's <tool_call> blocks) or the path of a .jinja template "
-        "that renders tools, tool calls and tool results"
-    )
     if template is None and not tokenizer.chat_template:
-        raise ConfigError(f"{where} does not exist (the tokenizer has none); {fix}")
+        raise ConfigError(f"{where} does not exist (the tokenizer has none); {_FIX}")
     name, key, value, content = _PROBE
     tool = {"role": "tool", "name": name, "content": content}
     try:
@@ -102,12 +112,17 @@ def check_tool_template(tokenizer: PreTrainedTokenizerBase, template: str | None
         except TypeError:  # a template that takes string arguments only (TRL retries the same way)
             text = _render(tokenizer, [*_dummy_call(name, f'{{"{key}": "{value}"}}'), tool], template, tokenize=False)
     except TemplateError as err:
-        raise ConfigError(f"{where} fails on a tool exchange ({err}); {fix}") from err
+        raise ConfigError(f"{where} fails on a tool exchange ({err}); {_FIX}") from err
     dropped = [
         part for part, probe in zip(("name", "argument", "value", "result"), _PROBE, strict=True) if probe not in text
     ]
     if dropped:
-        raise ConfigError(f"{where} drops the tool call's or result's {', '.join(dropped)}; {fix}")
+        raise ConfigError(f"{where} drops the tool call's or result's {', '.join(dropped)}; {_FIX}")
+
+
+def keeps_prefix(tokenizer: PreTrainedTokenizerBase, template: str | None) -> bool:
+    """Whether ``template`` renders a tool-calling turn as the same ids once a tool result and the generation prompt
+    follow (TRL's ``is_chat_template_prefix_preserving``): the tool-result ids are cut from that difference."""
     before = _render(tokenizer, _dummy_call("dummy", {}), template, tokenize=True, return_dict=False)
     after = _render(
         tokenizer,
@@ -117,30 +132,40 @@ def check_tool_template(tokenizer: PreTrainedTokenizerBase, template: str | None
         return_dict=False,
         add_generation_prompt=True,
     )
-    if after[: len(before)] != before:
-        raise ConfigError(
-            f"{where} renders the turns before a tool result differently once the result follows (not "
-            f"prefix-preserving), so the result's tokens cannot be appended to the completion; {fix}"
-        )
+    return after[: len(before)] == before
 
 
 def ensure_response_parser(
-    tokenizer: PreTrainedTokenizerBase, template: str | None, setting: str | None = None
+    tokenizer: PreTrainedTokenizerBase,
+    template: str | None,
+    setting: str | None = None,
+    call_format: str | None = None,
 ) -> None:
-    """Gives ``tokenizer`` the response template :data:`QWEN_TOOL_CALLS` when it has none and ``template`` renders
-    Qwen's ``<tool_call>`` JSON blocks in ChatML turns; a ConfigError naming ``agent.chat_template`` when it renders
-    calls in another form (set ``tokenizer.response_template`` for those). A preset one is kept, as in TRL."""
+    """Sets ``tokenizer.response_template`` to the parser of the call format ``call_format`` names, else of the one
+    ``template`` (None: the tokenizer's own) renders (:func:`~infgrpo.agent.formats.recognise`); one already set is
+    kept, as in TRL. A ConfigError naming ``agent.chat_template`` and ``agent.call_format`` when no format is named
+    and the template renders none; an InfgrpoWarning when the named one is not the one the template renders."""
     if getattr(tokenizer, "response_template", None) is not None:
         return
-    text = _render(tokenizer, _dummy_call("probe", {"a": 1}), template, tokenize=False)
-    if not _QWEN_CALL.search(text):
+    found = recognise(tokenizer, template)
+    if call_format is not None:
+        if found is not None and found.name != call_format:
+            warnings.warn(
+                f"[infgrpo] agent.call_format={call_format!r}, but {template_name(setting)} writes tool calls in the "
+                f"{found.name!r} format: the model's calls are read as {call_format!r} calls",
+                InfgrpoWarning,
+                stacklevel=3,
+            )
+        tokenizer.response_template = FORMATS[call_format].parser()
+        return
+    if found is None:
         raise ConfigError(
-            f"agent.chat_template={setting!r}: {template_name(setting)} writes tool calls in a form infgrpo has no "
-            'parser for (it knows <tool_call>{"name": ..., "arguments": ...}</tool_call> after '
-            "<|im_start|>assistant); set tokenizer.response_template (transformers' response parsing) or pass "
+            f"agent.chat_template={setting!r}: {template_name(setting)} writes tool calls in a form infgrpo does not "
+            f"recognise (it reads {', '.join(f.name for f in CALL_FORMATS)}); name the form the model writes with "
+            "agent.call_format, set tokenizer.response_template (transformers' response parsing), or pass "
             "agent.chat_template: compact"
         )
-    tokenizer.response_template = copy.deepcopy(QWEN_TOOL_CALLS)
+    tokenizer.response_template = found.parser()
 
 
 def render_prompt(

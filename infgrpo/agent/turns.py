@@ -5,7 +5,7 @@
     turns.rolled_back(seq)                       # the engine dropped those results (too long): forget them
     record = turns.ended(seq, prompt_ids)        # the sample is done: an Exchange (its last turn parsed if need be)
     record.messages                              # [assistant, tool, ..., assistant]: what the rewards read
-    turns.calls, turns.failures, turns.timeouts  # the calls this rollout ran (the engine's ToolSummary reads them)
+    turns.calls, turns.failures, turns.timeouts, turns.dropped  # what this rollout ran (the engine's ToolSummary)
 
 At a turn's end (TRL 1.16's ``_tool_call_loop``, per sample instead of per batch): the turn
 ``seq.token_ids[seq.turn_start:]`` is parsed after the prompt and the ids before it, and the assistant message joins
@@ -31,7 +31,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from infgrpo.agent.calls import ToolWorkers, run_calls
+from infgrpo.agent.calls import ToolWorkers
 from infgrpo.agent.chat import parse_turn, tool_suffix_ids
 from infgrpo.agent.environments import AgentError
 from infgrpo.agent.tools import ToolBox
@@ -89,8 +89,9 @@ class ToolTurns:
         self._exchanges: dict[Key, list[dict[str, Any]]] = {}
         self._parsed: dict[Key, int] = {}  # the turn_start of each sample's last parsed turn
         self._results_from: dict[Key, int] = {}  # where each sample's last tool messages start in its exchange
-        self.calls = self.failures = self.timeouts = 0
-        """Tool calls run this rollout, those that failed, those that timed out (the engine's ToolSummary)."""
+        self.calls = self.failures = self.timeouts = self.dropped = 0
+        """Tool calls run this rollout, those that failed, those that timed out, and tool results the engine dropped
+        as too long (TRL's rollback): the engine's ToolSummary."""
 
     def turn_ended(self, seq: Sample, prompt: list[int]) -> Future[list[int]] | None:
         """A turn of ``seq`` ended on a stop token: parses it into the exchange, and returns the future of its tool
@@ -116,7 +117,7 @@ class ToolTurns:
     def _answer(self, key: Key, calls: list[dict[str, Any]], box: ToolBox) -> list[int]:
         """On a worker: runs the turn's calls, records their messages and returns the ids that follow the turn (an
         :class:`~infgrpo.agent.environments.AgentError` naming the sample when its results cannot be rendered)."""
-        result = run_calls(calls, box, self.workers.loop)
+        result = self.workers.run(calls, box)  # agent.tool_timeout bounds each call; outcomes tallied
         try:
             with self._tokenizer_lock:
                 suffix = tool_suffix_ids(self.tokenizer, result.messages, self.template, self.kwargs)
@@ -141,6 +142,7 @@ class ToolTurns:
         key = (seq.prompt_idx, seq.sample_idx)
         with self._lock:
             del self._exchanges[key][self._results_from.pop(key) :]
+            self.dropped += 1
 
     def ended(self, seq: Sample, prompt: list[int]) -> Exchange:
         """``seq`` is done: its last turn is parsed into the exchange if the engine did not offer it (a turn cut

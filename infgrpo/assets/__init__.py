@@ -6,8 +6,11 @@ chat template); ``TINY_DATA_DIR`` holds ``train.jsonl`` and ``eval.jsonl``. Both
 path is accepted.
 
 ``TINY_TOOLS_MODEL_DIR`` is the same architecture warm-started to call a calculator tool, with a chat template
-that renders tools (:mod:`infgrpo.assets.calculator`); ``python -m infgrpo.assets.build_tools`` builds it and
+that renders tools (:mod:`infgrpo.assets.calculator`); ``python -m infgrpo.builds.tools`` builds it and
 writes its task's splits as ``calculator-train.jsonl`` and ``calculator-eval.jsonl`` in ``TINY_DATA_DIR``.
+
+``TINY_STOCK_TOOLS_MODEL_DIR`` is that model taught to call the calculator in two stock templates' formats, Qwen3's and
+Llama 3.1's, whose prompts are 700 and 1,070 tokens long (``python -m infgrpo.builds.stock_tools``).
 
 ``TINY_VL_MODEL_DIR`` (``tiny-vl``) and ``TINY_IDEFICS3_MODEL_DIR`` (``tiny-idefics3``) are tiny vision-language models
 (Qwen2.5-VL and Idefics3/SmolVLM architectures, with their processors' files), warm-started on the shapes task
@@ -27,19 +30,21 @@ TINY_TOOLS_MODEL_DIR = ASSETS_DIR / "tiny-qwen3-tools"
 TINY_VL_MODEL_DIR = ASSETS_DIR / "tiny-qwen2.5-vl"
 TINY_IDEFICS3_MODEL_DIR = ASSETS_DIR / "tiny-idefics3"
 SHAPES_DATA_DIR = ASSETS_DIR / "tiny-shapes"
+TINY_STOCK_TOOLS_MODEL_DIR = ASSETS_DIR / "tiny-qwen3-stock-tools"
 
 
 MODEL_ALIASES = {
     "tiny": TINY_MODEL_DIR,
     "tiny-tools": TINY_TOOLS_MODEL_DIR,
+    "tiny-stock-tools": TINY_STOCK_TOOLS_MODEL_DIR,
     "tiny-vl": TINY_VL_MODEL_DIR,
     "tiny-idefics3": TINY_IDEFICS3_MODEL_DIR,
 }
-"""The shipped models by name: the tiny default, the tiny model that calls the calculator tool, and the tiny
-vision-language models (Qwen2.5-VL, Idefics3)."""
+"""The shipped models by name: the tiny default, the tiny model that calls the calculator tool, that model in
+Qwen3's and Llama 3.1's tool formats, and the tiny vision-language models (Qwen2.5-VL, Idefics3)."""
 
 
 def resolve_model_path(name: str) -> str:
-    """Maps an alias of :data:`MODEL_ALIASES` (``"tiny"``, ``"tiny-tools"``, ``"tiny-vl"``, ...) to its shipped folder;
-    other names pass through."""
+    """Maps an alias of :data:`MODEL_ALIASES` (``"tiny"``, ``"tiny-tools"``, ``"tiny-stock-tools"``, ``"tiny-vl"``,
+    ...) to its shipped folder; other names pass through."""
     return str(MODEL_ALIASES[name]) if name in MODEL_ALIASES else name

@@ -22,7 +22,7 @@ Rendered with the compact chat template and ``tools=[add]``, one whole exchange 
 
 The rewards follow TRL's convention for conversational rows: ``completions[i]`` is the list of messages the
 model's turns produced (assistant, tool, ..., assistant). The model is built by
-``python -m infgrpo.assets.build_tools``. Run ``python -m infgrpo.assets.calculator`` to print a few rows.
+``python -m infgrpo.builds.tools``. Run ``python -m infgrpo.assets.calculator`` to print a few rows.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ checkpoint is written (atomically, as every checkpoint of ``python -m infgrpo.fi
 checkpoint folder, ``model.output_dir`` is written at once (before the held-out evaluation that Lightning runs on
 a stop, which a scheduler's grace period may cut short), the run ends, and ``python -m infgrpo.fit``
 prints where the checkpoint went with the command that resumes (``--ckpt_path last``) and exits with 128 + the
-signal's number (130, 143), so a scheduler sees the run did not finish. A second Ctrl-C stops at once. Saved at a
+signal's number (130, 143), so a scheduler sees the run did not finish. A second Ctrl-C stops at once: the tool calls
+still queued are cancelled, and the running ones are not waited for (they run on daemon threads:
+:func:`~infgrpo.agent.calls.stop_tool_calls`). Saved at a
 step boundary, the checkpoint resumes to the parameters an uninterrupted run reaches (tested for both signals).
 SLURM's requeue signal (``SIGUSR1`` with Lightning's ``SLURMEnvironment(auto_requeue=True)``) stays Lightning's.
 
@@ -26,8 +28,9 @@ from types import FrameType
 from typing import Any
 
 import lightning as L
-import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+
+from infgrpo.agent.calls import stop_tool_calls
+from infgrpo.callbacks.final_checkpoint import last_checkpoint_path
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -47,6 +50,7 @@ class Interruption(L.Callback):
     def _received(self, signum: int, frame: FrameType | None) -> None:
         if self.signal is not None and signum == signal.SIGINT:  # a second Ctrl-C: stop now
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            stop_tool_calls()  # queued tool calls never start; running ones are not waited for
             raise KeyboardInterrupt
         self.signal = self.signal or signum
         name = signal.Signals(signum).name
@@ -64,9 +68,9 @@ class Interruption(L.Callback):
         if not trainer.strategy.reduce_boolean_decision(self.signal is not None, all=False):
             return
         self.signal = self.signal or signal.SIGTERM  # a rank told by another one
-        self.checkpoint = checkpoint_path(trainer)
+        self.checkpoint = last_checkpoint_path(trainer)  # where --ckpt_path last and the run's last line look
         self.step = trainer.global_step
-        trainer.save_checkpoint(self.checkpoint)  # every rank calls it; rank 0 writes
+        trainer.save_checkpoint(self.checkpoint, weights_only=False)  # every rank calls it; rank 0 writes
         write = getattr(pl_module, "write_output", None)  # GRPOModule: output_dir now, before the evaluation
         if callable(write):
             write()
@@ -85,20 +89,3 @@ class Interruption(L.Callback):
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous = {}
-
-
-def checkpoint_path(trainer: L.Trainer) -> Path:
-    """``last.ckpt`` in the run's ModelCheckpoint folder, else in ``checkpoints/`` of its log folder (where
-    ``--ckpt_path last`` finds it). A ModelCheckpoint with ``save_last`` is told the file is its last checkpoint
-    (``last_model_path``, set before the save, as it sets it itself): its own save of the last checkpoint at the
-    run's end then writes that file again rather than a ``last-v1.ckpt`` beside it, so the stop line and
-    ``--ckpt_path last`` name one file."""
-    callback = trainer.checkpoint_callback
-    if isinstance(callback, ModelCheckpoint) and callback.save_last and callback.dirpath:
-        step = {"epoch": torch.tensor(trainer.current_epoch), "step": torch.tensor(trainer.global_step)}
-        callback.last_model_path = callback.format_checkpoint_name(step, callback.CHECKPOINT_NAME_LAST)
-        return Path(callback.last_model_path)
-    folder = getattr(callback, "dirpath", None)
-    if not folder:
-        folder = Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints"
-    return Path(folder) / "last.ckpt"

@@ -18,6 +18,8 @@ Sources (``path``): ``"tiny"`` (the shipped synthetic task), a local folder hold
 data: ``path`` may be one file (``train.jsonl``, ``.json``, ``.csv``, ``.parquet``) with its held-out rows in
 ``eval_path`` or a seeded ``eval_fraction`` of it; in Python, ``train_dataset=`` / ``eval_dataset=`` take a
 ``datasets.Dataset`` (or a ``DatasetDict``, split by ``train_split`` / ``eval_split``), as ``GRPOTrainer`` does.
+``path: null`` is no dataset: TRL's placeholder rows, whose prompts an environment's ``reset()`` writes
+(:mod:`infgrpo.data.placeholder_rows`; ``trainer.max_steps`` sets their number).
 
 Rows with images (TRL's ``image`` or ``images`` column beside a conversational prompt) are rendered by the model's
 processor (:mod:`infgrpo.data.vision_prompts`): the item's ``prompt`` is TRL's rewrite (image blocks holding the
@@ -50,6 +52,7 @@ from infgrpo.data.images import image_root
 from infgrpo.data.in_memory import dataset_rows, held_out_split
 from infgrpo.data.local_files import check_local_source, read_file, read_split
 from infgrpo.data.mixture import DatasetMixture, as_mixture, check_sources, mixture_rows
+from infgrpo.data.placeholder_rows import HELD_OUT, placeholder_count, placeholder_rows
 from infgrpo.data.prompt_rows import row_prompt
 from infgrpo.data.prompt_stream import PromptStream
 from infgrpo.data.reasoning_tasks import check_task, is_reasoning_gym, task_rows
@@ -110,6 +113,12 @@ def check_data_settings(hp: Mapping[str, Any]) -> None:
             raise ConfigError(f"data.eval_task_seed={eval_task_seed} must differ from data.task_seed")
     elif task_config is not None:
         raise ConfigError(f"data.task_config is set, but data.path={path!r} is no reasoning_gym:<task> source")
+    elif path is None:  # no dataset: placeholder rows an environment fills (the preflight checks the environment)
+        if fraction:
+            raise ConfigError(
+                f"data.eval_fraction={fraction} holds out rows of data.path, which is null (placeholder rows, all "
+                "alike); drop it: held-out placeholder rows come with data.eval_split, or give data.eval_path"
+            )
     elif path != "tiny":
         eval_split = hp.get("eval_split", "eval") if not fraction and eval_path is None else None
         check_local_source(path, [hp.get("train_split", "train"), *([eval_split] if eval_split else [])])
@@ -158,7 +167,9 @@ class PromptDataModule(L.LightningDataModule):
         path: ``"tiny"``, a folder of split files, one data file (``.jsonl``, ``.json``, ``.csv``, ``.parquet``:
             the training rows), a hub dataset name, or ``reasoning_gym:<task>``
             (e.g. ``reasoning_gym:chain_sum``; ``reasoning_gym:composite`` mixes tasks; needs
-            ``pip install -e ".[tasks]"``).
+            ``pip install -e ".[tasks]"``). None: no dataset, for one ``model.agent.environment`` whose ``reset()``
+            writes each prompt (TRL without ``train_dataset``): ``trainer.max_steps`` x the global batch of
+            placeholder rows, each with a ``seed`` column for ``reset`` (:mod:`infgrpo.data.placeholder_rows`).
         config_name: the hub dataset's configuration (e.g. ``main`` for ``openai/gsm8k``).
         tokenizer: tokenizer name or folder (``"tiny"`` = the shipped one, ``"smollm2"``, a ``.gguf``
             file); usually linked to the model.
@@ -219,7 +230,7 @@ class PromptDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        path: str = "tiny",
+        path: str | None = "tiny",
         config_name: str | None = None,
         tokenizer: str = "tiny",
         train_split: str = "train",
@@ -355,6 +366,8 @@ class PromptDataModule(L.LightningDataModule):
             return train[: hp.train_size], held_out[: hp.eval_size]
         if train_dataset is not None:
             train = dataset_rows(train_dataset, hp.train_split, "train_dataset")
+        elif self.placeholders:
+            return self.placeholder_rows(eval_dataset)
         else:
             train = load_rows(hp.path, hp.train_split, hp.config_name)
         fraction = hp.get("eval_fraction", 0.0)
@@ -373,6 +386,32 @@ class PromptDataModule(L.LightningDataModule):
         else:  # one data file and no held-out rows named: no evaluation
             held_out = []
         return train[: hp.train_size], held_out[: hp.eval_size]
+
+    @property
+    def placeholders(self) -> bool:
+        """Whether the rows are placeholders an environment fills (``path`` None, no ``train_dataset``)."""
+        return self.hparams.path is None and getattr(self, "datasets", (None, None))[0] is None
+
+    def placeholder_rows(self, eval_dataset: Any) -> tuple[list[dict], list[dict]]:
+        """(training rows, held-out rows) without data: ``trainer.max_steps`` x the global batch of placeholder rows
+        (capped by ``train_size``); held-out rows from ``eval_dataset`` / ``eval_path``, else ``eval_size``
+        placeholder rows of their own seeds when ``eval_split`` is set."""
+        hp = self.hparams
+        world, _ = self.ranks()
+        n = placeholder_count(getattr(self.trainer, "max_steps", None), hp.batch_size, world)
+        if n is None:
+            raise ConfigError(
+                f"data.path=None (no dataset: an environment writes each prompt) needs trainer.max_steps >= 1, which "
+                f"sets the run's length (TRL's rule); trainer.max_steps={getattr(self.trainer, 'max_steps', None)!r}"
+            )
+        train = placeholder_rows(min(n, hp.train_size or n), hp.seed)
+        if eval_dataset is not None:
+            held_out = dataset_rows(eval_dataset, hp.eval_split, "eval_dataset")
+        elif hp.get("eval_path"):
+            held_out = read_file(Path(hp.eval_path).expanduser(), "data.eval_path")
+        else:
+            held_out = placeholder_rows(hp.eval_size, hp.seed, HELD_OUT) if hp.eval_split else []
+        return train, held_out[: hp.eval_size]
 
     def setup(self, stage: str) -> None:
         """Loads and tokenizes the training and held-out prompts, once for every stage."""
@@ -417,8 +456,9 @@ class PromptDataModule(L.LightningDataModule):
         """This rank's shuffled batches (lists of items), resuming a checkpoint's position when one is pending."""
         world, rank = self.ranks()
         self.batch_sampler = ResumableBatchSampler(
-            len(self.train_items), self.hparams.batch_size, self.hparams.seed, num_replicas=world, rank=rank
-        )
+            len(self.train_items), self.hparams.batch_size, self.hparams.seed, shuffle=not self.placeholders,
+            num_replicas=world, rank=rank,
+        )  # fmt: skip
         if self._pending_state is not None:
             self.batch_sampler.load_state_dict(self._pending_state)
             self._pending_state = None

@@ -31,6 +31,7 @@ from infgrpo.data.conversation import check_messages, encode_prompt
 from infgrpo.data.images import image_root
 from infgrpo.data.local_files import FILE_TYPES, split_file
 from infgrpo.data.mixture import local_rows
+from infgrpo.data.placeholder_rows import placeholder_rows
 from infgrpo.data.prompt_rows import row_prompt
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
 from infgrpo.data.template_options import check_template_kwargs
@@ -55,10 +56,13 @@ def jsonl_head(file: Path, n: int) -> list[dict[str, Any]]:
     return [{k: r.get(k) for k in columns} for r in rows]
 
 
-def first_rows(path: str, split: str, n: int = ROWS) -> list[dict[str, Any]] | None:
-    """The first ``n`` rows of ``split`` of a local (or ``tiny``) source, or of one data file (``split`` unused);
-    None for a hub dataset or a reasoning-gym task (their rows are left to the data module), or a file ``datasets``
-    cannot read."""
+def first_rows(path: str | None, split: str, n: int = ROWS) -> list[dict[str, Any]] | None:
+    """The first ``n`` rows of ``split`` of a local (or ``tiny``) source, or of one data file (``split`` unused), or
+    placeholder rows (``path`` None: no dataset; their columns are what matters here, not their seeds); None for a
+    hub dataset or a reasoning-gym task (their rows are left to the data module), or a file ``datasets`` cannot
+    read."""
+    if path is None:
+        return placeholder_rows(n, 0)
     folder = TINY_DATA_DIR if path == "tiny" else Path(path).expanduser()
     if is_reasoning_gym(path) or not (folder.is_dir() or folder.is_file()):
         return None
@@ -74,9 +78,11 @@ def first_rows(path: str, split: str, n: int = ROWS) -> list[dict[str, Any]] | N
     return [dict(r) for r in ds]
 
 
-def check_every_conversation(path: str, split: str, column: str) -> None:
+def check_every_conversation(path: str | None, split: str, column: str) -> None:
     """A ConfigError naming the row and ``data.prompt_column`` for the first malformed list of chat messages in a
     local ``.jsonl`` source (one line read at a time; other sources are checked when the data module sets up)."""
+    if path is None:  # placeholder rows: well formed
+        return
     source = TINY_DATA_DIR if path == "tiny" else Path(path).expanduser()
     file = source if source.is_file() else split_file(source, split, path) if source.is_dir() else None
     if file is None or file.suffix != ".jsonl":
@@ -109,7 +115,7 @@ def split_rows(hp: Mapping[str, Any], head: int = ROWS) -> dict[str, tuple[str, 
     eval_path, eval_size = hp.get("eval_path"), min(head, hp.get("eval_size") or 0)
     if eval_size and eval_path is not None:
         rows["eval"] = (f"data.eval_path={eval_path!r}", first_rows(eval_path, "eval", eval_size))
-    elif eval_size and hp.get("eval_split") and not hp.get("eval_fraction") and not Path(path).is_file():
+    elif eval_size and hp.get("eval_split") and not hp.get("eval_fraction") and not Path(path or "").is_file():
         split = hp["eval_split"]
         rows[split] = (f"data.path={path!r} (held-out split {split!r})", first_rows(path, split, eval_size))
     return rows

@@ -44,9 +44,9 @@ COMPOSITE = "composite"
 MAX_DRAWS = 16  # training rows drawn at most per row wanted, before the overlap with held-out is an error
 
 
-def is_reasoning_gym(path: str) -> bool:
-    """Whether ``data.path`` names a reasoning-gym task."""
-    return path.startswith(PREFIX)
+def is_reasoning_gym(path: str | None) -> bool:
+    """Whether ``data.path`` names a reasoning-gym task (None, no dataset, does not)."""
+    return isinstance(path, str) and path.startswith(PREFIX)
 
 
 def import_reasoning_gym(path: str) -> ModuleType:

@@ -32,13 +32,21 @@ On CPUs with AVX512-BF16, bitsandbytes (0.50) repacks a 4-bit layer's weights fo
 its first eval-mode forward without gradients — every rollout — and that kernel has no backward: the
 LoRA gradients through every repacked layer are wrong from then on (silently, up to 50% off in our
 test). :func:`keep_4bit_trainable` turns the repacking off; ``load_policy`` calls it.
+
+On such CPUs importing bitsandbytes also asks the Hugging Face hub for a kernel (``kernels-community``; offline:
+"Failed to load CPU gemm_4bit_forward ... pip install kernels"), and ``import peft`` imports bitsandbytes whatever
+the model. A run that does not load 4-bit weights hides bitsandbytes from peft while peft loads and wraps the model
+(:func:`bitsandbytes_hidden`): it is imported only when 4-bit is requested.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import importlib.util
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -145,6 +153,46 @@ def load_tokenizer(name: str, gguf_file: str | None = None) -> PreTrainedTokeniz
     return tok
 
 
+BNB_LOOKUPS = (
+    ("peft.import_utils", "is_bnb_available"),
+    ("peft.import_utils", "is_bnb_4bit_available"),
+    ("transformers.utils.import_utils", "is_bitsandbytes_available"),
+)
+"""The functions peft and transformers ask whether bitsandbytes is installed; each caches its answer."""
+
+
+def forget_bitsandbytes_lookups() -> None:
+    """Clears the cached answers of :data:`BNB_LOOKUPS` (of the modules imported so far)."""
+    for module, name in BNB_LOOKUPS:
+        clear = getattr(getattr(sys.modules.get(module), name, None), "cache_clear", None)
+        if clear is not None:
+            clear()
+
+
+@contextlib.contextmanager
+def bitsandbytes_hidden(hide: bool = True) -> Iterator[None]:
+    """In the block bitsandbytes looks absent, unless ``hide`` is False or it is imported already.
+
+    ``import peft`` imports bitsandbytes (``peft.helpers``, in a ``try``) and peft looks for it again while it wraps
+    layers (``find_spec``); on CPUs with AVX512-BF16 that import asks the hub for a kernel (module docstring).
+    ``sys.modules["bitsandbytes"] = None`` is Python's mark of a module that is absent: ``import`` raises
+    ImportError and ``find_spec`` returns None. The cached answers of :data:`BNB_LOOKUPS` are cleared as the block
+    starts and ends, so neither a True from before nor a False from inside outlives it (a 4-bit model loaded later in
+    the process finds bitsandbytes).
+    """
+    if not hide or sys.modules.get("bitsandbytes") is not None:
+        yield
+        return
+    sys.modules["bitsandbytes"] = None  # type: ignore[assignment]
+    forget_bitsandbytes_lookups()
+    try:
+        yield
+    finally:
+        if "bitsandbytes" in sys.modules and sys.modules["bitsandbytes"] is None:
+            del sys.modules["bitsandbytes"]
+        forget_bitsandbytes_lookups()
+
+
 def keep_4bit_trainable(model: torch.nn.Module) -> int:
     """Stops bitsandbytes from repacking ``model``'s 4-bit layers into its inference-only CPU format.
 
@@ -220,16 +268,17 @@ def load_policy(
         if lora_target_modules == "all-linear":
             lora_target_modules = language_lora_targets(model)
     if lora_r > 0:
-        from peft import LoraConfig, get_peft_model
+        with bitsandbytes_hidden(not load_in_4bit):  # peft would import it, and it may ask the hub (module docstring)
+            from peft import LoraConfig, get_peft_model
 
-        cfg = LoraConfig(
-            r=lora_r,
-            lora_alpha=lora_alpha,
-            lora_dropout=lora_dropout,
-            target_modules=lora_target_modules,
-            task_type="CAUSAL_LM",
-        )
-        model = get_peft_model(model, cfg)
+            cfg = LoraConfig(
+                r=lora_r,
+                lora_alpha=lora_alpha,
+                lora_dropout=lora_dropout,
+                target_modules=lora_target_modules,
+                task_type="CAUSAL_LM",
+            )
+            model = get_peft_model(model, cfg)
     return model
 
 
@@ -305,12 +354,13 @@ def export_merged(
     The base (``base_name``, and ``gguf_file`` as it was loaded) is reloaded unquantized in ``dtype``
     (a 4-bit base cannot be merged exactly), the trained adapter weights are copied onto it and merged.
     """
-    from peft import get_peft_model
-
     if not hasattr(model, "peft_config"):
         raise ValueError("export_merged needs a LoRA model (lora_r > 0); save_trained writes a full model")
     base = from_pretrained(base_name, gguf_file, dtype=check_dtype(dtype))
-    fresh = get_peft_model(base, copy.deepcopy(model.peft_config["default"]))
+    with bitsandbytes_hidden():  # the base is reloaded unquantized
+        from peft import get_peft_model
+
+        fresh = get_peft_model(base, copy.deepcopy(model.peft_config["default"]))
     lora_state = {k: v for k, v in model.state_dict().items() if "lora_" in k}
     missing = fresh.load_state_dict(lora_state, strict=False)
     if missing.unexpected_keys:

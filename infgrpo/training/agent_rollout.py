@@ -32,7 +32,8 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from infgrpo.agent import AgentConfig, Environments, ToolTurns, ToolWorkers
-from infgrpo.agent.chat import check_tool_template, ensure_response_parser, load_template
+from infgrpo.agent.chat import prepare_template
+from infgrpo.agent.tool_watch import ToolWatch
 from infgrpo.agent.tools import load_factories, load_tools, tool_box
 from infgrpo.data.conversation import PromptFormat
 from infgrpo.runtime.ranks import Ranks
@@ -42,12 +43,10 @@ from infgrpo.scoring import Source
 
 def agent_template(tokenizer: PreTrainedTokenizerBase, cfg: AgentConfig) -> str | None:
     """The chat template the agent renders with (None: the tokenizer's own), checked to render a tool exchange; the
-    tokenizer gets a response parser for it when it has none (a ConfigError naming ``agent.chat_template``
-    otherwise). The one place the agent asks :mod:`infgrpo.agent.chat` for its template."""
-    template = load_template(cfg)
-    check_tool_template(tokenizer, template, cfg.chat_template)
-    ensure_response_parser(tokenizer, template, cfg.chat_template)
-    return template
+    tokenizer gets the response parser of its call format when it has none (a ConfigError naming
+    ``agent.chat_template`` and ``agent.call_format`` otherwise). The one place the agent asks
+    :mod:`infgrpo.agent.chat` for its template."""
+    return prepare_template(tokenizer, cfg)
 
 
 def prompt_format(datamodule: Any) -> PromptFormat:
@@ -62,7 +61,7 @@ class AgentRollout:
     Args:
         cfg: the ``model.agent`` settings (enabled).
         tokenizer: the policy's tokenizer: its template (or ``cfg.chat_template``) must render a tool exchange
-            (a ConfigError otherwise); it gets a response parser for Qwen-style tool calls when it has none.
+            (a ConfigError otherwise); it gets the response parser of its call format when it has none.
         group_size: completions a prompt in training rollouts (``model.group_size``).
     """
 
@@ -79,12 +78,14 @@ class AgentRollout:
         self._workers: ToolWorkers | None = None
         self.format = PromptFormat()
         """How the current rollout's prompts were rendered (its chat template options render the tool results)."""
+        self.watch = ToolWatch(cfg.tool_timeout)
+        """Tools that leave the run at reward 0 without a word: a warning once (:meth:`watch_rollout`)."""
 
     @property
     def workers(self) -> ToolWorkers:
         """The tool threads, shared by every rollout of the run (made again after :meth:`close`)."""
         if self._workers is None:
-            self._workers = ToolWorkers(self.cfg.tool_workers)
+            self._workers = ToolWorkers(self.cfg.tool_workers, self.cfg.tool_timeout)
         return self._workers
 
     def schemas(self, row: dict) -> list[dict]:
@@ -153,7 +154,15 @@ class AgentRollout:
         get as its completion (``Rollouts.exchanges``' messages): benchmarks and tests."""
         prompts, turns = rollout_inputs(self, items, group_size=group_size)
         rollouts = sampler.sample(prompts, group_size, seed, prompt_offset=prompt_offset, ranks=ranks, turns=turns)
+        self.watch_rollout(rollouts, sampler.config.max_new_tokens)
         return rollouts, [x.messages for x in rollouts.exchanges or []]
+
+    def watch_rollout(self, rollouts: Rollouts, max_new_tokens: int) -> None:
+        """After a rollout: warns once of each tool that leaves the run at reward 0 without a word (:class:`ToolWatch`:
+        every call failing, ``None`` returned, ``SystemExit`` caught, timeouts, results dropped as too long), from the
+        calls since the last rollout."""
+        dropped = rollouts.tools.dropped if rollouts.tools is not None else 0
+        self.watch(self.workers.take_tally(), dropped, max_new_tokens)
 
     def close(self) -> None:
         """Ends the tool threads (``GRPOModule`` calls it as fit ends; a later rollout makes new ones)."""

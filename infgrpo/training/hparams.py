@@ -106,6 +106,7 @@ class ModuleSettings:
     def hparams(self) -> dict[str, Any]:
         """Plain nested dicts and values (so a checkpoint loads with ``torch.load(weights_only=True)``)."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["agent"] = self.agent.recorded()  # tools and environments given as objects: their import paths
         return {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in out.items()}
 
 

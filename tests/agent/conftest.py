@@ -4,10 +4,11 @@ import importlib.util
 
 import pytest
 
-from infgrpo.agent.chat import TEMPLATES, ensure_response_parser
+from infgrpo.agent.chat import ensure_response_parser
+from infgrpo.agent.shipped import shipped_template
 from infgrpo.policy.load import load_tokenizer
 
-COMPACT = (TEMPLATES / "compact.jinja").read_text()
+COMPACT = shipped_template("compact")
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from trl.chat_template_utils import parse_response
 
 from infgrpo.agent import chat
 from infgrpo.agent.config import AgentConfig
+from infgrpo.agent.formats import FORMATS
 from infgrpo.agent.tools import bound_methods, tool_schema
 from infgrpo.policy.load import load_tokenizer
 from infgrpo.settings import ConfigError
@@ -125,21 +126,23 @@ def test_response_parser_is_set_for_qwen_calls_and_kept_when_preset():
     tok = load_tokenizer("tiny")
     assert getattr(tok, "response_template", None) is None
     chat.ensure_response_parser(tok, COMPACT, "compact")
-    assert tok.response_template == chat.QWEN_TOOL_CALLS and tok.response_template is not chat.QWEN_TOOL_CALLS
+    qwen = FORMATS["qwen"].response_template
+    assert tok.response_template == qwen and tok.response_template is not qwen
     from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template
 
     trl_tok = load_tokenizer("tiny")
     trl_tok.chat_template = qwen2_5_chat_template
-    assert add_response_schema(trl_tok).response_template == chat.QWEN_TOOL_CALLS  # what TRL sets for Qwen's
+    assert add_response_schema(trl_tok).response_template == qwen  # what TRL sets for Qwen's
+    assert load_tokenizer("tiny-tools").response_template == qwen  # the shipped tool model's: the same one
     preset = {"defaults": {"role": "assistant"}, "fields": {}}
     tok.response_template = preset
     chat.ensure_response_parser(tok, COMPACT, "compact")
     assert tok.response_template is preset
     other = load_tokenizer("tiny")
-    llama_like = COMPACT.replace("'<tool_call>\\n", "'[CALL]").replace("'\\n</tool_call>'", "'[/CALL]'")
+    bracketed = COMPACT.replace("'<tool_call>\\n", "'[CALL]").replace("'\\n</tool_call>'", "'[/CALL]'")
     with pytest.raises(ConfigError, match=r"^agent\.chat_template='l.jinja': .* writes tool calls in a form infgrpo "
-                       "has no parser for"):  # fmt: skip
-        chat.ensure_response_parser(other, llama_like, "l.jinja")
+                       "does not recognise .*; name the form the model writes with agent.call_format"):  # fmt: skip
+        chat.ensure_response_parser(other, bracketed, "l.jinja")
 
 
 def test_load_template_reads_the_compact_one_or_a_file(tmp_path):

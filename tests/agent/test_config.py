@@ -1,11 +1,13 @@
 """AgentConfig: every refusal is one line naming ``agent.<field>``, the value and what is valid, before any model."""
 
+import functools
 import re
 
 import pytest
 
 from infgrpo.agent.config import AgentConfig
 from infgrpo.settings import ConfigError, build_group
+from tests.agent import toolbox
 
 T = "tests.agent.toolbox"
 
@@ -37,7 +39,28 @@ def test_a_valid_config_and_its_switch(tmp_path):
         ({"max_turns": 0}, r"^agent\.max_turns=0 must be an integer >= 1, or null \(unbounded\)$"),
         ({"max_turns": "2"}, r"^agent\.max_turns='2' must be "),
         ({"tool_workers": 0}, r"^agent\.tool_workers=0 must be an integer >= 1$"),
-        ({"tools": ["add"]}, r"^agent\.tools: 'add' is not an import path; write 'module.path:function'$"),
+        ({"tools": ["add"]}, r"^agent\.tools: 'add' is not an import path; write 'module.path:function' \(in Python"),
+        ({"tools": [3]}, r"^agent\.tools=\[3\] must be a list of strings$"),
+        ({"tools": [functools.partial(toolbox.add, b=1)]}, r"^agent\.tools: '\(no import path\) functools\.partial\("),
+        ({"tool_timeout": 0}, r"^agent\.tool_timeout=0 must be a number of seconds > 0, or null \(no limit, as TRL\)$"),
+        ({"tool_timeout": float("nan")}, r"^agent\.tool_timeout=nan must be a number of seconds > 0"),
+        ({"tool_timeout": "1"}, r"^agent\.tool_timeout='1' must be a number or null$"),
+        ({"tools": [f"{T}:add", f"{T}:add"]}, r"^agent\.tools: 'tests\.agent\.toolbox:add' is listed twice; list each"),
+        (
+            {"tools": [f"{T}:add", "infgrpo.assets.calculator:add"]},
+            r"^agent\.tools: '.*toolbox:add' and tools: 'infgrpo\.assets\.calculator:add' are both tools named "
+            r"'add'; a completion calls a tool by name, so only one could ever run",
+        ),
+        (
+            {"tools": [f"{T}:add"], "environment": f"{T}:Adder"},
+            r"^agent\.tools: '.*toolbox:add' and environment: '.*toolbox:Adder''s method 'add' are both tools named",
+        ),
+        (
+            {"environment": f"{T}:Sized"},
+            r"^agent\.environment: 'tests\.agent\.toolbox:Sized' cannot be made without arguments \(Sized needs "
+            r"'size'\); an environment is made once per sample with none, as TRL's environment_factory is",
+        ),
+        ({"environment": {"s": f"{T}:make_sized"}}, r"^agent\.environment: '.*:make_sized' cannot be made without"),
         ({"tools": ["tests.agent.nowhere:add"]}, r"^agent\.tools: cannot import 'tests\.agent\.nowhere:add' \("),
         ({"tools": [f"{T}:missing"]}, r"^agent\.tools: cannot import 'tests\.agent\.toolbox:missing' \("),
         ({"tools": [f"{T}:NOT_CALLABLE"]}, r"^agent\.tools: 'tests\.agent\.toolbox:NOT_CALLABLE' is not callable$"),

@@ -95,7 +95,7 @@ def test_tool_turns_give_trls_ids_masks_messages_and_counts(tiny, workers, limit
         assert turns.exchange(i, 0) == exchange.messages
     assert (turns.calls, turns.failures, turns.timeouts) == (trl_calls, trl_failures, 0)
     turns.close()
-    assert not workers.pool._shutdown  # a shared pool outlives the rollout
+    assert not workers.stopped  # a shared pool outlives the rollout
 
 
 def test_one_exchange_end_to_end_on_real_ids(tiny):
@@ -123,7 +123,7 @@ def test_one_exchange_end_to_end_on_real_ids(tiny):
     assert turns.ended(seq, prompt).messages == exchange  # the rolled-back turn was parsed already: nothing added
     assert (turns.calls, turns.failures) == (3, 1)
     turns.close()
-    assert turns.workers.pool._shutdown  # its own pool, ended
+    assert turns.workers.stopped  # its own pool, ended
 
 
 def test_max_turns_stops_before_running_the_calls(tiny):

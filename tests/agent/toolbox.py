@@ -1,6 +1,7 @@
 """Tools and environments the agent tests name by import path (``tests.agent.toolbox:add``)."""
 
 import asyncio
+import threading
 
 
 def add(a: int, b: int) -> int:
@@ -222,3 +223,103 @@ class Ledger:
         if n < 0:
             raise KeyError("n must be >= 0")
         Ledger.log.append(("reset", self.me, n))
+
+
+class Sized:
+    """An environment whose constructor needs an argument (TRL makes environments with none)."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def reset(self, **row) -> None:
+        """Nothing."""
+
+
+def make_sized(size: int) -> Sized:
+    """A factory that needs an argument."""
+    return Sized(size)
+
+
+class Adder:
+    """An environment whose method is named as the standalone tool ``add``."""
+
+    def reset(self, **row) -> None:
+        """Nothing."""
+
+    def add(self, a: int, b: int) -> int:
+        """Adds.
+
+        Args:
+            a: one
+            b: two
+        """
+        return a + b
+
+
+def quit_run(code: int) -> int:
+    """Ends the process, as a careless tool might.
+
+    Args:
+        code: the exit code
+    """
+    raise SystemExit(code)
+
+
+def interrupt(x: int) -> int:
+    """Raises KeyboardInterrupt, as a tool that catches Ctrl-C badly might.
+
+    Args:
+        x: ignored
+    """
+    raise KeyboardInterrupt
+
+
+async def quit_async(code: int) -> int:
+    """Ends the process, asynchronously.
+
+    Args:
+        code: the exit code
+    """
+    raise SystemExit(code)
+
+
+def nothing(x: int) -> None:
+    """Prints instead of returning.
+
+    Args:
+        x: what it would print
+    """
+
+
+HELD = threading.Event()
+"""What :func:`hang` waits on: set by a test once it has seen it time out."""
+ENTERED = threading.Event()
+"""Set by :func:`hang` when it starts waiting."""
+
+
+def hang(x: int) -> int:
+    """Blocks until the test releases it.
+
+    Args:
+        x: returned
+    """
+    ENTERED.set()
+    HELD.wait()
+    return x
+
+
+async def hang_async(x: int) -> int:
+    """Awaits forever (an event no one sets).
+
+    Args:
+        x: never returned
+    """
+    await asyncio.Event().wait()
+    return x
+
+
+class Strict:
+    """An environment whose reset takes no row columns."""
+
+    def reset(self) -> None:
+        """Nothing."""

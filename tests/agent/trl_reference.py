@@ -72,3 +72,22 @@ def trl_tool_loop(tokenizer, template, tools, prompt_ids, first_turns, post_turn
     )
     tool_mask, completions, completion_ids, _, calls, failures, _ = out
     return tool_mask, completions, completion_ids, calls, failures
+
+
+def trl_tool_setup(tokenizer):
+    """``GRPOTrainer.__init__``'s set-up for ``tools=``, on ``tokenizer``: a ValueError unless its template renders a
+    tool exchange; the response template of a stock template it knows (kept when one is set, a ValueError for any
+    other template); the chat template it renders with: its training template when the tokenizer's does not keep the
+    prefix, else None (the tokenizer's own)."""
+    from trl.chat_template_utils import (
+        add_response_schema,
+        get_training_chat_template,
+        is_chat_template_prefix_preserving,
+        supports_tool_calling,
+    )
+
+    if not supports_tool_calling(tokenizer):
+        raise ValueError("The provided chat template does not support tool calling.")
+    if getattr(tokenizer, "response_template", None) is None:
+        add_response_schema(tokenizer)
+    return None if is_chat_template_prefix_preserving(tokenizer) else get_training_chat_template(tokenizer)

@@ -185,3 +185,28 @@ def test_loading_options_are_validated_before_loading():
         GRPOModule(lora={"r": 4}, quantization={"load_in_4bit": True, "bnb_4bit_quant_type": "int4"})
     with pytest.raises(ValueError, match="lora.r=-1 must be >= 0"):
         GRPOModule(lora={"r": -1})
+
+
+@pytest.mark.slow  # a fresh interpreter: this one imported bitsandbytes with peft already
+def test_bitsandbytes_is_imported_only_when_a_4bit_model_loads():
+    """A LoRA model loads without importing bitsandbytes (peft would, and on CPUs with AVX512-BF16 its import asks the
+    hub for a kernel); a 4-bit model loaded after it in the same process still gets peft's 4-bit LoRA layers."""
+    import os
+    import subprocess
+    import sys
+
+    script = """
+import sys
+from infgrpo.policy.load import load_policy
+lora = load_policy("tiny", lora_r=4)
+assert "bitsandbytes" not in sys.modules and "peft" in sys.modules
+q = load_policy("tiny", lora_r=4, load_in_4bit=True, bnb_4bit_compute_dtype="float32")
+import bitsandbytes, peft.tuners.lora.bnb as lora_bnb
+layers = [m for m in q.modules() if isinstance(m, lora_bnb.Linear4bit)]
+assert len(layers) == 28 and isinstance(layers[0].base_layer, bitsandbytes.nn.Linear4bit), len(layers)
+print("ok")
+"""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

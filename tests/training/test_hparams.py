@@ -169,7 +169,7 @@ def test_a_0_1_checkpoint_loads_once_upgraded_and_names_the_command_until_then(t
     assert "settings in the groups" in capsys.readouterr().out and not list(tmp_path.glob("*.tmp*"))
     with pytest.raises(SystemExit):  # already grouped: nothing to upgrade, one line
         upgrade_main([str(tmp_path / "v02.ckpt"), str(tmp_path / "again.ckpt")])
-    assert "no hyper-parameters of infgrpo 0.1 to upgrade" in capsys.readouterr().err
+    assert "nothing to upgrade: no hyper-parameters of infgrpo 0.1, and no frozen base" in capsys.readouterr().err
     module = GRPOModule.load_from_checkpoint(tmp_path / "v02.ckpt", policy=policy)
     s = module.settings
     assert (s.objective.loss_type, s.objective.epsilon_high, s.optimizer.learning_rate) == ("dapo", 0.28, 1e-2)

@@ -122,7 +122,16 @@ def tool_rollouts(completions=4, tools=None):
                     stats=dict(STATS), tools=tools)  # fmt: skip
 
 
-TOOLS = {"samples": 4, "calls": 6, "failures": 2, "timeouts": 1, "rounds": 4, "wait_s": 1.5, "steps_while_waiting": 12}
+TOOLS = {
+    "samples": 4,
+    "calls": 6,
+    "failures": 2,
+    "timeouts": 1,
+    "rounds": 4,
+    "wait_s": 1.5,
+    "dropped": 2,
+    "steps_while_waiting": 12,
+}
 
 
 def test_tool_metrics_are_trls_frequencies_and_ours_only_with_tools():
@@ -130,7 +139,7 @@ def test_tool_metrics_are_trls_frequencies_and_ours_only_with_tools():
     tools = {k: v for k, v in m.items() if k.startswith("tools/")}
     assert tools == {
         "tools/call_frequency": 6 / 4, "tools/failure_frequency": 2 / 6, "tools/turns_mean": 1 + 4 / 4,
-        "tools/timeouts": 1.0, "tools/wait_s": 1.5, "tools/steps_while_waiting": 12.0,
+        "tools/timeouts": 1.0, "tools/wait_s": 1.5, "tools/dropped": 2.0, "tools/steps_while_waiting": 12.0,
     }  # fmt: skip
     none = ToolSummary(**{**TOOLS, "calls": 0, "failures": 0, "timeouts": 0, "rounds": 0, "wait_s": 0.0})
     m = step_metrics(batch(), tool_rollouts(tools=none), UPDATE, (3.0, 2.0), Ranks(), 1e-4, {}, 3, None)
@@ -141,7 +150,9 @@ def test_tool_metrics_are_trls_frequencies_and_ours_only_with_tools():
 
 def test_tool_metrics_are_reduced_over_ranks():
     # rank 0 of 2; the other rank ran 2 samples with 4 calls, 1 failure, 3 rounds, 0.5 s waiting, 30 steps
-    theirs = ToolSummary(samples=2, calls=4, failures=1, timeouts=0, rounds=3, wait_s=0.5, steps_while_waiting=30)
+    theirs = ToolSummary(
+        samples=2, calls=4, failures=1, timeouts=0, rounds=3, wait_s=0.5, dropped=1, steps_while_waiting=30
+    )
     sent = {}
 
     def record(x):
@@ -155,3 +166,4 @@ def test_tool_metrics_are_reduced_over_ranks():
     assert m["tools/failure_frequency"] == pytest.approx(3 / 10)
     assert m["tools/turns_mean"] == pytest.approx(1 + 7 / 6)
     assert m["tools/wait_s"] == pytest.approx(2.0) and m["tools/steps_while_waiting"] == 30.0  # summed; the largest
+    assert m["tools/dropped"] == 3.0

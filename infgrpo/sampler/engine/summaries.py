@@ -115,13 +115,16 @@ class ToolSummary:
     """Tool rounds: turns whose calls ran (one sample's each)."""
     wait_s: float
     """Seconds samples waited on their tools, summed over samples."""
+    dropped: int
+    """Tool results dropped as too long (TRL's rollback: past ``max_new_tokens`` or the context)."""
     steps_while_waiting: int = over_ranks(torch.max)
     """Decode steps run while at least one sample waited on its tools (the largest rank's)."""
 
     def reduce(self, ranks: Ranks) -> dict[str, float]:
         """The ``tools/*`` metrics of the global batch (one gather): TRL's ``tools/call_frequency`` (calls a sample)
         and ``tools/failure_frequency`` (failures a call; 0 without calls), and ours: ``tools/turns_mean`` (the model's
-        turns a sample: 1 + its tool rounds), ``tools/timeouts`` (calls that timed out), ``tools/wait_s`` (summed over
+        turns a sample: 1 + its tool rounds), ``tools/timeouts`` (calls that timed out), ``tools/dropped`` (results
+        rolled back as too long), ``tools/wait_s`` (summed over
         every rank's samples) and ``tools/steps_while_waiting`` (the largest rank's, as ``rollout/decode_steps``)."""
         columns = sorted(fields(self), key=lambda f: f.name)
         row = [float(getattr(self, f.name)) for f in columns]
@@ -135,5 +138,6 @@ class ToolSummary:
             "tools/turns_mean": 1.0 + total["rounds"] / n,
             "tools/timeouts": total["timeouts"],
             "tools/wait_s": total["wait_s"],
+            "tools/dropped": total["dropped"],
             "tools/steps_while_waiting": total["steps_while_waiting"],
         }

@@ -45,17 +45,21 @@ if TYPE_CHECKING:
     from infgrpo.sampler.engine.feed import Feed
     from infgrpo.sampler.schedule.scheduler import Scheduler
 
+WAKE_S = 0.5
+"""Longest a blocked wait on tool futures goes without running the process's pending signal handlers."""
+
 
 class Turns(Protocol):
     """What follows a sample's turn (the host side: parsing the turn, running its tools); see the module docstring.
 
-    ``calls``, ``failures`` and ``timeouts`` count the tool calls the rollout ran (the engine reads them once, for
-    :class:`~infgrpo.sampler.engine.summaries.ToolSummary`).
+    ``calls``, ``failures`` and ``timeouts`` count the tool calls the rollout ran, ``dropped`` the results rolled back
+    (the engine reads them once, for :class:`~infgrpo.sampler.engine.summaries.ToolSummary`).
     """
 
     calls: int
     failures: int
     timeouts: int
+    dropped: int
 
     def turn_ended(self, seq: Sequence, prompt: list[int]) -> Future[list[int]] | None:
         """``seq``'s turn ended on a stop token (``seq.token_ids[seq.turn_start:]``, after ``prompt``): a future of
@@ -106,8 +110,14 @@ class ToolWait:
         return self._take(done)
 
     def wait_first(self) -> list[tuple[Sequence, list[int]]]:
-        """Blocks until some future is done; then :meth:`ready`."""
-        concurrent.futures.wait(list(self.waiting), return_when=concurrent.futures.FIRST_COMPLETED)
+        """Blocks until some future is done; then :meth:`ready`.
+
+        The wait wakes every :data:`WAKE_S` seconds: a signal that lands while the thread releases the GIL to block
+        (a worker thread holding it sends one, or a terminal's Ctrl-C hits that instant) interrupts nothing, and its
+        Python handler (Ctrl-C's) runs only once this thread runs Python again."""
+        futures = list(self.waiting)
+        while not concurrent.futures.wait(futures, WAKE_S, concurrent.futures.FIRST_COMPLETED).done:
+            pass
         return self.ready()
 
     def _take(self, done: list[Future[list[int]]]) -> list[tuple[Sequence, list[int]]]:
@@ -211,5 +221,5 @@ class Tools:
         t, w = self.turns, self.wait
         return ToolSummary(
             samples=self.finished, calls=t.calls, failures=t.failures, timeouts=t.timeouts, rounds=w.rounds,
-            wait_s=w.wait_s, steps_while_waiting=w.steps_while_waiting,
+            wait_s=w.wait_s, dropped=t.dropped, steps_while_waiting=w.steps_while_waiting,
         )  # fmt: skip

@@ -23,7 +23,8 @@ with a ``state_dict``. The module a resumed run builds comes from the command's 
 checkpoint's ``state_dict`` into it: a checkpoint of full fine-tuning (``lora.r: 0``) resumed with ``lora.r: 8``,
 another rank, other LoRA target modules or 4-bit base weights fails there with torch's "Missing key(s) in
 state_dict" (one line of thousands of characters) after the model loaded. :func:`checkpoint_mismatch` compares the
-settings that shape the ``state_dict`` (:data:`SHAPING`) instead.
+settings that shape the ``state_dict`` (:data:`SHAPING`) instead, and for a checkpoint of LoRA's weights alone
+(:mod:`~infgrpo.training.checkpoint_state`) how the run holds its base (the dtype, 4-bit).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import torch
 from jsonargparse import Namespace
 
 from infgrpo.settings import ConfigError
+from infgrpo.training.checkpoint_state import BASE_KEY, base_settings_mismatch
 from infgrpo.training.compat_v01 import group_flat_hparams
 
 LIGHTNING_NAMES = ("last", "best", "hpc", "registry")
@@ -77,6 +79,9 @@ def check_checkpoint_path(ckpt_path: str | None, settings: Any = None) -> dict[s
         return None
     state = read_checkpoint(path, f"--ckpt_path={ckpt_path!r}")
     mismatch = checkpoint_mismatch(state.get("hyper_parameters"), settings) if settings is not None else None
+    base = state.get(BASE_KEY)
+    if mismatch is None and settings is not None and isinstance(base, Mapping):  # LoRA's: held as the run holds it
+        mismatch = base_settings_mismatch(base, settings.policy, settings.quantization)
     if mismatch is not None:
         raise ConfigError(f"--ckpt_path={ckpt_path!r}: {mismatch}")
     return state

@@ -3,6 +3,8 @@
     check_system_prompt(data)                              # data.system_prompt without the chat template
     check_training_data(data, world=2, tokenizer=load)     # fewer prompts than one batch; long_prompts: skip
     training_rows(config["data"])    # 12 for a 12-line train.jsonl; None for a hub dataset (not read twice)
+    check_environment_data(data, settings.agent, max_steps=20)   # data.path: null; a mapping's environment column
+    check_environment_items(settings.agent, datamodule)    # the same on the data module's rows, as fit starts
 
 The data module found these after the model loaded: a system prompt with ``chat_template: false`` when it
 encoded the first prompt, and too few prompts for one global batch (``data.batch_size`` per rank x the ranks) when
@@ -21,18 +23,23 @@ counted there (they need the tokenizer: :func:`check_skipped_prompts`).
 
 from __future__ import annotations
 
+import inspect
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+from infgrpo.agent.config import AgentConfig
+from infgrpo.agent.tools import environment_class, load_factories
 from infgrpo.assets import TINY_DATA_DIR
+from infgrpo.data.datamodule import load_rows
 from infgrpo.data.first_rows import check_first_rows
 from infgrpo.data.in_memory import held_out_count
 from infgrpo.data.local_files import FILE_TYPES, split_file
 from infgrpo.data.mixture import local_rows
+from infgrpo.data.placeholder_rows import SEED_COLUMN
 from infgrpo.data.reasoning_tasks import is_reasoning_gym
 from infgrpo.settings import ConfigError
 
@@ -161,6 +168,8 @@ def source_rows(data: Mapping[str, Any]) -> int | None:
         mixed = local_rows(data)
         return len(mixed[0]) if mixed is not None else None
     path = data.get("path", "tiny")
+    if path is None:  # no dataset: trainer.max_steps sets the rows (infgrpo.data.placeholder_rows)
+        return None
     if is_reasoning_gym(path):
         return data.get("train_size") or GENERATED
     file = training_file(path, data.get("train_split", "train"))
@@ -177,3 +186,80 @@ def training_rows(data: Mapping[str, Any]) -> int | None:
     if not is_reasoning_gym(data.get("path", "tiny")):
         rows -= held_out_count(rows, data.get("eval_fraction") or 0.0)
     return min(rows, cap) if cap is not None else rows
+
+
+def check_environment_data(data: Mapping[str, Any], agent: AgentConfig, max_steps: Any) -> None:
+    """The data an environment needs, before anything loads: ``data.path`` null (no dataset: placeholder rows) needs
+    one ``agent.environment`` whose ``reset`` takes the rows' ``prompt`` and ``seed``, and ``trainer.max_steps`` >= 1
+    (TRL's rules); a mapping of environments needs rows with an ``environment`` column naming one of them, which is
+    checked on every row of local data here (hub data and ``train_dataset`` as fit starts:
+    :func:`check_environment_items`). A ConfigError naming the setting, or the file row."""
+    placeholders = data.get("path", "tiny") is None and data.get("train_dataset") is None
+    if placeholders:
+        check_placeholder_environment(agent, max_steps)
+    factories = load_factories(agent.environment) if isinstance(agent.environment, Mapping) else {}
+    if not factories or placeholders or data.get("train_dataset") is not None:
+        return
+    path, split = data.get("path", "tiny"), data.get("train_split", "train")
+    sources = [(path, split, f"data.path={path!r} (split {split!r})")]
+    if data.get("eval_path"):
+        sources.append((data["eval_path"], "eval", f"data.eval_path={data['eval_path']!r}"))
+    elif data.get("eval_split") and data.get("eval_size", 1) and not data.get("eval_fraction"):
+        if path == "tiny" or Path(path).expanduser().is_dir():
+            sources.append((path, data["eval_split"], f"data.path={path!r} (held-out split {data['eval_split']!r})"))
+    for source, name, where in sources:
+        if training_file(source, name) is not None:  # local rows (a hub dataset is checked as fit starts)
+            check_environment_rows(load_rows(source, name), factories, where)
+
+
+def check_placeholder_environment(agent: AgentConfig, max_steps: Any) -> None:
+    """``data.path: null``: a ConfigError unless ``agent.environment`` is one environment whose ``reset`` takes the
+    placeholder rows' columns (``prompt``, ``seed``) and ``trainer.max_steps`` >= 1 sets the run's length."""
+    head = "data.path=None (no dataset: the environment's reset() writes each prompt, TRL's placeholder rows)"
+    if not agent.environment:
+        raise ConfigError(f"{head} needs model.agent.environment, one environment; give data.path, or an environment")
+    if isinstance(agent.environment, Mapping):
+        raise ConfigError(
+            f"{head}: model.agent.environment is a mapping of environments, which routes each row by its "
+            "'environment' column, so it needs data (TRL's rule); give data.path with that column, or one environment"
+        )
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+        raise ConfigError(f"{head} needs trainer.max_steps >= 1, which sets the run's length; got {max_steps!r}")
+    (factory,) = load_factories(agent.environment).values()
+    cls = environment_class(factory)
+    try:
+        inspect.signature(cls.reset).bind(None, prompt=[], **{SEED_COLUMN: 0})
+    except TypeError:
+        raise ConfigError(
+            f"{head}: {cls.__name__}.reset cannot take the placeholder rows' columns prompt= and {SEED_COLUMN}=; give "
+            f"it **kwargs (TRL passes every column), and draw the task from {SEED_COLUMN} to resume exactly"
+        ) from None
+
+
+def check_environment_rows(rows: list[Mapping[str, Any]], names: Collection[Any], where: str) -> None:
+    """A ConfigError naming ``where`` and the 0-based row of the first of ``rows`` whose ``environment`` column is
+    missing or none of ``names`` (a mapping of environments routes each row by it)."""
+    valid = ", ".join(map(str, names))
+    for i, row in enumerate(rows):
+        if "environment" not in row:
+            raise ConfigError(
+                f"{where} row {i} has no 'environment' column, by which model.agent.environment's mapping ({valid}) "
+                f"routes each row (TRL's rule); add the column, or give one environment; its columns: {', '.join(row)}"
+            )
+        if row["environment"] not in names:
+            raise ConfigError(
+                f"{where} row {i} has environment={row['environment']!r}, which is none of model.agent.environment's "
+                f"names: {valid}"
+            )
+
+
+def check_environment_items(agent: AgentConfig, datamodule: Any) -> None:
+    """:func:`check_environment_rows` on the data module's training and held-out rows (every row, any source), and
+    :func:`check_placeholder_environment`'s environment rules for placeholder rows, as fit starts."""
+    if getattr(datamodule, "placeholders", False):
+        check_placeholder_environment(agent, getattr(datamodule.trainer, "max_steps", None))
+    if not isinstance(agent.environment, Mapping):
+        return
+    for where, attribute in (("training", "train_items"), ("held-out", "eval_items")):
+        items = getattr(datamodule, attribute, None) or []
+        check_environment_rows([item["meta"] for item in items], list(agent.environment), where)

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
+from infgrpo.agent.chat import prepare_template
 from infgrpo.data.datamodule import check_data_settings
 from infgrpo.policy.load import load_tokenizer, resolve_output_dir
 from infgrpo.policy.source import check_model_source
@@ -35,7 +38,12 @@ from infgrpo.training.preflight.checkpoints import (
     checkpoint_folders,
     resolve_last,
 )
-from infgrpo.training.preflight.data_check import check_system_prompt, check_training_data
+from infgrpo.training.preflight.data_check import (
+    check_environment_data,
+    check_environment_items,
+    check_system_prompt,
+    check_training_data,
+)
 from infgrpo.training.preflight.files import check_run_folders, check_writable_folder, config_file_problem
 from infgrpo.training.preflight.fit_start import check_data_prompts, check_reward_rows
 from infgrpo.training.preflight.model_data import (
@@ -82,11 +90,19 @@ class CommandLine:
     """The checked settings (the ``settings`` step)."""
     state: dict[str, Any] | None = None
     """The ``--ckpt_path`` checkpoint, memory-mapped (the ``checkpoint`` step); None without a local file."""
+    agent_template: str | None = None
+    """The chat template the agent renders with (the ``agent template`` step; None: the tokenizer's own)."""
 
     @property
     def data(self) -> dict[str, Any]:
         """The parsed ``data`` section, as plain dicts."""
         return namespace_dict(self.config["data"])
+
+    @cached_property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        """The policy's tokenizer (``model.policy``), loaded the first time a step asks and kept for the others."""
+        policy = self.settings.policy
+        return load_tokenizer(policy.model_name_or_path, policy.gguf_file)
 
 
 @dataclass(frozen=True)
@@ -139,15 +155,21 @@ def checkpoint_of(run: CommandLine) -> None:
 
 def training_data_of(run: CommandLine) -> None:
     """At least one batch of prompts over the run's ranks (``long_prompts: skip`` included)."""
-    policy = run.settings.policy
-    world = world_size(run.config["trainer"])
-    check_training_data(run.data, world, lambda: load_tokenizer(policy.model_name_or_path, policy.gguf_file))
+    check_training_data(run.data, world_size(run.config["trainer"]), lambda: run.tokenizer)
 
 
 def data_settings_of(run: CommandLine) -> None:
     """Each ``data`` field by itself, then ``system_prompt`` with ``chat_template``."""
     check_data_settings(run.data)
     check_system_prompt(run.data)
+
+
+def agent_template_of(run: CommandLine) -> None:
+    """With ``model.agent`` on: the template renders a tool exchange, in a call format infgrpo reads, and keeps the
+    prefix (or is Qwen3's, swapped as TRL swaps it): :func:`~infgrpo.agent.chat.prepare_template`; the template to
+    render with is kept for the steps after it."""
+    if run.settings.agent.enabled:
+        run.agent_template = prepare_template(run.tokenizer, run.settings.agent)
 
 
 def output_folder(module: FitStart) -> None:
@@ -274,10 +296,23 @@ STEPS: tuple[Step, ...] = (
         "configure_optimizers (before fit start) refuses the same in training.optim.lr_factor, naming both numbers",
     ),
     Step(
+        "environment data",
+        "data.path null (one model.agent.environment, trainer.max_steps); a mapping of environments: every row's "
+        "environment column (command line: local rows; Python API: the data module's rows)",
+        lambda run: check_environment_data(run.data, run.settings.agent, run.config["trainer"].get("max_steps")),
+        lambda module: check_environment_items(module.settings.agent, module.trainer.datamodule),
+    ),
+    Step(
+        "agent template", "model.agent: chat_template and call_format, against the tokenizer's chat template",
+        agent_template_of,
+        "AgentRollout runs the same prepare_template in GRPOModule.__init__, after the tokenizer loads and before the "
+        "model does", prefix="model.",
+    ),
+    Step(
         "model and data",
         "the model's config (no weights), LoRA targets, the context and reward columns; command line: the data's "
         "first rows; Python API: the loaded model and every row",
-        lambda run: check_before_loading(run.config, run.settings), every_prompt,
+        lambda run: check_before_loading(run.config, run.settings, lambda: run.tokenizer), every_prompt,
     ),
     Step(
         "training data", "data: at least one batch of prompts over the ranks (long_prompts: skip included)",

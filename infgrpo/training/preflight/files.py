@@ -123,11 +123,15 @@ class RunOutput:
     rescued_to: Path | None = None
     """Where the model went when ``output_dir`` failed (fit then exits 1), else None."""
 
+    path: Path | None = None
+    """Where the model is once written: ``output_dir`` resolved under the run's root, or the rescue folder."""
+
     def write(self, trainer: Any, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, full_state: Any) -> None:
         """:func:`write_output_dir`, unless it ran already (every rank calls it)."""
         if self.output_dir and not self.written:
             self.written = True
             self.rescued_to = write_output_dir(trainer, model, tokenizer, self.output_dir, self.what, full_state)
+            self.path = self.rescued_to or resolve_output_dir(self.output_dir, trainer.default_root_dir).resolve()
 
 
 def check_run_folders(config: Any) -> None:

@@ -1,6 +1,6 @@
 """The command line's checks that read more than the settings, run before the model loads: the model and the data.
 
-    check_before_loading(config, settings)   # a step of preflight.door's STEPS; ConfigError names the field
+    check_before_loading(config, settings, tokenizer)   # a step of preflight.door's STEPS; ConfigError names the field
     check_stop_tokens_of(PolicyConfig("tiny"), [999999])   # ConfigError: ... vocab_size=103 ...
 
 :func:`~infgrpo.training.hparams.check_settings` and :func:`~infgrpo.data.datamodule.check_data_settings` check
@@ -22,8 +22,7 @@ stop ids are set; the rule is :func:`~infgrpo.sampler.stop_tokens.check_stop_tok
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from transformers import PretrainedConfig, PreTrainedTokenizerBase
@@ -31,7 +30,6 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 from infgrpo.agent import AgentConfig
 from infgrpo.data.first_rows import check_first_rows, split_rows
 from infgrpo.data.prompt_rows import row_prompt
-from infgrpo.policy.load import load_tokenizer
 from infgrpo.policy.lora_targets import check_lora_targets
 from infgrpo.policy.model_config import load_model_config
 from infgrpo.rewards.core import REWARDS
@@ -105,15 +103,17 @@ def check_context(config: PretrainedConfig, max_new_tokens: int, prompts: list[t
     )
 
 
-def check_before_loading(config: Any, settings: ModuleSettings) -> None:
+def check_before_loading(
+    config: Any, settings: ModuleSettings, tokenizer: Callable[[], PreTrainedTokenizerBase]
+) -> None:
     """The checks of the module docstring but ``max_steps``, on the parsed ``config`` (data) and the checked
-    ``settings``; the first failure is a ConfigError naming ``model.<group>.<field>`` or ``data.<field>``."""
+    ``settings``, with the policy's ``tokenizer()`` (asked only when the data's rows are read); the first failure is
+    a ConfigError naming ``model.<group>.<field>`` or ``data.<field>``."""
     policy = settings.policy
     model_config = load_model_config(policy.model_name_or_path, policy.gguf_file)
     check_lora_targets(model_config, settings.lora)
     data = config["data"]
     data = data.as_dict() if hasattr(data, "as_dict") else dict(data)
-    tokenizer = functools.cache(lambda: load_tokenizer(policy.model_name_or_path, policy.gguf_file))  # when needed
     agent = check_agent_template(settings.agent, tokenizer()) if settings.agent.enabled else None
     tools = (agent.schemas, agent.template) if agent is not None else (None, None)
     prompts = check_first_rows(data, tokenizer, *tools)  # with model.agent: rendered with the tool schemas

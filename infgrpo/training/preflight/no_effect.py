@@ -8,6 +8,8 @@ cover:
 - ``adaptive_groups.*`` fields changed while ``adaptive_groups.enabled`` is false: no group is extended;
 - ``adaptive_groups.max_samples_per_prompt`` equal to ``group_size`` with adaptive groups on: a prompt starts with
   ``group_size`` samples, so no group can grow;
+- ``agent.*`` fields (``max_turns``, ``tool_workers``, ``tool_timeout``, ``chat_template``, ...) changed while
+  neither ``agent.tools`` nor ``agent.environment`` is set: no completion calls a tool;
 - a weight of 0 in ``rewards.functions``: the function is computed and logged, and adds nothing to the reward
   (unless it is ``rewards.accuracy``, kept for its accuracy metric); every weight 0 leaves no step a gradient;
 - ``data.config_name`` with a local ``data.path`` (``tiny``, a folder, a file) or a reasoning-gym task: it selects a
@@ -53,6 +55,25 @@ def adaptive_no_effect(adaptive: Any, group_size: int) -> list[str]:
             f"{4 * group_size}) or set model.adaptive_groups.enabled false"
         ]
     return []
+
+
+def agent_no_effect(agent: Any) -> list[str]:
+    """A warning for ``agent`` fields (an ``AgentConfig``) changed while no tool or environment is set."""
+    if agent.enabled:
+        return []
+    default = type(agent)()
+    changed = [
+        f"model.agent.{f.name}={getattr(agent, f.name)!r}"
+        for f in dataclasses.fields(agent)
+        if f.name not in ("tools", "environment") and getattr(agent, f.name) != getattr(default, f.name)
+    ]
+    if not changed:
+        return []
+    verb = "does" if len(changed) == 1 else "do"
+    return [
+        f"{', '.join(changed)} {verb} nothing: neither model.agent.tools nor model.agent.environment is set, so no "
+        "completion calls a tool (set --model.agent.tools, e.g. [my_tools:add], or drop them)"
+    ]
 
 
 def reward_no_effect(functions: Mapping[str, float], accuracy: str | None) -> list[str]:
@@ -107,6 +128,7 @@ def no_effect(settings: Any, data: Mapping[str, Any]) -> list[str]:
     function)."""
     return [
         *adaptive_no_effect(settings.adaptive_groups, settings.group_size),
+        *agent_no_effect(settings.agent),
         *reward_no_effect(settings.rewards.functions, settings.rewards.accuracy),
         *data_no_effect(data),
         *eval_split_unused(data),

@@ -13,9 +13,12 @@ position (``PromptDataModule``: the epoch and the prompts of it consumed, in the
   ``task_config`` / ``task_seed``), another ``model.group_size`` or ``data.batch_size``: a warning that says what the
   resumed run does with the saved position; an error where the position cannot apply (past the new data's rows, or
   counted in batches of another size by a checkpoint of an older infgrpo);
+- other tools or environments than the checkpoint's run called (``model.agent.tools``, ``model.agent.environment``,
+  each by import path), or none: a warning (the policy learnt to call the checkpoint's tools);
 - another ``trainer.max_steps`` under a ``linear`` or ``cosine`` schedule (the checkpoint's is ``infgrpo_max_steps``):
   a printed note naming both, since the schedule decays over the new count from the resumed step on (a note: a run
-  resumed to train more steps is common, and meant).
+  resumed to train more steps is common, and meant);
+- a checkpoint holding only LoRA's weights (:mod:`~infgrpo.training.checkpoint_state`) given to a sharded run: an error.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from infgrpo.settings import ConfigError, InfgrpoWarning
+from infgrpo.training.checkpoint_state import trimmed_for_sharding
 from infgrpo.training.compat_v01 import group_flat_hparams
 from infgrpo.training.optim import lr_factor
 from infgrpo.training.preflight.checkpoints import is_distributed_checkpoint
@@ -78,10 +82,15 @@ def position_words(position: Mapping[str, Any]) -> str:
 
 
 def check_data_position(
-    ckpt_path: str, state: Mapping[str, Any], data: Mapping[str, Any], group_size: int, world: int = 1
+    ckpt_path: str,
+    state: Mapping[str, Any],
+    data: Mapping[str, Any],
+    group_size: int,
+    world: int = 1,
+    agent: Any = None,
 ) -> None:
-    """The data and group checks of the module for a run of ``world`` ranks: a ConfigError where the saved position
-    cannot apply, else a warning per change."""
+    """The data, group and agent (``agent``: the run's ``AgentConfig``) checks of the module for a run of ``world``
+    ranks: a ConfigError where the saved position cannot apply, else a warning per change."""
     saved = state.get("datamodule_hyper_parameters")
     saved = saved if isinstance(saved, Mapping) else {}
     position = (state.get(DATA_STATE) or {}).get("sampler") if isinstance(state.get(DATA_STATE), Mapping) else None
@@ -126,8 +135,36 @@ def check_data_position(
             f"{group_size} completions a prompt (the checkpoint's steps sampled {saved_group}); its optimizer state "
             "and data position carry over"
         )
+    if agent is not None and isinstance(hparams, Mapping):
+        found += agent_changes(hparams.get("agent"), agent)
     for message in found:
         warnings.warn(f"[infgrpo] {where}: {message}", InfgrpoWarning, stacklevel=1)
+
+
+def agent_changes(saved: Mapping[str, Any] | None, agent: Any) -> list[str]:
+    """What differs between the checkpoint's agent settings (``hyper_parameters["agent"]``; None: a checkpoint of an
+    infgrpo without agents, or of a run without them) and ``agent`` (an ``AgentConfig``), by import path: the tools,
+    the environment."""
+    saved = saved if isinstance(saved, Mapping) else {}
+    now = agent.recorded()
+    before = {"tools": list(saved.get("tools") or []), "environment": saved.get("environment")}
+    changed = [
+        f"model.agent.{key}={now[key]!r} (the checkpoint's: {before[key]!r})"
+        for key in ("tools", "environment")
+        if (list(now[key]) if key == "tools" else now[key]) != before[key]
+    ]
+    if not changed:
+        return []
+    if not agent.enabled:
+        return [
+            f"{', '.join(changed)}: the checkpoint's run called tools, and the resumed steps decode without any (its "
+            "policy learnt to call them); resume with the checkpoint's model.agent settings"
+        ]
+    what = "called no tools" if not (before["tools"] or before["environment"]) else "called other tools"
+    return [
+        f"{', '.join(changed)}: the checkpoint's run {what}; the resumed steps render and run these (its policy, "
+        "optimizer state and data position carry over)"
+    ]
 
 
 def schedule_change(step: Any, before: Any, max_steps: Any, optimizer: Any) -> str | None:
@@ -160,6 +197,9 @@ def check_resume(ckpt_path: str | None, state: Mapping[str, Any] | None, config:
             "save_distributed_checkpoint: true), which only a sharded run loads: resume it with trainer.strategy: "
             "infgrpo.FSDP2Strategy (or fsdp2) and the checkpoint's number of processes"
         )
+    only_lora = trimmed_for_sharding(state) if is_sharded_strategy(config["trainer"].get("strategy")) else None
+    if only_lora:
+        raise ConfigError(f"--ckpt_path={ckpt_path!r} {only_lora}")
     check_steps_left(ckpt_path, state.get("global_step"), config["trainer"].get("max_steps"))
     change = schedule_change(
         state.get("global_step"), state.get("infgrpo_max_steps"), config["trainer"].get("max_steps"), settings.optimizer
@@ -168,4 +208,4 @@ def check_resume(ckpt_path: str | None, state: Mapping[str, Any] | None, config:
         print(f"[infgrpo] note: --ckpt_path={ckpt_path!r}: {change}", flush=True)
     data = config["data"]
     data = data.as_dict() if hasattr(data, "as_dict") else dict(data)
-    check_data_position(ckpt_path, state, data, settings.group_size, world_size(config["trainer"]))
+    check_data_position(ckpt_path, state, data, settings.group_size, world_size(config["trainer"]), settings.agent)

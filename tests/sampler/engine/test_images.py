@@ -131,7 +131,7 @@ def test_image_tokens_are_never_sampled(shipped):
 class OneToolRound:
     """Turns: the first turn of every sample that ends on a stop token gets ``suffix`` (a done future) once."""
 
-    calls = failures = timeouts = 0
+    calls = failures = timeouts = dropped = 0
 
     def __init__(self, suffix):
         self.suffix = suffix

@@ -42,7 +42,7 @@ def chat_prompts(tokenizer):
 class NoRecord:
     """What every Turns also has: call counters (the engine's ToolSummary reads them) and a record of each sample."""
 
-    calls = failures = timeouts = 0
+    calls = failures = timeouts = dropped = 0
 
     def ended(self, seq, prompt):
         return None

@@ -165,3 +165,27 @@ def test_resuming_under_another_max_steps_notes_both_when_the_schedule_decays(tm
     ]
     assert noted("--trainer.max_steps", "10") == []  # the same count
     assert noted("--trainer.max_steps", "20", "--model.optimizer.lr_scheduler_type", "constant") == []
+
+
+def test_resuming_with_other_tools_or_none_warns():
+    from infgrpo.agent import AgentConfig
+    from tests.agent import toolbox
+
+    state = saved()
+    state["hyper_parameters"]["agent"] = AgentConfig(tools=["tests.agent.toolbox:add"]).recorded()
+    same = AgentConfig(tools=[toolbox.add])  # the object: recorded by its import path, as the checkpoint has it
+    assert warned(check_data_position, "c.ckpt", state, data(), 8, 1, same) == []
+    other = warned(check_data_position, "c.ckpt", state, data(), 8, 1, AgentConfig(tools=[toolbox.mul]))
+    assert other == [
+        "[infgrpo] --ckpt_path='c.ckpt': model.agent.tools=['tests.agent.toolbox:mul'] (the checkpoint's: "
+        "['tests.agent.toolbox:add']): the checkpoint's run called other tools; the resumed steps render and run "
+        "these (its policy, optimizer state and data position carry over)"
+    ]
+    (none,) = warned(check_data_position, "c.ckpt", state, data(), 8, 1, AgentConfig())
+    assert none.startswith("[infgrpo] --ckpt_path='c.ckpt': model.agent.tools=[] (the checkpoint's: ['tests.agent.")
+    assert "the checkpoint's run called tools, and the resumed steps decode without any" in none
+    state["hyper_parameters"].pop("agent")  # a checkpoint of a run without tools
+    (new,) = warned(check_data_position, "c.ckpt", state, data(), 8, 1, AgentConfig(environment=toolbox.Counter))
+    assert "model.agent.environment='tests.agent.toolbox:Counter' (the checkpoint's: None)" in new
+    assert "the checkpoint's run called no tools" in new
+    assert warned(check_data_position, "c.ckpt", state, data(), 8, 1, AgentConfig()) == []

@@ -22,6 +22,11 @@ CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.yaml"
          "model.rewards.functions['format']=0 adds nothing to the reward"),
         ({"rewards": {"functions": {"synthetic": 0.0}}},
          "model.rewards.functions={'synthetic': 0.0}: every weight is 0, so every completion's reward is 0"),
+        ({"agent": {"max_turns": 2}},
+         "model.agent.max_turns=2 does nothing: neither model.agent.tools nor model.agent.environment is set, so no "
+         "completion calls a tool"),
+        ({"agent": {"max_turns": 2, "tool_timeout": 5}},
+         "model.agent.max_turns=2, model.agent.tool_timeout=5 do nothing: neither"),
     ],
 )  # fmt: skip
 def test_each_setting_that_does_nothing_is_named(groups, named):
