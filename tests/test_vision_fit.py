@@ -1,9 +1,11 @@
 """GRPOModule on image prompts: the shipped tiny-vl trains on the shapes task in TRL's format, resumes exactly, hands
-the rewards TRL's inputs and writes its processor beside the adapter."""
+the rewards TRL's inputs, writes its processor beside the adapter, and runs each prompt's image through the vision
+tower once per forward pass of a step (rollout, reference, old policy, each iteration's update), never G times."""
 
 import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from infgrpo import GRPOModule, SamplerConfig
 from infgrpo.assets import SHAPES_DATA_DIR
@@ -12,6 +14,7 @@ from infgrpo.data import PromptDataModule
 from infgrpo.settings import ConfigError
 from infgrpo.training.optim import OptimizerConfig
 from tests.helpers import trainer
+from tests.sampler.engine.test_images import count_images
 
 SEEN: list[dict] = []
 
@@ -27,6 +30,8 @@ SMALL = dict(
     lora={"r": 4, "dropout": 0.1},
     group_size=4,
     sampler=SamplerConfig(num_slots=4, max_new_tokens=8),
+    objective={"beta": 0.04},  # a reference pass (the policy without its adapters: the same tower)
+    update={"num_iterations": 2, "share_prompt": "on", "skip_zero_advantage": "off"},  # old-policy + 2 update passes
     rewards={"functions": {f"{__name__}:recording_correct": 1.0}, "accuracy": f"{__name__}:recording_correct"},
     optimizer=OptimizerConfig(learning_rate=1e-3),
 )
@@ -36,12 +41,21 @@ def data():
     return PromptDataModule(path=str(SHAPES_DATA_DIR), tokenizer="tiny-vl", batch_size=2, train_size=8, eval_size=4)
 
 
-@pytest.mark.slow  # three fits of a vision-language model
+@pytest.mark.slow  # two fits of a vision-language model
 def test_a_fit_on_image_prompts_resumes_exactly_and_the_rewards_get_trls_inputs(tmp_path):
     L.seed_everything(0)
     straight = GRPOModule(**SMALL, output_dir="adapter")
     SEEN.clear()
-    trainer(tmp_path / "a", 2).fit(straight, data())
+    before = {k: v.clone() for k, v in straight.policy.state_dict().items()}
+    seen, hook = count_images(straight.policy)  # images per call of the vision tower
+    every = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=2, save_top_k=-1)  # after each GRPO step
+    try:  # 2 GRPO steps: max_steps counts optimizer steps, num_iterations=2 a step
+        trainer(tmp_path / "a", 4, callbacks=[every]).fit(straight, data())
+    finally:
+        hook.remove()
+    # a step: 2 prompts of one image each; passes: rollout, reference, old policy, 2 update iterations (TRL: x G each)
+    assert straight.sampler.calls == 2 and sum(seen) == 2 * 2 * 5 < 2 * 2 * 5 * SMALL["group_size"]
+    assert max(seen) == 2  # the update's passes: the batch's images in one call; the rollout's prefills: 1 or 2
     # the rewards: TRL's prompts (the image block injected before the text, holding the image), the image column
     first = SEEN[0]
     blocks = first["prompts"][0][0]["content"]
@@ -53,23 +67,13 @@ def test_a_fit_on_image_prompts_resumes_exactly_and_the_rewards_get_trls_inputs(
     assert {"adapter_model.safetensors", "processor_config.json", "chat_template.jinja"} <= saved
     assert not [n for n, p in straight.policy.named_parameters() if p.requires_grad and "visual" in n]  # tower frozen
 
-    L.seed_everything(0)
-    first_half = GRPOModule(**SMALL)
-    t = trainer(tmp_path / "b", 1)
-    t.fit(first_half, data())
-    ckpt = tmp_path / "b" / "mid.ckpt"
-    t.save_checkpoint(ckpt)
     L.seed_everything(123)  # resuming must not depend on the global seed
     resumed = GRPOModule(**SMALL)
-    trainer(tmp_path / "c", 2).fit(resumed, data(), ckpt_path=ckpt)
+    trainer(tmp_path / "b", 4).fit(resumed, data(), ckpt_path=tmp_path / "ckpt" / "epoch=0-step=2.ckpt")
     assert resumed.sampler.calls == 2
     for (k, a), b in zip(straight.policy.state_dict().items(), resumed.policy.state_dict().values(), strict=True):
         assert torch.equal(a, b), k
-    moved = [
-        k
-        for k, v in GRPOModule(**SMALL).policy.state_dict().items()
-        if not torch.equal(v, resumed.policy.state_dict()[k])
-    ]
+    moved = [k for k, v in before.items() if not torch.equal(v, resumed.policy.state_dict()[k])]
     assert moved and all("lora" in k for k in moved)  # it trained, the adapters only
 
 

@@ -101,7 +101,9 @@ def test_greedy_rollouts_equal_hf_generate_with_the_pixels(shipped, slots):
 def test_sampled_tokens_do_not_depend_on_the_slots(shipped):
     model, processor, rendered = shipped
     prompts, visions = [ids for ids, _, _ in rendered], [v for _, v, _ in rendered]
-    outs = [engine(model, processor, n).sample(prompts, 4, seed=7, vision=visions) for n in (1, 3, 8)]
+    outs = [
+        engine(model, processor, n).sample(prompts, 4, seed=7, vision=visions) for n in (2, 8)
+    ]  # 2: a slot pair, refilled
     for out in outs[1:]:
         assert out.completion_ids == outs[0].completion_ids
         assert all(torch.equal(a, b) for a, b in zip(out.logprobs, outs[0].logprobs, strict=True))
