@@ -17,7 +17,8 @@ tokenizer that loads, a vocabulary that holds it), where they failed once loaded
 
 ``model.sampler.stop_token_ids`` are checked against the model's vocabulary (:func:`check_stop_tokens_of`): only
 the model's config is read (``AutoConfig``: ``config.json`` or a GGUF file's metadata, no weights), and only when
-stop ids are set; the rule is :func:`~infgrpo.sampler.stop_tokens.check_stop_token_ids`.
+stop ids are set; the rule is :func:`~infgrpo.sampler.stop_tokens.check_stop_token_ids`. A vision-language model
+with a baseline decoder (token ids only) is :func:`~infgrpo.vision.checks.check_decoder`'s line, from its config.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from infgrpo.sampler.stop_tokens import FIELD, check_stop_token_ids, config_voca
 from infgrpo.settings import ConfigError
 from infgrpo.training.agent_rollout import AgentRollout
 from infgrpo.training.hparams import ModuleSettings
+from infgrpo.vision.checks import check_decoder
 
 
 def check_max_steps(max_steps: Any) -> None:
@@ -111,6 +113,7 @@ def check_before_loading(
     a ConfigError naming ``model.<group>.<field>`` or ``data.<field>``."""
     policy = settings.policy
     model_config = load_model_config(policy.model_name_or_path, policy.gguf_file)
+    check_decoder(model_config, settings.sampler.decoder)  # a vision-language model decodes on the engine only
     check_lora_targets(model_config, settings.lora)
     data = config["data"]
     data = data.as_dict() if hasattr(data, "as_dict") else dict(data)
