@@ -1,4 +1,4 @@
-"""What one forward over left-padded prompts with images needs besides the ids: positions, deltas, image tensors.
+"""What one forward over left-padded prompts with images needs besides the ids: positions, deltas, image tensors::
 
     positions, deltas, images = forward_inputs(model, ids, real, visions)              # a prefill's prompts
     positions, deltas, images = forward_inputs(model, ids, real, visions, completion=C)  # prompts + C more tokens
