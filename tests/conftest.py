@@ -8,7 +8,10 @@ import torch  # noqa: E402
 
 from infgrpo.policy.load import load_policy, load_tokenizer  # noqa: E402
 
-torch.set_num_threads(int(os.environ.get("INFGRPO_TEST_THREADS", "2")))  # 1 on a shared, busy machine
+# 1 thread a process under pytest-xdist (the README's `-n 2`: two workers share the cores; more threads than cores
+# collapse torch's thread pool), else 2; INFGRPO_TEST_THREADS=1 on a shared, busy machine
+XDIST = "PYTEST_XDIST_WORKER" in os.environ
+torch.set_num_threads(int(os.environ.get("INFGRPO_TEST_THREADS", "1" if XDIST else "2")))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -16,6 +16,8 @@ import pytest
 os.environ.setdefault("INFGRPO_TUTORIAL_SMOKE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if "PYTEST_XDIST_WORKER" in os.environ:  # two workers share the cores: one torch thread a notebook kernel
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
