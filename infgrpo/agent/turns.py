@@ -97,7 +97,7 @@ class ToolTurns:
         """A turn of ``seq`` ended on a stop token: parses it into the exchange, and returns the future of its tool
         results' ids (the tool messages and the next generation prompt) when it called tools and ``max_turns``
         allows another round; None when the sample ends here."""
-        key, box = (seq.prompt_idx, seq.sample_idx), self._box(seq.prompt_idx, seq.sample_idx)
+        key, box = (seq.row_idx, seq.sample_idx), self._box(seq.row_idx, seq.sample_idx)
         message = self._parse(key, seq, prompt, box)
         calls = message.get("tool_calls")
         if not calls or (self.max_turns is not None and seq.turns >= self.max_turns):
@@ -139,7 +139,7 @@ class ToolTurns:
     def rolled_back(self, seq: Sample) -> None:
         """The engine dropped ``seq``'s last tool results (they would pass ``max_new_tokens`` or the context): its
         exchange loses them and ends with the turn that called the tools (TRL's rollback; the counts stay)."""
-        key = (seq.prompt_idx, seq.sample_idx)
+        key = (seq.row_idx, seq.sample_idx)
         with self._lock:
             del self._exchanges[key][self._results_from.pop(key) :]
             self.dropped += 1
@@ -147,7 +147,7 @@ class ToolTurns:
     def ended(self, seq: Sample, prompt: list[int]) -> Exchange:
         """``seq`` is done: its last turn is parsed into the exchange if the engine did not offer it (a turn cut
         by ``max_new_tokens``; an empty one adds nothing, as in TRL); returns its :class:`Exchange`."""
-        key = (seq.prompt_idx, seq.sample_idx)
+        key = (seq.row_idx, seq.sample_idx)
         if self._parsed.get(key) != seq.turn_start and len(seq.token_ids) > seq.turn_start:
             self._parse(key, seq, prompt, self._box(*key))
         environment = self._environment(*key) if self._environment is not None else None

@@ -49,6 +49,18 @@ from infgrpo.settings import InfgrpoWarning
 T = TypeVar("T")
 
 
+def check_sample_prompts(sample_prompts: list[list[list[int]]], rows: int, group_size: int, adaptive: bool) -> None:
+    """A ValueError unless ``sample_prompts`` holds ``group_size`` prompts for each of ``rows`` rows, without adaptive
+    groups (which extend a prompt's group)."""
+    if len(sample_prompts) != rows or any(len(row) != group_size for row in sample_prompts):
+        raise ValueError(f"sample_prompts needs {rows} rows of group_size={group_size} prompts each")
+    if adaptive:
+        raise ValueError(
+            "adaptive groups decode a row's samples from one prompt: samples of one row with different prompts "
+            "(environments' observations) need adaptive groups off"
+        )
+
+
 class MicroGroupSampler:
     """Decodes groups of completions in micro-groups of ``config.num_slots`` sequences.
 
@@ -110,6 +122,7 @@ class MicroGroupSampler:
         ranks: Ranks | None = None,
         adaptive: AdaptiveSpec | None = None,
         turns: Callable[[], Turns] | None = None,
+        sample_prompts: list[list[list[int]]] | None = None,
     ) -> Rollouts:
         """``group_size`` completions of each prompt, prompt-major (see :class:`Rollouts`).
 
@@ -123,11 +136,18 @@ class MicroGroupSampler:
         :mod:`infgrpo.sampler.engine.turns`), a factory called once per engine run (an attempt that ran out of
         memory starts again with a fresh one); the rollouts then carry ``tool_masks``, what the turns recorded of
         each sample (``exchanges``) and what the tools did (``tools``, a
-        :class:`~infgrpo.sampler.engine.summaries.ToolSummary`).
+        :class:`~infgrpo.sampler.engine.summaries.ToolSummary`). ``sample_prompts``: sample j of row i decodes
+        ``sample_prompts[i][j]`` (environments' observations; ``prompt_ids[i]`` is then its first sample's), each
+        distinct prompt of a row prefilled once, the row still the group (:mod:`infgrpo.sampler.engine.per_sample`;
+        ``Rollouts.entry_prompts``); the engine's fixed batch only.
         """
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1")
         check_prompts(self.model, prompt_ids, self.config.max_new_tokens)
+        if sample_prompts is not None:
+            check_sample_prompts(sample_prompts, len(prompt_ids), group_size, adaptive is not None)
+            self.config.require_engine("agent")  # environments give them
+            check_prompts(self.model, [p for row in sample_prompts for p in row], self.config.max_new_tokens)
         adapt_threads(self.model, rows=len(prompt_ids) * group_size)  # CPU threads: work size, free cores
         start = self._start()
         with self._decoding():
@@ -139,7 +159,9 @@ class MicroGroupSampler:
                 rollouts = self._baseline(prompt_ids, group_size, seed, prompt_offset)
             else:
                 plan = FeedPlan(group_size, seed, prompt_offset, prompts=prompt_ids, adaptive=adaptive)
-                rollouts = self._on_engine(plan, self.sizer.slots(self.model, prompt_ids), ranks, turns)
+                plan.sample_prompts = sample_prompts
+                every = prompt_ids if sample_prompts is None else [p for row in sample_prompts for p in row]
+                rollouts = self._on_engine(plan, self.sizer.slots(self.model, every), ranks, turns)
         return self._finish(rollouts, start)
 
     def sample_dynamic(
@@ -231,7 +253,7 @@ class MicroGroupSampler:
         (feed, stats, looks), retries = self._backoff(attempt, slots, "model.sampler.num_slots")
         chosen = feed.trained()
         rows = [s for i in chosen for s in feed.rows(i)]  # group_size of each (of a grown group: the judge's pick)
-        rollouts = Rollouts.from_sequences([feed.prompts[i] for i in chosen], feed.group_size, rows)
+        rollouts = Rollouts.from_sequences([feed.row_prompt(i) for i in chosen], feed.group_size, rows, feed.prompts)
         rollouts.stats = stats.to_stats([s.model_tokens for group in feed.groups for s in group])  # all decoded
         rollouts.tools = stats.tools
         rollouts.dynamic = found = feed.summary()

@@ -40,7 +40,7 @@ from infgrpo.sampler.schedule.sequence import Sequence
 from infgrpo.scoring import Scorer, Scores
 from infgrpo.settings import InfgrpoWarning
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
-from infgrpo.training.agent_rollout import AgentRollout, prompt_format, rollout_inputs
+from infgrpo.training.agent_rollout import AgentRollout, prompt_format, rollout_inputs, sample_prompts
 from infgrpo.training.dynamic import DynamicSamplingConfig, judge, resolve_criterion
 from infgrpo.training.settings_checks import check_judged_batch
 
@@ -197,8 +197,9 @@ class JudgedRollout:
         else:
             (prompts, turns), offset = rollout_inputs(self.agent, batch, datamodule), ranks.prompt_offset(len(batch))
             rollouts = self.sampler.sample(
-                prompts, self.g, seed, prompt_offset=offset, ranks=ranks, adaptive=grow, turns=turns
-            )
+                prompts, self.g, seed, prompt_offset=offset, ranks=ranks, adaptive=grow, turns=turns,
+                sample_prompts=sample_prompts(self.agent),
+            )  # fmt: skip
             chosen = list(range(len(batch)))
         if rollouts.adaptive is not None:
             rollouts.adaptive = judge.found(rollouts.adaptive, chosen, self.g, self.accuracy)

@@ -63,13 +63,18 @@ def test_a_row_without_prompt_gets_trls_empty_user_message():
     assert envs.instance(0, 0).count == 1
 
 
-def test_samples_of_a_row_with_other_observations_are_one_line():
+def test_samples_of_a_row_may_get_their_own_observations_but_not_where_they_share_one_prompt():
     envs = Environments({None: toolbox.Moody})
-    envs.start([{"prompt": "p"}])
-    assert envs.prompt(0).startswith("p")  # a string prompt: the observation appended to it
-    with pytest.raises(ValueError, match=r"^row 0: Moody\.reset\(\*\*row\) returned '\d+' for sample 1 but '\d+' for "
-                       r"sample 0; the samples of a row share one prompt") as err:  # fmt: skip
-        envs.instance(0, 1)
+    envs.start([{"prompt": "p"}], group_size=2)  # TRL's rule: each sample its own observation
+    first, second = envs.observations(0)
+    assert first != second and envs.prompt(0, 1) == "p" + second  # a string prompt: the observation appended
+    one_prompt = r"sample 0; dynamic sampling and adaptive groups decode a row's samples from one prompt"
+    with pytest.raises(
+        ValueError, match=r"^row 0: Moody\.reset\(\*\*row\) returned '\d+' for sample 2 but '\d+' for " + one_prompt
+    ):
+        envs.instance(0, 2)  # an adaptive group's extra sample decodes its row's one prompt
+    with pytest.raises(ValueError, match=r"^row 1: Moody\.reset\(\*\*row\) returned .* for sample 1") as err:
+        envs.add({"prompt": "q"}, group_size=2)  # a row drawn by dynamic sampling
     assert "\n" not in str(err.value)
 
 
@@ -124,5 +129,5 @@ def test_a_reset_that_raises_is_one_line_naming_the_environment_and_the_row():
         "(columns: environment, n, x)"
     )
     assert "\n" not in str(err.value)
-    with pytest.raises(ValueError, match=r"^row 0: Moody\.reset\(\*\*row\) returned '\d+' for sample 1"):
-        Environments({None: toolbox.Moody}).start([{"prompt": "p"}], group_size=2)  # before anything is generated
+    with pytest.raises(ValueError, match=r"^row 0: Moody\.reset\(\*\*row\) returned a int; it must return None"):
+        Environments({None: toolbox.Moody}).start([{"prompt": "p", "number": True}], group_size=2)  # before generating

@@ -145,9 +145,9 @@ class Moody:
         Moody.made += 1
         self.me = Moody.made
 
-    def reset(self, **row) -> str:
-        """Its own number."""
-        return str(self.me)
+    def reset(self, number: bool = False, **row) -> str | int:
+        """Its own number (as an int when the row asks: not an observation)."""
+        return self.me if number else str(self.me)
 
 
 class NoReset:
