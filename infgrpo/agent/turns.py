@@ -49,6 +49,9 @@ class Exchange:
     """Its assistant turns with the tool messages that answered them (the rewards' ``completions`` entry)."""
     environment: Any = None
     """Its environment instance (the rewards' ``environments`` entry; None without ``agent.environment``)."""
+    prompt: Any = None
+    """The prompt it decoded, as TRL's rewards get it (the row's with its environment's observation appended; the
+    rewards' ``prompts`` entry); None: its row's prompt as the dataset gave it."""
 
 
 class ToolTurns:
@@ -64,6 +67,8 @@ class ToolTurns:
         workers: where the tools run, shared by rollouts; an int makes (and :meth:`close` ends) this rollout's own.
         environments: each sample's environment instance, a function of (prompt index, sample index), recorded in
             its :class:`Exchange`; None without environments.
+        prompts: each sample's prompt with its observation (messages or a string), a function of (prompt index,
+            sample index), recorded in its :class:`Exchange`; None without environments.
     """
 
     def __init__(
@@ -75,6 +80,7 @@ class ToolTurns:
         max_turns: int | None = None,
         workers: ToolWorkers | int = 8,
         environments: Callable[[int, int], Any] | None = None,
+        prompts: Callable[[int, int], Any] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self._box = boxes if callable(boxes) else (lambda i, j: boxes[i])
@@ -84,6 +90,7 @@ class ToolTurns:
         self._owned = isinstance(workers, int)
         self.workers = ToolWorkers(workers) if isinstance(workers, int) else workers
         self._environment = environments
+        self._prompt = prompts
         self._lock = threading.Lock()  # the exchanges and counters: the decoding thread and the workers write them
         self._tokenizer_lock = threading.Lock()
         self._exchanges: dict[Key, list[dict[str, Any]]] = {}
@@ -151,7 +158,7 @@ class ToolTurns:
         if self._parsed.get(key) != seq.turn_start and len(seq.token_ids) > seq.turn_start:
             self._parse(key, seq, prompt, self._box(*key))
         environment = self._environment(*key) if self._environment is not None else None
-        return Exchange(self.exchange(*key), environment)
+        return Exchange(self.exchange(*key), environment, self._prompt(*key) if self._prompt is not None else None)
 
     def exchange(self, i: int, j: int) -> list[dict[str, Any]]:
         """Sample ``j`` of prompt ``i`` as messages, TRL's completion: its assistant turns with the tool messages

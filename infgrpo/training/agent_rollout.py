@@ -157,7 +157,7 @@ class AgentRollout:
         boxes = envs.box if envs is not None else (lambda i, j: self.box)
         return ToolTurns(
             self.tokenizer, boxes, self.template, self.format.chat_template_kwargs, self.cfg.max_turns, self.workers,
-            envs.instance if envs is not None else None,
+            envs.instance if envs is not None else None, envs.prompt if envs is not None else None,
         )  # fmt: skip
 
     def decode(

@@ -19,7 +19,7 @@ from tests.agent import toolbox
 trl = pytest.importorskip("trl")
 
 G, MAX_NEW, ROWS = 4, 160, [{"id": 0}, {"id": 1}]
-REWARD = "tests.training.agent_rewards:called_a_tool"
+REWARD, ASKED = "tests.training.agent_rewards:called_a_tool", "tests.training.agent_rewards:asked"
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def ours(model, slots: int, temperature: float = 0.0, seed: int = 0):
     toolbox.Dealt.rng = random.Random(3)
     config = SamplerConfig(num_slots=slots, max_new_tokens=MAX_NEW, temperature=temperature)
     rollouts, _ = agent.decode(MicroGroupSampler(model, tokenizer, config), items, G, seed=seed)
-    scores = Scorer(tokenizer, {REWARD: 1.0}, "raise", MAX_NEW, sources=agent.sources)(rollouts, items)
+    scores = Scorer(tokenizer, {REWARD: 1.0, ASKED: 0.5}, "raise", MAX_NEW, sources=agent.sources)(rollouts, items)
     agent.close()
     return rollouts, agent, items, scores
 
@@ -45,16 +45,16 @@ def trls(model):
     its rewards by name)."""
     from datasets import Dataset
 
-    from tests.training.agent_rewards import called_a_tool
+    from tests.training.agent_rewards import asked, called_a_tool
 
     args = trl.GRPOConfig(
         output_dir=tempfile.mkdtemp(), per_device_train_batch_size=len(ROWS) * G, num_generations=G, report_to=[],
-        use_cpu=True, max_completion_length=MAX_NEW, max_tool_calling_iterations=2,
+        use_cpu=True, max_completion_length=MAX_NEW, max_tool_calling_iterations=2, reward_weights=[1.0, 0.5],
         generation_kwargs={"do_sample": False},
     )  # fmt: skip
     rows = [{"prompt": [{"role": "user", "content": ""}], **row} for row in ROWS]
     trainer = trl.GRPOTrainer(
-        model=model, reward_funcs=[called_a_tool], args=args, train_dataset=Dataset.from_list(rows),
+        model=model, reward_funcs=[called_a_tool, asked], args=args, train_dataset=Dataset.from_list(rows),
         processing_class=load_tokenizer("tiny-tools"), environment_factory=toolbox.Dealt,
     )  # fmt: skip
     toolbox.Dealt.rng = random.Random(3)
@@ -85,7 +85,8 @@ def test_per_sample_observations_give_trls_prompts_completions_rewards_and_advan
     assert [list(c) for c in rollouts.completion_ids] == unpadded(out["completion_ids"], out["completion_mask"])
     assert rollouts.tool_masks == unpadded(out["tool_mask"], out["completion_mask"])
 
-    assert set(scores.parts) == {REWARD, "Dealt"}
+    assert set(scores.parts) == {REWARD, ASKED, "Dealt"}
+    assert scores.parts[ASKED].tolist() == list(trl_rewards["asked"])  # the prompt each sample decoded
     assert scores.parts["Dealt"].tolist() == list(trl_rewards["Dealt"])
     assert scores.parts[REWARD].tolist() == list(trl_rewards["called_a_tool"])
     assert 0 < sum(trl_rewards["Dealt"]) < len(ROWS) * G  # some samples solve their own sum, not all
