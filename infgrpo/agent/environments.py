@@ -175,6 +175,22 @@ class Environments:
             ) from err
         self._observe(i, j, type(env).__name__, observation, shared)
 
+    def replay(self) -> None:
+        """Resets every instance dealt so far again, in the order they were dealt, with its row: an out-of-memory retry
+        of the rollout starts from the state the first attempt started from (its tools may have changed the
+        instances). An :class:`AgentError` naming the sample when an observation differs from the first attempt's
+        (the prompts were rendered from those): ``reset`` must then be a function of its row (seed it with a row
+        column, as the resume rule asks)."""
+        for i, j in list(self._instances):
+            seen = self._observations.pop((i, j))
+            self._reset(i, j)
+            if self._observations[i, j] != seen:
+                raise AgentError(
+                    f"row {i}: an out-of-memory retry of the rollout reset sample {j}'s environment again and got "
+                    f"{self._observations[i, j]!r}, not {seen!r}: a retry replays the rollout only when reset(**row) "
+                    "gives the same observation again (derive it from the row, e.g. its seed column)"
+                )
+
     def schemas(self, i: int) -> list[dict[str, Any]]:
         """The tool schemas prompt ``i`` is rendered with: the standalone tools, then its environment's methods."""
         return self._schemas[self._names[i]]

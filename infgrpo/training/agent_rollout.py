@@ -80,6 +80,7 @@ class AgentRollout:
         """How the current rollout's prompts were rendered (its chat template options render the tool results)."""
         self.watch = ToolWatch(cfg.tool_timeout)
         """Tools that leave the run at reward 0 without a word: a warning once (:meth:`watch_rollout`)."""
+        self._runs = 0
         self.sample_prompts: list[list[list[int]]] | None = None
         """The last :meth:`prompt_ids`' prompt ids of each sample of each row when some row's samples got different
         observations (each distinct one rendered once a row: samples with equal observations share one list); None
@@ -141,6 +142,7 @@ class AgentRollout:
         chat template options render the tool results too)."""
         self.format = fmt if fmt is not None else PromptFormat()
         self.sample_prompts = None
+        self._runs = 0  # engine runs of this rollout: a second one is an out-of-memory retry
         if self.envs is not None:
             self.envs.start([])
 
@@ -152,8 +154,13 @@ class AgentRollout:
         return self.render(index, item)
 
     def turns(self) -> ToolTurns:
-        """A fresh :class:`ToolTurns` for one engine run (the sampler's ``turns`` factory)."""
+        """A fresh :class:`ToolTurns` for one engine run (the sampler's ``turns`` factory). A second run of the same
+        rollout is an out-of-memory retry: every environment is reset again first, in the order dealt, so the retry
+        replays the first attempt (:meth:`Environments.replay`)."""
         envs = self.envs
+        self._runs += 1
+        if envs is not None and self._runs > 1:
+            envs.replay()
         boxes = envs.box if envs is not None else (lambda i, j: self.box)
         return ToolTurns(
             self.tokenizer, boxes, self.template, self.format.chat_template_kwargs, self.cfg.max_turns, self.workers,

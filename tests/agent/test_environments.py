@@ -2,6 +2,7 @@
 
 import asyncio
 import inspect
+import random
 
 import pytest
 
@@ -131,3 +132,17 @@ def test_a_reset_that_raises_is_one_line_naming_the_environment_and_the_row():
     assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match=r"^row 0: Moody\.reset\(\*\*row\) returned a int; it must return None"):
         Environments({None: toolbox.Moody}).start([{"prompt": "p", "number": True}], group_size=2)  # before generating
+
+
+def test_a_retry_resets_every_instance_again_in_the_order_dealt_or_names_the_sample_that_changed():
+    toolbox.Ledger.log, toolbox.Ledger.made = [], 0
+    envs = Environments({None: toolbox.Ledger})
+    envs.start([{"n": 10}, {"n": 20}], group_size=2)
+    toolbox.Ledger.log = []
+    envs.replay()  # an out-of-memory retry: the same resets, in the same order
+    assert toolbox.Ledger.log == [("reset", 1, 10), ("reset", 2, 10), ("reset", 3, 20), ("reset", 4, 20)]
+    toolbox.Dealt.rng = random.Random(0)
+    dealt = Environments({None: toolbox.Dealt})
+    dealt.start([{}], group_size=4)  # a shared stream: a second reset deals other sums
+    with pytest.raises(AgentError, match=r"^row 0: an out-of-memory retry of the rollout reset sample \d"):
+        dealt.replay()

@@ -4,12 +4,14 @@ each its own game), on the shipped tool model: greedy prompts, completions, rewa
 
 import random
 import tempfile
+import warnings
 
 import pytest
 import torch
 
 from infgrpo.agent import AgentConfig
 from infgrpo.algo.advantages import grpo_advantages
+from infgrpo.assets.calculator import make_split
 from infgrpo.policy.load import load_policy, load_tokenizer
 from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 from infgrpo.scoring import Scorer
@@ -101,3 +103,40 @@ def test_sampled_tokens_with_per_sample_observations_do_not_move_with_the_slot_c
         assert other.entry_prompts == runs[0].entry_prompts
         assert other.completion_ids == runs[0].completion_ids
         assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(other.logprobs, runs[0].logprobs, strict=True))
+
+
+def test_an_out_of_memory_retry_resets_the_environments_again_and_replays_the_rollout(tiny_tools):
+    """The first attempt runs out of memory (injected: a forward pre-hook raises what CUDA raises, once, after tools
+    ran); the retry resets every instance again in the order dealt, so a tool that counts its calls counts the
+    retry's only, and the rollout equals one that never ran out."""
+    tokenizer = load_tokenizer("tiny-tools")
+    items = [{"prompt": row["prompt"], "meta": row} for row in make_split(3, seed=5, split="eval")]
+
+    def decode(limit: int | None):
+        agent = AgentRollout(AgentConfig(environment="tests.agent.toolbox:Calculator", max_turns=2), tokenizer, 2)
+        forwards, keys = {"n": 0}, [(i, j) for i in range(len(items)) for j in range(2)]
+
+        def hook(module, args, kwargs):
+            forwards["n"] += 1
+            ran = limit and any(env.calls for env in agent.envs.instances(keys))
+            if ran and forwards["n"] < limit:  # once, after some tools ran in the first attempt
+                forwards["n"] = limit
+                raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+
+        handle = tiny_tools.register_forward_pre_hook(hook, with_kwargs=True)
+        try:
+            sampler = MicroGroupSampler(tiny_tools, tokenizer, SamplerConfig(num_slots=6, max_new_tokens=MAX_NEW))
+            with warnings.catch_warnings(record=True):  # the back-off's warning
+                warnings.simplefilter("always")
+                rollouts, _ = agent.decode(sampler, items, 2, seed=3)
+        finally:
+            handle.remove()
+            agent.close()
+        calls = [x.environment.calls for x in rollouts.exchanges]
+        return rollouts, calls
+
+    expected, expected_calls = decode(None)
+    got, calls = decode(10**6)
+    assert got.stats["oom_retries"] == 1 and expected.stats["oom_retries"] == 0
+    assert got.completion_ids == expected.completion_ids
+    assert calls == expected_calls and sum(calls) > 0  # without the re-reset, the failed attempt's calls would count
