@@ -28,7 +28,7 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler.config import SamplerConfig
 from infgrpo.sampler.engine.adaptive import check_grow_scheme
-from infgrpo.sampler.engine.dynamic import InformativeRate
+from infgrpo.sampler.engine.dynamic import InformativeRate, PromptTooLong
 from infgrpo.sampler.engine.engine import Engine, EngineStats
 from infgrpo.sampler.engine.feed import Feed, FixedBatch
 from infgrpo.sampler.engine.plan import AdaptiveSpec, DynamicSpec, FeedPlan, Replay
@@ -180,7 +180,9 @@ class MicroGroupSampler:
         work, each finished group judged by ``spec.keep``, until ``spec.target_groups`` informative groups are
         found or ``spec.max_prompts`` are drawn. Returns the groups the step trains on (``Rollouts.drawn``: their
         positions in the draw order; ``Rollouts.dynamic``: what was found) with ``dynamic/*`` statistics;
-        ``max_prompt_len`` bounds every prompt the source can yield (the pool's width). The admission's
+        ``max_prompt_len`` is the pool's width: a drawn prompt longer than it (an environment's observation) widens
+        the pool to its length and the rollout is decoded again, the same draws in the same order (``Replay``; the
+        ``turns`` factory is called again, as on an out-of-memory retry), counted in ``pool_widened``. The admission's
         informative rate is the one observed in earlier rollouts (checkpointed); the length predictor learns
         from the trained groups. ``adaptive``: a group without spread grows first and is dropped only when it
         cannot grow (:mod:`infgrpo.sampler.engine.adaptive`; not with ``rounds``). ``turns``: multi-turn samples, as
@@ -193,9 +195,17 @@ class MicroGroupSampler:
         if adaptive is not None:
             check_grow_scheme(spec.scheme)
         plan = FeedPlan(group_size, seed, prompt_offset, None, Replay(source), spec, max_prompt_len, adaptive)
+        widened = 0
         with self._decoding():
-            slots = self.sizer.slots(self.model, [[self.pad_id] * max_prompt_len])
-            rollouts = self._on_engine(plan, slots, ranks, turns)
+            while True:
+                slots = self.sizer.slots(self.model, [[self.pad_id] * plan.max_prompt_len])
+                try:
+                    rollouts = self._on_engine(plan, slots, ranks, turns)
+                    break
+                except PromptTooLong as err:  # a later draw outgrew the pool (an environment's observation)
+                    plan.max_prompt_len, widened = err.length, widened + 1  # a wider pool; the same draws again
+                    self.pools.release()
+        rollouts.stats["pool_widened"] = widened
         return self._finish(rollouts, start)
 
     def generate_one(

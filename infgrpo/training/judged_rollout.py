@@ -213,7 +213,7 @@ class JudgedRollout:
         ``items``), the longest prompt it may yield (the pool's width) and the turns factory. With tools each drawn
         prompt is rendered (its environments reset) as it is drawn; the batch's are rendered first, and the bound
         is the data module's longest prompt (rendered with the tool schemas: ``use_tools``) plus the longest
-        environment observation of the batch."""
+        environment observation of the batch (a longer one drawn later widens the pool: the sampler decodes again)."""
         stream = itertools.chain(batch, datamodule.prompt_stream())
         longest = datamodule.longest_prompt()
         if self.agent is None:
