@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from infgrpo.sampler.engine.plan import FeedPlan
 
 
-@dataclass
 class PromptTooLong(ValueError):
     """A drawn prompt is longer than the pool's width (``max_prompt_len``): the sampler widens the pool to
     ``length`` and decodes the rollout again (an environment's observation of a later draw can be the longest)."""
@@ -56,6 +55,7 @@ class PromptTooLong(ValueError):
         self.length = length
 
 
+@dataclass
 class InformativeRate:
     """The share of groups that were informative, over recent rollouts: ``(kept + 1) / (judged + 2)``, each
     rollout's counts added to sums that decay by ``decay`` per rollout (so the estimate follows training)."""
