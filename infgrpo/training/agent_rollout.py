@@ -156,7 +156,7 @@ class AgentRollout:
     def turns(self) -> ToolTurns:
         """A fresh :class:`ToolTurns` for one engine run (the sampler's ``turns`` factory). A second run of the same
         rollout is an out-of-memory retry: every environment is reset again first, in the order dealt, so the retry
-        replays the first attempt (:meth:`Environments.replay`)."""
+        replays the first attempt (:meth:`~infgrpo.agent.environments.Environments.replay`)."""
         envs = self.envs
         self._runs += 1
         if envs is not None and self._runs > 1:
