@@ -38,7 +38,7 @@ from infgrpo.sampler.engine.finite import NonFiniteLogitsError
 from infgrpo.scoring import Scorer, Scores, trainer_state
 from infgrpo.trainer.policy_sharding import PolicySharding
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
-from infgrpo.training.agent_rollout import AgentRollout, rollout_inputs
+from infgrpo.training.agent_rollout import AgentRollout, rollout_inputs, sample_prompts
 from infgrpo.training.checkpoint_state import PolicyCheckpoint
 from infgrpo.training.collapse import CollapseWatch
 from infgrpo.training.divergence import check_update, rollout_divergence
@@ -232,8 +232,9 @@ class GRPOModule(L.LightningModule):
                     prompts, turns = rollout_inputs(self.agent, batch, self.trainer.datamodule)  # tools: rendered
                     offset = self.ranks.prompt_offset(len(batch))
                     rollouts = self.sampler.sample(
-                        prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks, turns=turns
-                    )
+                        prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks, turns=turns,
+                        sample_prompts=sample_prompts(self.agent),  # environments whose samples differ
+                    )  # fmt: skip
                     scores, items = None, batch
             if self.agent is not None:  # tools that leave the run at reward 0: a warning once
                 self.agent.watch_rollout(rollouts, self.sampler.config.max_new_tokens)

@@ -40,6 +40,9 @@ class FeedPlan:
     """Dynamic sampling: the longest prompt ``source`` may yield."""
     adaptive: AdaptiveSpec | None = None
     """Adaptive groups: stalled groups grow (not with the ``rounds`` scheme)."""
+    sample_prompts: list[list[list[int]]] | None = None
+    """A fixed batch whose samples of one row may decode different prompts: ``sample_prompts[i][j]``, sample j of
+    row i's (:mod:`~infgrpo.sampler.engine.per_sample`); None: every sample decodes its row's ``prompts[i]``."""
 
 
 @dataclass
