@@ -45,6 +45,7 @@ from benchmarks.memory import PeakRSS, mib
 from benchmarks.table import markdown_table, ratio
 
 TOOL = "benchmarks.agent_tools:add"
+DEALT = "benchmarks.agent_tools:Dealt"
 PARTS = ("memory", "latency", "feeds", "resume")
 
 
@@ -56,6 +57,10 @@ def add_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--prompts", type=int, default=2, help="memory: prompts a rollout")
     ap.add_argument("--slots", type=int, default=8, help="memory: num_slots")
     ap.add_argument("--sleep", type=float, default=0.05, help="memory: seconds every tool call sleeps")
+    ap.add_argument(
+        "--observations", choices=["row", "per-sample"], default="row",
+        help="memory: 'per-sample': an environment deals each sample its own sum (benchmarks.agent_tools:Dealt)",
+    )  # fmt: skip
     ap.add_argument("--latency-prompts", type=int, default=8)
     ap.add_argument("--latency-group", type=int, default=8)
     ap.add_argument("--slow", type=float, default=0.5, help="latency: seconds a slow call (one in four) sleeps")
@@ -76,7 +81,7 @@ def run(args: argparse.Namespace) -> dict:
     if "memory" in args.parts:
         configs["memory"] = [
             {**common, "part": "memory", "group_size": g, "prompts": args.prompts, "slots": args.slots,
-             "sleep": args.sleep}
+             "sleep": args.sleep, "observations": args.observations}
             for g in args.groups
         ]  # fmt: skip
     if "latency" in args.parts:
@@ -106,8 +111,15 @@ def setup(cfg: dict) -> tuple:
 
     model = load_policy(cfg["model"], dtype="float32").eval()
     tokenizer = load_tokenizer(cfg["model"])
-    agent = AgentRollout(AgentConfig(tools=[TOOL], chat_template="compact", max_turns=cfg["max_turns"]), tokenizer)
     rows = make_split(cfg["prompts"], seed=1234, split="eval")
+    if cfg.get("observations") == "per-sample":  # each sample its own sum: the prompt is the observation
+        agent = AgentRollout(
+            AgentConfig(environment=DEALT, chat_template="compact", max_turns=cfg["max_turns"]), tokenizer
+        )
+        questions = [row["prompt"][-1]["content"] for row in make_split(64, seed=99, split="eval")]
+        return model, tokenizer, agent, [{"prompt": [{"role": "user", "content": ""}], "meta": {"questions": questions}}
+                                         for _ in rows]  # fmt: skip
+    agent = AgentRollout(AgentConfig(tools=[TOOL], chat_template="compact", max_turns=cfg["max_turns"]), tokenizer)
     items = [{"prompt": row["prompt"], "meta": row} for row in rows]
     return model, tokenizer, agent, items
 
@@ -133,9 +145,14 @@ def run_one(cfg: dict) -> dict:
     model, tokenizer, agent, items = setup(cfg)
     if cfg["part"] == "memory":
         sampler = sampler_for(model, tokenizer, cfg["slots"], cfg["max_new_tokens"])
+        per_sample = cfg.get("observations") == "per-sample"
         agent_tools.reset(base_s=cfg["sleep"])
+        if per_sample:
+            agent_tools.deal(1, items[0]["meta"]["questions"])
         agent.decode(sampler, items, 2, seed=1)  # warm-up: lazy initializations outside the measure
         agent_tools.reset(base_s=cfg["sleep"])
+        if per_sample:
+            agent_tools.deal(0, items[0]["meta"]["questions"])
         start = time.perf_counter()
         with PeakRSS() as rss:
             rollouts, _ = agent.decode(sampler, items, cfg["group_size"], seed=0)
@@ -144,6 +161,7 @@ def run_one(cfg: dict) -> dict:
             **cfg, "wall_s": time.perf_counter() - start, "rss_peak": rss.peak, "rss_rise": rss.peak - rss.base,
             "kv_bytes_peak": st["kv_bytes_peak"], "completions": len(rollouts), "tool_calls": rollouts.tools.calls,
             "tool_rounds": rollouts.tools.rounds, "steps_while_waiting": rollouts.tools.steps_while_waiting,
+            "distinct_prompts": len(rollouts.prompt_table()[0]),
         }  # fmt: skip
     return latency(cfg, model, tokenizer, agent, items)
 
@@ -221,6 +239,7 @@ def memory_table(result: dict) -> str:
     mem_cols = [
         ("G", lambda r: r["group_size"]), ("prompts", lambda r: r["prompts"]), ("slots", lambda r: r["slots"]),
         ("completions", lambda r: r.get("completions")), ("tool calls", lambda r: r.get("tool_calls")),
+        ("prompts prefilled", lambda r: r.get("distinct_prompts")),
         ("peak RSS MiB", lambda r: mib(r["rss_peak"]) if "rss_peak" in r else None),
         ("rise MiB", lambda r: mib(r["rss_rise"]) if "rss_rise" in r else None),
         ("pool K/V MiB", lambda r: mib(r["kv_bytes_peak"]) if "kv_bytes_peak" in r else None),

@@ -36,3 +36,33 @@ def reset(base_s: float = 0.0, slow_s: float = 0.0, every: int = 4) -> None:
     """Sets the latency and zeroes the counts."""
     LATENCY.update(base_s=base_s, slow_s=slow_s, every=every)
     CALLS.update(n=0, slow=0)
+
+
+class Dealt:
+    """An environment for ``--observations per-sample``: each instance's ``reset`` deals its own held-out sum from one
+    shared stream (:data:`DEAL`, seeded by the benchmark), so the samples of a row get different observations (TRL's
+    "a game dealt at random"); its ``add`` is :func:`add`, with the benchmark's latency."""
+
+    def reset(self, **row: object) -> str:
+        """Deals a held-out sum; the observation is its question (the prompt's user message)."""
+        return DEAL["rng"].choice(DEAL["questions"])
+
+    def add(self, a: int, b: int) -> int:
+        """Adds two integers.
+
+        Args:
+            a: the first integer.
+            b: the second integer.
+        """
+        return add(a, b)
+
+
+DEAL: dict = {"rng": None, "questions": []}
+"""What :class:`Dealt` deals from: a ``random.Random`` and the questions (``"a+b?"``)."""
+
+
+def deal(seed: int, questions: list[str]) -> None:
+    """:class:`Dealt` deals ``questions`` from a stream seeded with ``seed`` from now on."""
+    import random
+
+    DEAL.update(rng=random.Random(seed), questions=list(questions))

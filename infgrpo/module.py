@@ -38,7 +38,7 @@ from infgrpo.sampler.engine.finite import NonFiniteLogitsError
 from infgrpo.scoring import Scorer, Scores, trainer_state
 from infgrpo.trainer.policy_sharding import PolicySharding
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
-from infgrpo.training.agent_rollout import AgentRollout, rollout_inputs
+from infgrpo.training.agent_rollout import AgentRollout, rollout_inputs, sample_prompts
 from infgrpo.training.checkpoint_state import PolicyCheckpoint
 from infgrpo.training.collapse import CollapseWatch
 from infgrpo.training.divergence import check_update, rollout_divergence
@@ -239,6 +239,7 @@ class GRPOModule(L.LightningModule):
                     rollouts = self.sampler.sample(
                         prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks, turns=turns,
                         vision=batch_visions(batch),  # image prompts: encoded once per prompt, here and in the update
+                        sample_prompts=sample_prompts(self.agent),  # environments whose samples differ
                     )  # fmt: skip
                     scores, items = None, batch
             if self.agent is not None:  # tools that leave the run at reward 0: a warning once

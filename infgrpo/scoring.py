@@ -118,6 +118,16 @@ def exchange_inputs(rollouts: Rollouts) -> tuple[list[Any] | None, dict[str, lis
     return [x.messages for x in rollouts.exchanges], kwargs
 
 
+def entry_prompts(rollouts: Rollouts, items: list[dict]) -> list[Any]:
+    """Each completion's prompt as TRL's rewards get it: its row's as the dataset gave it, or with an environment the
+    prompt it decoded (the observation appended: the exchange's ``prompt``)."""
+    rows = [items[i].get("prompt", items[i]["meta"].get("prompt")) for i in rollouts.prompt_index]
+    if rollouts.exchanges is None:
+        return rows
+    recorded = [getattr(x, "prompt", None) for x in rollouts.exchanges]
+    return [row if own is None else own for row, own in zip(rows, recorded, strict=True)]
+
+
 def score_rollouts(
     tokenizer: PreTrainedTokenizerBase,
     rollouts: Rollouts,
@@ -153,7 +163,7 @@ def score_rollouts(
         on_error,
         completion_lengths=rollouts.lengths,
         max_completion_length=max_completion_length,
-        prompts=[items[i].get("prompt", items[i]["meta"].get("prompt")) for i in of],
+        prompts=entry_prompts(rollouts, items),
         completion_ids=[list(ids) for ids in rollouts.completion_ids],
         trainer_state=trainer_state,
         messages=completions,

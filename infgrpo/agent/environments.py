@@ -4,7 +4,8 @@
     envs = Environments.from_config(cfg)        # probes one instance per factory: reset and methods checked
     envs.start(rows, group_size=8)              # a new rollout: rows[i] is prompt i's; 8 instances a row, reset
     i = envs.add(row, group_size=8)             # one more row (dynamic sampling draws them one at a time)
-    messages = envs.prompt(0)                   # row 0's prompt, its instance's observation appended
+    messages = envs.prompt(0, 3)                # row 0's prompt, sample 3's observation appended
+    envs.observations(0)                        # each sample's observation of row 0 (they may differ)
     box = envs.box(0, 3)                        # sample 3 of prompt 0: the standalone tools + its instance's methods
     envs.instances([(0, 0), (0, 1)])            # aligned with the completions: the rewards' environments=
     envs.reward_sources()                       # one reward per class that defines get_reward (weight 1)
@@ -17,9 +18,11 @@ so an environment that draws from a shared or per-instance random state sees wha
 sampling deals a row's instances when it draws the row; an adaptive group's extra samples get theirs when they
 first need one. ``reset(**row)`` gets every column of the row, the ``environment`` column dropped when a mapping
 picks the factory (TRL's rule); a reset that raises is one line naming the environment, ``reset`` and the row. A
-string it returns is appended to the prompt's last message with no separator. Unlike TRL, which renders a prompt
-per completion, the samples of a row share one prefilled prompt, so every sample of a row must get the same
-observation: a row whose samples got different ones is one line naming the row.
+string it returns is appended to the prompt's last message with no separator. As in TRL, which renders a prompt per
+completion, the samples of a row may get different observations (a game dealt at random): the rollout then renders
+each distinct one once (:attr:`~infgrpo.training.agent_rollout.AgentRollout.sample_prompts`). A row drawn by dynamic
+sampling, or an adaptive group's extra sample, decodes from its row's one prompt: there a sample whose observation
+differs from the row's first is one line naming the row.
 """
 
 from __future__ import annotations
@@ -124,7 +127,7 @@ class Environments:
         self._given: dict[str | None, int] = dict.fromkeys(self.factories, 0)  # instances handed out, by name
         self._instances: dict[tuple[int, int], Any] = {}
         self._boxes: dict[tuple[int, int], ToolBox] = {}
-        self._observations: dict[int, tuple[int, str | None]] = {}  # row -> (first sample reset, its observation)
+        self._observations: dict[tuple[int, int], str | None] = {}  # (row, sample) -> its observation
         added = [self.add(row) for row in rows]
         self.deal([(i, j) for i in added for j in range(group_size)])
 
@@ -139,12 +142,13 @@ class Environments:
             )
         self.rows.append(row)
         self._names.append(name)
-        self.deal([(i, j) for j in range(group_size)])
+        self.deal([(i, j) for j in range(group_size)], shared=True)
         return i
 
-    def deal(self, keys: Sequence[tuple[int, int]]) -> None:
+    def deal(self, keys: Sequence[tuple[int, int]], shared: bool = False) -> None:
         """Hands out an instance to each sample of ``keys`` (prompt index, sample index), in order, then resets each
-        in that order (TRL's batch order); samples that have one keep it."""
+        in that order (TRL's batch order); samples that have one keep it. ``shared``: these samples decode from their
+        row's one prompt, so each observation must equal the row's first (a ValueError naming the row otherwise)."""
         new = [key for key in keys if key not in self._instances]
         for i, j in new:
             name = self._names[i]
@@ -154,9 +158,9 @@ class Environments:
             self._given[name] = given + 1
             self._instances[i, j] = pool[given]
         for i, j in new:
-            self._reset(i, j)
+            self._reset(i, j, shared)
 
-    def _reset(self, i: int, j: int) -> None:
+    def _reset(self, i: int, j: int, shared: bool = False) -> None:
         """Resets sample ``j``'s instance with row ``i`` and records its observation; an :class:`AgentError` naming
         the environment, ``reset`` and the row when it raises."""
         env, row = self._instances[i, j], self.rows[i]
@@ -169,7 +173,23 @@ class Environments:
                 f"{name}({type(env).__name__}): reset(**row) raised {type(err).__name__}: {err} for row {i} of the "
                 f"rollout (columns: {columns}); reset gets every column of its row by name"
             ) from err
-        self._check_observation(i, j, type(env).__name__, observation)
+        self._observe(i, j, type(env).__name__, observation, shared)
+
+    def replay(self) -> None:
+        """Resets every instance dealt so far again, in the order they were dealt, with its row: an out-of-memory retry
+        of the rollout starts from the state the first attempt started from (its tools may have changed the
+        instances). An :class:`AgentError` naming the sample when an observation differs from the first attempt's
+        (the prompts were rendered from those): ``reset`` must then be a function of its row (seed it with a row
+        column, as the resume rule asks)."""
+        for i, j in list(self._instances):
+            seen = self._observations.pop((i, j))
+            self._reset(i, j)
+            if self._observations[i, j] != seen:
+                raise AgentError(
+                    f"row {i}: an out-of-memory retry of the rollout reset sample {j}'s environment again and got "
+                    f"{self._observations[i, j]!r}, not {seen!r}: a retry replays the rollout only when reset(**row) "
+                    "gives the same observation again (derive it from the row, e.g. its seed column)"
+                )
 
     def schemas(self, i: int) -> list[dict[str, Any]]:
         """The tool schemas prompt ``i`` is rendered with: the standalone tools, then its environment's methods."""
@@ -191,28 +211,36 @@ class Environments:
         else taken from its pool (made when the pool runs short) and reset with row ``i`` now (an adaptive group's
         extra sample)."""
         if (i, j) not in self._instances:
-            self.deal([(i, j)])
+            self.deal([(i, j)], shared=True)  # an adaptive group's extra sample: it decodes its row's prompt
         return self._instances[i, j]
 
-    def _check_observation(self, i: int, j: int, cls: str, observation: Any) -> None:
-        """Records row ``i``'s observation, or raises a ValueError naming the row when sample ``j`` got another."""
+    def _observe(self, i: int, j: int, cls: str, observation: Any, shared: bool) -> None:
+        """Records sample ``j``'s observation of row ``i``; a ValueError naming the row when it is not None or a
+        string, or when ``shared`` and it differs from the row's first sample's."""
         if observation is not None and not isinstance(observation, str):
             raise ValueError(
                 f"row {i}: {cls}.reset(**row) returned a {type(observation).__name__}; it must return None or a "
                 "string (appended to the prompt's last message)"
             )
-        first, seen = self._observations.setdefault(i, (j, observation))
-        if observation != seen:
+        self._observations[i, j] = observation
+        first = next(k for (r, k) in self._observations if r == i)
+        if shared and observation != self._observations[i, first]:
             raise ValueError(
-                f"row {i}: {cls}.reset(**row) returned {observation!r} for sample {j} but {seen!r} for sample "
-                f"{first}; the samples of a row share one prompt, so reset must give each the same observation "
-                "(derive it from the row, e.g. seed it with a row column)"
+                f"row {i}: {cls}.reset(**row) returned {observation!r} for sample {j} but "
+                f"{self._observations[i, first]!r} for sample {first}; dynamic sampling and adaptive groups decode a "
+                "row's samples from one prompt, so there reset must give each the same observation (derive it from "
+                "the row, e.g. seed it with a row column), or turn them off"
             )
 
-    def prompt(self, i: int) -> str | list[dict[str, Any]]:
-        """Row ``i``'s prompt (TRL's default user message without a ``prompt`` column) with its observation."""
-        self.instance(i, 0)
-        return with_observation(self.rows[i].get("prompt", EMPTY_PROMPT), self._observations[i][1])
+    def observations(self, i: int) -> list[str | None]:
+        """The observation of each sample of row ``i`` dealt so far, in sample order (they may differ)."""
+        return [obs for (r, _), obs in sorted(self._observations.items()) if r == i]
+
+    def prompt(self, i: int, j: int = 0) -> str | list[dict[str, Any]]:
+        """Row ``i``'s prompt (TRL's default user message without a ``prompt`` column) with sample ``j``'s
+        observation."""
+        self.instance(i, j)
+        return with_observation(self.rows[i].get("prompt", EMPTY_PROMPT), self._observations[i, j])
 
     def box(self, i: int, j: int) -> ToolBox:
         """The tools sample ``j`` of prompt ``i`` calls: the standalone tools and its instance's methods."""

@@ -49,6 +49,9 @@ class Exchange:
     """Its assistant turns with the tool messages that answered them (the rewards' ``completions`` entry)."""
     environment: Any = None
     """Its environment instance (the rewards' ``environments`` entry; None without ``agent.environment``)."""
+    prompt: Any = None
+    """The prompt it decoded, as TRL's rewards get it (the row's with its environment's observation appended; the
+    rewards' ``prompts`` entry); None: its row's prompt as the dataset gave it."""
 
 
 class ToolTurns:
@@ -64,6 +67,8 @@ class ToolTurns:
         workers: where the tools run, shared by rollouts; an int makes (and :meth:`close` ends) this rollout's own.
         environments: each sample's environment instance, a function of (prompt index, sample index), recorded in
             its :class:`Exchange`; None without environments.
+        prompts: each sample's prompt with its observation (messages or a string), a function of (prompt index,
+            sample index), recorded in its :class:`Exchange`; None without environments.
     """
 
     def __init__(
@@ -75,6 +80,7 @@ class ToolTurns:
         max_turns: int | None = None,
         workers: ToolWorkers | int = 8,
         environments: Callable[[int, int], Any] | None = None,
+        prompts: Callable[[int, int], Any] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self._box = boxes if callable(boxes) else (lambda i, j: boxes[i])
@@ -84,6 +90,7 @@ class ToolTurns:
         self._owned = isinstance(workers, int)
         self.workers = ToolWorkers(workers) if isinstance(workers, int) else workers
         self._environment = environments
+        self._prompt = prompts
         self._lock = threading.Lock()  # the exchanges and counters: the decoding thread and the workers write them
         self._tokenizer_lock = threading.Lock()
         self._exchanges: dict[Key, list[dict[str, Any]]] = {}
@@ -97,7 +104,7 @@ class ToolTurns:
         """A turn of ``seq`` ended on a stop token: parses it into the exchange, and returns the future of its tool
         results' ids (the tool messages and the next generation prompt) when it called tools and ``max_turns``
         allows another round; None when the sample ends here."""
-        key, box = (seq.prompt_idx, seq.sample_idx), self._box(seq.prompt_idx, seq.sample_idx)
+        key, box = (seq.row_idx, seq.sample_idx), self._box(seq.row_idx, seq.sample_idx)
         message = self._parse(key, seq, prompt, box)
         calls = message.get("tool_calls")
         if not calls or (self.max_turns is not None and seq.turns >= self.max_turns):
@@ -139,7 +146,7 @@ class ToolTurns:
     def rolled_back(self, seq: Sample) -> None:
         """The engine dropped ``seq``'s last tool results (they would pass ``max_new_tokens`` or the context): its
         exchange loses them and ends with the turn that called the tools (TRL's rollback; the counts stay)."""
-        key = (seq.prompt_idx, seq.sample_idx)
+        key = (seq.row_idx, seq.sample_idx)
         with self._lock:
             del self._exchanges[key][self._results_from.pop(key) :]
             self.dropped += 1
@@ -147,11 +154,11 @@ class ToolTurns:
     def ended(self, seq: Sample, prompt: list[int]) -> Exchange:
         """``seq`` is done: its last turn is parsed into the exchange if the engine did not offer it (a turn cut
         by ``max_new_tokens``; an empty one adds nothing, as in TRL); returns its :class:`Exchange`."""
-        key = (seq.prompt_idx, seq.sample_idx)
+        key = (seq.row_idx, seq.sample_idx)
         if self._parsed.get(key) != seq.turn_start and len(seq.token_ids) > seq.turn_start:
             self._parse(key, seq, prompt, self._box(*key))
         environment = self._environment(*key) if self._environment is not None else None
-        return Exchange(self.exchange(*key), environment)
+        return Exchange(self.exchange(*key), environment, self._prompt(*key) if self._prompt is not None else None)
 
     def exchange(self, i: int, j: int) -> list[dict[str, Any]]:
         """Sample ``j`` of prompt ``i`` as messages, TRL's completion: its assistant turns with the tool messages

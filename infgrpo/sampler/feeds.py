@@ -6,6 +6,8 @@
 
 The plan is :class:`~infgrpo.sampler.engine.plan.FeedPlan`. The feeds (:mod:`infgrpo.sampler.engine.feed`) are
 :class:`~infgrpo.sampler.engine.feed.FixedBatch` (these prompts x G),
+:class:`~infgrpo.sampler.engine.per_sample.PerSampleBatch` (a fixed batch whose samples of a row may decode different
+prompts),
 :class:`~infgrpo.sampler.engine.dynamic.DrawAndJudge` (dynamic sampling, ``continuous``) and
 :class:`~infgrpo.sampler.engine.dynamic.Rounds` (verl's ``rounds``); adaptive groups are a component of the first
 two (``grow``: :class:`~infgrpo.sampler.engine.adaptive.Extensions`), not a kind of feed.
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 from infgrpo.sampler.engine.adaptive import Extensions
 from infgrpo.sampler.engine.dynamic import DrawAndJudge, Rounds
 from infgrpo.sampler.engine.feed import Feed, FixedBatch
+from infgrpo.sampler.engine.per_sample import PerSampleBatch
 from infgrpo.sampler.engine.rescue_rates import RescueRates
 
 if TYPE_CHECKING:
@@ -29,6 +32,9 @@ def make_feed(plan: FeedPlan, looks: Looks | None, rates: RescueRates) -> Feed:
     """A new feed for ``plan``; ``looks`` predicts completion lengths (the length-aware refill policies order by
     them), ``rates`` are the rescue rates learned over earlier rollouts (adaptive groups' prior, read only)."""
     grow = Extensions(plan.adaptive, rates) if plan.adaptive is not None else None
+    if plan.sample_prompts is not None:  # samples of one row with different prompts: no growing, no draws
+        predicted = looks.all(plan.prompts) if looks is not None else None  # each row's first prompt
+        return PerSampleBatch(plan.sample_prompts, plan.seed, predicted, plan.prompt_offset)
     if plan.dynamic is None:
         predicted = looks.all(plan.prompts) if looks is not None else None  # the whole batch in one look
         return FixedBatch(plan.prompts, plan.group_size, plan.seed, predicted, plan.prompt_offset, grow)

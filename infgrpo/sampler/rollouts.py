@@ -52,12 +52,24 @@ class Rollouts:
     vision: list[VisionInputs | None] | None = None
     """Image prompts (a vision-language model): each prompt's images, one entry per prompt (None: a text prompt);
     the update runs them through the vision tower once per prompt in each forward pass. None: text prompts only."""
+    entry_prompts: list[list[int]] | None = None
+    """When the samples of a row decoded different prompts (environments' observations): per entry, the prompt it
+    decoded (one list object for the samples that shared it); ``prompt_ids[i]`` is then row i's first sample's.
+    None: every entry decoded its row's ``prompt_ids``. See :meth:`prompt_table`."""
 
     @classmethod
-    def from_sequences(cls, prompt_ids: list[list[int]], group_size: int, seqs: list[Sequence]) -> Rollouts:
+    def from_sequences(
+        cls,
+        prompt_ids: list[list[int]],
+        group_size: int,
+        seqs: list[Sequence],
+        decoded: list[list[int]] | None = None,
+    ) -> Rollouts:
         """The rollouts of finished sequences (the engine's), prompt-major; ``tool_masks`` when some sequence
-        took tool results, ``exchanges`` when the turns recorded something."""
+        took tool results, ``exchanges`` when the turns recorded something, ``entry_prompts`` (from ``decoded``,
+        the engine's prompts) when a sequence's row is not its prompt."""
         tools = any(s.tool_mask is not None for s in seqs)
+        per_sample = decoded is not None and any(s.row is not None for s in seqs)
         return cls(
             prompt_ids=[list(p) for p in prompt_ids],
             group_size=group_size,
@@ -67,6 +79,7 @@ class Rollouts:
             tool_masks=[s.tool_mask if s.tool_mask is not None else [1] * len(s) for s in seqs] if tools else None,
             sample_ids=[s.sample_idx for s in seqs],
             exchanges=[s.record for s in seqs] if any(s.record is not None for s in seqs) else None,
+            entry_prompts=[decoded[s.prompt_idx] for s in seqs] if per_sample else None,
         )
 
     @property
@@ -88,6 +101,21 @@ class Rollouts:
 
     def __len__(self) -> int:
         return len(self.completion_ids)
+
+    def prompt_table(self) -> tuple[list[list[int]], list[int]]:
+        """(the distinct prompts the entries decoded, each entry's index into them): ``prompt_ids`` and
+        :attr:`prompt_index`, or with :attr:`entry_prompts` each distinct prompt of a row once (a row of several
+        prompts is several shared prompts: the update runs each once)."""
+        if self.entry_prompts is None:
+            return self.prompt_ids, self.prompt_index
+        table: list[list[int]] = []
+        seen: dict[tuple[int, tuple[int, ...]], int] = {}
+        index = []
+        for row, ids in zip(self.prompt_index, self.entry_prompts, strict=True):
+            index.append(seen.setdefault((row, tuple(ids)), len(table)))
+            if index[-1] == len(table):
+                table.append(list(ids))
+        return table, index
 
     @property
     def model_lengths(self) -> list[int]:

@@ -28,7 +28,7 @@ from infgrpo.runtime.ranks import Ranks
 from infgrpo.runtime.threads import adapt_threads
 from infgrpo.sampler.config import SamplerConfig
 from infgrpo.sampler.engine.adaptive import check_grow_scheme
-from infgrpo.sampler.engine.dynamic import InformativeRate
+from infgrpo.sampler.engine.dynamic import InformativeRate, PromptTooLong
 from infgrpo.sampler.engine.engine import Engine, EngineStats
 from infgrpo.sampler.engine.feed import Feed, FixedBatch
 from infgrpo.sampler.engine.plan import AdaptiveSpec, DynamicSpec, FeedPlan, Replay
@@ -49,6 +49,18 @@ from infgrpo.vision.checks import check_decoder
 from infgrpo.vision.inputs import VisionInputs
 
 T = TypeVar("T")
+
+
+def check_sample_prompts(sample_prompts: list[list[list[int]]], rows: int, group_size: int, adaptive: bool) -> None:
+    """A ValueError unless ``sample_prompts`` holds ``group_size`` prompts for each of ``rows`` rows, without adaptive
+    groups (which extend a prompt's group)."""
+    if len(sample_prompts) != rows or any(len(row) != group_size for row in sample_prompts):
+        raise ValueError(f"sample_prompts needs {rows} rows of group_size={group_size} prompts each")
+    if adaptive:
+        raise ValueError(
+            "adaptive groups decode a row's samples from one prompt: samples of one row with different prompts "
+            "(environments' observations) need adaptive groups off"
+        )
 
 
 class MicroGroupSampler:
@@ -114,6 +126,7 @@ class MicroGroupSampler:
         adaptive: AdaptiveSpec | None = None,
         turns: Callable[[], Turns] | None = None,
         vision: list[VisionInputs | None] | None = None,
+        sample_prompts: list[list[list[int]]] | None = None,
     ) -> Rollouts:
         """``group_size`` completions of each prompt, prompt-major (see :class:`Rollouts`).
 
@@ -127,13 +140,23 @@ class MicroGroupSampler:
         :mod:`infgrpo.sampler.engine.turns`), a factory called once per engine run (an attempt that ran out of
         memory starts again with a fresh one); the rollouts then carry ``tool_masks``, what the turns recorded of
         each sample (``exchanges``) and what the tools did (``tools``, a
-        :class:`~infgrpo.sampler.engine.summaries.ToolSummary`). ``vision``: each prompt's images (a vision-language
-        model; :class:`~infgrpo.vision.inputs.VisionInputs` or None per prompt): encoded and prefilled once per prompt,
-        whatever ``group_size``; the rollouts carry them for the update (``Rollouts.vision``).
+        :class:`~infgrpo.sampler.engine.summaries.ToolSummary`). ``sample_prompts``: sample j of row i decodes
+        ``sample_prompts[i][j]`` (environments' observations; ``prompt_ids[i]`` is then its first sample's), each
+        distinct prompt of a row prefilled once, the row still the group (:mod:`infgrpo.sampler.engine.per_sample`;
+        ``Rollouts.entry_prompts``); the engine's fixed batch only. ``vision``: each prompt's images (a
+        vision-language model; :class:`~infgrpo.vision.inputs.VisionInputs` or None per prompt): encoded and prefilled
+        once per prompt, whatever ``group_size``; the rollouts carry them for the update (``Rollouts.vision``). Not
+        with ``sample_prompts`` (image prompts with environments are refused before: ``check_image_rollout``).
         """
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1")
         check_prompts(self.model, prompt_ids, self.config.max_new_tokens, vision)
+        if sample_prompts is not None:
+            if vision is not None:
+                raise ValueError("sample_prompts (environments' observations) and vision (image prompts) together")
+            check_sample_prompts(sample_prompts, len(prompt_ids), group_size, adaptive is not None)
+            self.config.require_engine("agent")  # environments give them
+            check_prompts(self.model, [p for row in sample_prompts for p in row], self.config.max_new_tokens)
         adapt_threads(self.model, rows=len(prompt_ids) * group_size)  # CPU threads: work size, free cores
         start = self._start()
         with self._decoding():
@@ -145,7 +168,9 @@ class MicroGroupSampler:
                 rollouts = self._baseline(prompt_ids, group_size, seed, prompt_offset)
             else:
                 plan = FeedPlan(group_size, seed, prompt_offset, prompts=prompt_ids, adaptive=adaptive, vision=vision)
-                rollouts = self._on_engine(plan, self.sizer.slots(self.model, prompt_ids), ranks, turns)
+                plan.sample_prompts = sample_prompts
+                every = prompt_ids if sample_prompts is None else [p for row in sample_prompts for p in row]
+                rollouts = self._on_engine(plan, self.sizer.slots(self.model, every), ranks, turns)
         rollouts.vision = vision  # the update encodes each prompt's images once per forward pass too
         return self._finish(rollouts, start)
 
@@ -165,7 +190,9 @@ class MicroGroupSampler:
         work, each finished group judged by ``spec.keep``, until ``spec.target_groups`` informative groups are
         found or ``spec.max_prompts`` are drawn. Returns the groups the step trains on (``Rollouts.drawn``: their
         positions in the draw order; ``Rollouts.dynamic``: what was found) with ``dynamic/*`` statistics;
-        ``max_prompt_len`` bounds every prompt the source can yield (the pool's width). The admission's
+        ``max_prompt_len`` is the pool's width: a drawn prompt longer than it (an environment's observation) widens
+        the pool to its length and the rollout is decoded again, the same draws in the same order (``Replay``; the
+        ``turns`` factory is called again, as on an out-of-memory retry), counted in ``pool_widened``. The admission's
         informative rate is the one observed in earlier rollouts (checkpointed); the length predictor learns
         from the trained groups. ``adaptive``: a group without spread grows first and is dropped only when it
         cannot grow (:mod:`infgrpo.sampler.engine.adaptive`; not with ``rounds``). ``turns``: multi-turn samples, as
@@ -178,9 +205,17 @@ class MicroGroupSampler:
         if adaptive is not None:
             check_grow_scheme(spec.scheme)
         plan = FeedPlan(group_size, seed, prompt_offset, None, Replay(source), spec, max_prompt_len, adaptive)
+        widened = 0
         with self._decoding():
-            slots = self.sizer.slots(self.model, [[self.pad_id] * max_prompt_len])
-            rollouts = self._on_engine(plan, slots, ranks, turns)
+            while True:
+                slots = self.sizer.slots(self.model, [[self.pad_id] * plan.max_prompt_len])
+                try:
+                    rollouts = self._on_engine(plan, slots, ranks, turns)
+                    break
+                except PromptTooLong as err:  # a later draw outgrew the pool (an environment's observation)
+                    plan.max_prompt_len, widened = err.length, widened + 1  # a wider pool; the same draws again
+                    self.pools.release()
+        rollouts.stats["pool_widened"] = widened
         return self._finish(rollouts, start)
 
     def generate_one(
@@ -243,7 +278,7 @@ class MicroGroupSampler:
         (feed, stats, looks), retries = self._backoff(attempt, slots, "model.sampler.num_slots")
         chosen = feed.trained()
         rows = [s for i in chosen for s in feed.rows(i)]  # group_size of each (of a grown group: the judge's pick)
-        rollouts = Rollouts.from_sequences([feed.prompts[i] for i in chosen], feed.group_size, rows)
+        rollouts = Rollouts.from_sequences([feed.row_prompt(i) for i in chosen], feed.group_size, rows, feed.prompts)
         rollouts.stats = stats.to_stats([s.model_tokens for group in feed.groups for s in group])  # all decoded
         rollouts.tools = stats.tools
         rollouts.dynamic = found = feed.summary()

@@ -80,6 +80,11 @@ class AgentRollout:
         """How the current rollout's prompts were rendered (its chat template options render the tool results)."""
         self.watch = ToolWatch(cfg.tool_timeout)
         """Tools that leave the run at reward 0 without a word: a warning once (:meth:`watch_rollout`)."""
+        self._runs = 0
+        self.sample_prompts: list[list[list[int]]] | None = None
+        """The last :meth:`prompt_ids`' prompt ids of each sample of each row when some row's samples got different
+        observations (each distinct one rendered once a row: samples with equal observations share one list); None
+        when every sample of a row decodes its row's prompt. The sampler's ``sample_prompts``."""
 
     @property
     def workers(self) -> ToolWorkers:
@@ -101,10 +106,24 @@ class AgentRollout:
         message. Starts a new rollout of ``items`` x ``group_size`` samples (default: the run's): every sample's
         environment is dealt and reset first, in TRL's batch order."""
         self.start(fmt)
-        if self.envs is not None:
-            g = self.group_size if group_size is None else group_size
-            self.envs.start([self.row(item) for item in items], g)
-        return [self.render(i, item) for i, item in enumerate(items)]
+        if self.envs is None:
+            return [self.render(i, item) for i, item in enumerate(items)]
+        g = self.group_size if group_size is None else group_size
+        self.envs.start([self.row(item) for item in items], g)
+        per_sample = [self.render_samples(i) for i in range(len(items))]
+        if any(len({id(p) for p in row}) > 1 for row in per_sample):
+            self.sample_prompts = per_sample
+        return [row[0] for row in per_sample]  # sample 0's: the row's prompt (rewards, the table, the predictor)
+
+    def render_samples(self, i: int) -> list[list[int]]:
+        """Each sample's prompt ids of row ``i`` (its environments reset): each distinct observation rendered once,
+        one list object for the samples that got it."""
+        rendered: dict[str | None, list[int]] = {}
+        for j, observation in enumerate(self.envs.observations(i)):
+            if observation not in rendered:
+                prompt, schemas = self.envs.prompt(i, j), self.envs.schemas(i)
+                rendered[observation] = self.format.encode(self.tokenizer, prompt, schemas, self.template)
+        return [rendered[observation] for observation in self.envs.observations(i)]
 
     @staticmethod
     def row(item: dict) -> dict:
@@ -122,6 +141,8 @@ class AgentRollout:
         """A new rollout, of no prompt yet: its environments afresh, and ``fmt``, how its prompts are rendered (its
         chat template options render the tool results too)."""
         self.format = fmt if fmt is not None else PromptFormat()
+        self.sample_prompts = None
+        self._runs = 0  # engine runs of this rollout: a second one is an out-of-memory retry
         if self.envs is not None:
             self.envs.start([])
 
@@ -133,12 +154,17 @@ class AgentRollout:
         return self.render(index, item)
 
     def turns(self) -> ToolTurns:
-        """A fresh :class:`ToolTurns` for one engine run (the sampler's ``turns`` factory)."""
+        """A fresh :class:`ToolTurns` for one engine run (the sampler's ``turns`` factory). A second run of the same
+        rollout is an out-of-memory retry: every environment is reset again first, in the order dealt, so the retry
+        replays the first attempt (:meth:`~infgrpo.agent.environments.Environments.replay`)."""
         envs = self.envs
+        self._runs += 1
+        if envs is not None and self._runs > 1:
+            envs.replay()
         boxes = envs.box if envs is not None else (lambda i, j: self.box)
         return ToolTurns(
             self.tokenizer, boxes, self.template, self.format.chat_template_kwargs, self.cfg.max_turns, self.workers,
-            envs.instance if envs is not None else None,
+            envs.instance if envs is not None else None, envs.prompt if envs is not None else None,
         )  # fmt: skip
 
     def decode(
@@ -153,7 +179,10 @@ class AgentRollout:
         """The rollouts of ``items`` with tools (no scores) and each entry's exchange, the message list TRL's rewards
         get as its completion (``Rollouts.exchanges``' messages): benchmarks and tests."""
         prompts, turns = rollout_inputs(self, items, group_size=group_size)
-        rollouts = sampler.sample(prompts, group_size, seed, prompt_offset=prompt_offset, ranks=ranks, turns=turns)
+        rollouts = sampler.sample(
+            prompts, group_size, seed, prompt_offset=prompt_offset, ranks=ranks, turns=turns,
+            sample_prompts=self.sample_prompts,
+        )  # fmt: skip
         self.watch_rollout(rollouts, sampler.config.max_new_tokens)
         return rollouts, [x.messages for x in rollouts.exchanges or []]
 
@@ -180,3 +209,9 @@ def rollout_inputs(
     if agent is None:
         return [item["prompt_ids"] for item in items], None
     return agent.prompt_ids(items, prompt_format(datamodule), group_size), agent.turns
+
+
+def sample_prompts(agent: AgentRollout | None) -> list[list[list[int]]] | None:
+    """The sampler's ``sample_prompts`` after :func:`rollout_inputs`: each sample's prompt ids when some row's samples
+    got different observations (:attr:`AgentRollout.sample_prompts`), else None."""
+    return agent.sample_prompts if agent is not None else None

@@ -40,7 +40,7 @@ from infgrpo.sampler.schedule.sequence import Sequence
 from infgrpo.scoring import Scorer, Scores
 from infgrpo.settings import InfgrpoWarning
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
-from infgrpo.training.agent_rollout import AgentRollout, prompt_format, rollout_inputs
+from infgrpo.training.agent_rollout import AgentRollout, prompt_format, rollout_inputs, sample_prompts
 from infgrpo.training.dynamic import DynamicSamplingConfig, judge, resolve_criterion
 from infgrpo.training.settings_checks import check_judged_batch
 from infgrpo.vision.inputs import batch_visions
@@ -200,6 +200,7 @@ class JudgedRollout:
             rollouts = self.sampler.sample(
                 prompts, self.g, seed, prompt_offset=offset, ranks=ranks, adaptive=grow, turns=turns,
                 vision=batch_visions(batch),
+                sample_prompts=sample_prompts(self.agent),
             )  # fmt: skip
             chosen = list(range(len(batch)))
         if rollouts.adaptive is not None:
@@ -214,7 +215,7 @@ class JudgedRollout:
         ``items``), the longest prompt it may yield (the pool's width) and the turns factory. With tools each drawn
         prompt is rendered (its environments reset) as it is drawn; the batch's are rendered first, and the bound
         is the data module's longest prompt (rendered with the tool schemas: ``use_tools``) plus the longest
-        environment observation of the batch."""
+        environment observation of the batch (a longer one drawn later widens the pool: the sampler decodes again)."""
         stream = itertools.chain(batch, datamodule.prompt_stream())
         longest = datamodule.longest_prompt()
         if self.agent is None:

@@ -202,7 +202,7 @@ class PolicyUpdate:
     def _budget(self, policy: PreTrainedModel, rollouts: Rollouts) -> int:
         """This update's token budget: the integer, or the plan for ``update_memory``, capped at what fit after
         an earlier out-of-memory retry."""
-        longest = max(len(p) for p in rollouts.prompt_ids) + max(rollouts.lengths, default=0)
+        longest = max(len(p) for p in rollouts.prompt_table()[0]) + max(rollouts.lengths, default=0)
         planned = self.sizer.tokens(policy, longest)
         return min(planned, self.token_budget_cap or planned)
 
@@ -332,13 +332,11 @@ class PolicyUpdate:
         """
         rows = list(range(len(rollouts))) if rows is None else rows
         completions = [rollouts.completion_ids[i] for i in rows]
-        index = rollouts.prompt_index
+        table, index = rollouts.prompt_table()  # each entry's own prompt (a row of several: several shared prompts)
         if self.share_prompt:
-            mbs = prepare_shared_microbatches(
-                rollouts.prompt_ids, [index[i] for i in rows], completions, budget, self.pad_id
-            )
+            mbs = prepare_shared_microbatches(table, [index[i] for i in rows], completions, budget, self.pad_id)
         else:
-            prompts = [rollouts.prompt_ids[index[i]] for i in rows]
+            prompts = [table[index[i]] for i in rows]
             mbs = prepare_microbatches(prompts, completions, budget, self.pad_id)
         if len(rows) != len(rollouts):
             for mb in mbs:

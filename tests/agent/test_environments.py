@@ -2,6 +2,7 @@
 
 import asyncio
 import inspect
+import random
 
 import pytest
 
@@ -63,13 +64,18 @@ def test_a_row_without_prompt_gets_trls_empty_user_message():
     assert envs.instance(0, 0).count == 1
 
 
-def test_samples_of_a_row_with_other_observations_are_one_line():
+def test_samples_of_a_row_may_get_their_own_observations_but_not_where_they_share_one_prompt():
     envs = Environments({None: toolbox.Moody})
-    envs.start([{"prompt": "p"}])
-    assert envs.prompt(0).startswith("p")  # a string prompt: the observation appended to it
-    with pytest.raises(ValueError, match=r"^row 0: Moody\.reset\(\*\*row\) returned '\d+' for sample 1 but '\d+' for "
-                       r"sample 0; the samples of a row share one prompt") as err:  # fmt: skip
-        envs.instance(0, 1)
+    envs.start([{"prompt": "p"}], group_size=2)  # TRL's rule: each sample its own observation
+    first, second = envs.observations(0)
+    assert first != second and envs.prompt(0, 1) == "p" + second  # a string prompt: the observation appended
+    one_prompt = r"sample 0; dynamic sampling and adaptive groups decode a row's samples from one prompt"
+    with pytest.raises(
+        ValueError, match=r"^row 0: Moody\.reset\(\*\*row\) returned '\d+' for sample 2 but '\d+' for " + one_prompt
+    ):
+        envs.instance(0, 2)  # an adaptive group's extra sample decodes its row's one prompt
+    with pytest.raises(ValueError, match=r"^row 1: Moody\.reset\(\*\*row\) returned .* for sample 1") as err:
+        envs.add({"prompt": "q"}, group_size=2)  # a row drawn by dynamic sampling
     assert "\n" not in str(err.value)
 
 
@@ -124,5 +130,19 @@ def test_a_reset_that_raises_is_one_line_naming_the_environment_and_the_row():
         "(columns: environment, n, x)"
     )
     assert "\n" not in str(err.value)
-    with pytest.raises(ValueError, match=r"^row 0: Moody\.reset\(\*\*row\) returned '\d+' for sample 1"):
-        Environments({None: toolbox.Moody}).start([{"prompt": "p"}], group_size=2)  # before anything is generated
+    with pytest.raises(ValueError, match=r"^row 0: Moody\.reset\(\*\*row\) returned a int; it must return None"):
+        Environments({None: toolbox.Moody}).start([{"prompt": "p", "number": True}], group_size=2)  # before generating
+
+
+def test_a_retry_resets_every_instance_again_in_the_order_dealt_or_names_the_sample_that_changed():
+    toolbox.Ledger.log, toolbox.Ledger.made = [], 0
+    envs = Environments({None: toolbox.Ledger})
+    envs.start([{"n": 10}, {"n": 20}], group_size=2)
+    toolbox.Ledger.log = []
+    envs.replay()  # an out-of-memory retry: the same resets, in the same order
+    assert toolbox.Ledger.log == [("reset", 1, 10), ("reset", 2, 10), ("reset", 3, 20), ("reset", 4, 20)]
+    toolbox.Dealt.rng = random.Random(0)
+    dealt = Environments({None: toolbox.Dealt})
+    dealt.start([{}], group_size=4)  # a shared stream: a second reset deals other sums
+    with pytest.raises(AgentError, match=r"^row 0: an out-of-memory retry of the rollout reset sample \d"):
+        dealt.replay()

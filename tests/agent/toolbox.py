@@ -1,6 +1,7 @@
 """Tools and environments the agent tests name by import path (``tests.agent.toolbox:add``)."""
 
 import asyncio
+import random
 import threading
 
 
@@ -145,9 +146,9 @@ class Moody:
         Moody.made += 1
         self.me = Moody.made
 
-    def reset(self, **row) -> str:
-        """Its own number."""
-        return str(self.me)
+    def reset(self, number: bool = False, **row) -> str | int:
+        """Its own number (as an int when the row asks: not an observation)."""
+        return self.me if number else str(self.me)
 
 
 class NoReset:
@@ -323,3 +324,36 @@ class Strict:
 
     def reset(self) -> None:
         """Nothing."""
+
+
+class Dealt:
+    """A game dealt at random: each instance's ``reset`` deals its own sum from one shared stream (``Dealt.rng``: seed
+    it again to replay a rollout), from few enough sums that some samples of a row share one (the shipped tool model
+    calls its tool on the first and third, not the second); its reward is 1 when the last ``add`` call added the
+    dealt operands."""
+
+    rng = random.Random(0)
+    SUMS = ((154372, 2854), (822651, 73411), (3727, 51110))
+
+    def reset(self, **row) -> str:
+        """Deals a sum; the observation is its question."""
+        self.a, self.b = Dealt.rng.choice(Dealt.SUMS)
+        self.called = None
+        return f"{self.a}+{self.b}?"
+
+    def add(self, a: int, b: int) -> int:
+        """Adds two integers.
+
+        Args:
+            a: The first number.
+            b: The second number.
+
+        Returns:
+            The sum a + b.
+        """
+        self.called = (a, b)
+        return a + b
+
+    def get_reward(self) -> float:
+        """1 when the last call added the dealt operands."""
+        return float(self.called == (self.a, self.b))

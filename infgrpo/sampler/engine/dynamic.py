@@ -46,6 +46,15 @@ if TYPE_CHECKING:
     from infgrpo.sampler.engine.plan import FeedPlan
 
 
+class PromptTooLong(ValueError):
+    """A drawn prompt is longer than the pool's width (``max_prompt_len``): the sampler widens the pool to
+    ``length`` and decodes the rollout again (an environment's observation of a later draw can be the longest)."""
+
+    def __init__(self, length: int, max_prompt_len: int) -> None:
+        super().__init__(f"a drawn prompt has {length} tokens, more than max_prompt_len={max_prompt_len}")
+        self.length = length
+
+
 @dataclass
 class InformativeRate:
     """The share of groups that were informative, over recent rollouts: ``(kept + 1) / (judged + 2)``, each
@@ -80,7 +89,8 @@ class DrawAndJudge(Feed):
     Args:
         plan: the rollout (:class:`~infgrpo.sampler.engine.plan.FeedPlan`): its ``source`` (prompts' token ids,
             drawn in order, read from the start), ``dynamic`` spec (the target, the cap and the judge),
-            ``max_prompt_len`` (a longer drawn prompt is an error), and the random streams.
+            ``max_prompt_len`` (a longer drawn prompt raises :class:`PromptTooLong`: the sampler widens the pool
+            and decodes again), and the random streams.
         predict: a drawn prompt's predicted completion length (for the length-aware refill policies), or None.
         grow: adaptive groups: a group without spread grows first, and is dropped only when it cannot grow.
     """
@@ -107,7 +117,7 @@ class DrawAndJudge(Feed):
             self.exhausted = True
             return False
         if len(prompt) > self.max_prompt_len:
-            raise ValueError(f"a drawn prompt has {len(prompt)} tokens, more than max_prompt_len={self.max_prompt_len}")
+            raise PromptTooLong(len(prompt), self.max_prompt_len)
         guess = self.predict(prompt) if self.predict is not None else None
         i = self.add_prompt(prompt, guess)
         self.sched.queue(self.groups[i])

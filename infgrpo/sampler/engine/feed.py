@@ -121,6 +121,10 @@ class Feed:
         """The ``group_size`` samples of prompt ``i`` the step trains on (its group; one that grew, down-selected)."""
         return self.grow.rows(i) if self.grow is not None else self.groups[i]
 
+    def row_prompt(self, i: int) -> list[int]:
+        """The prompt of trained row ``i`` (``Rollouts.prompt_ids``; default: prompt ``i``'s ids)."""
+        return self.prompts[i]
+
     def waiting(self, i: int) -> int:
         """Samples of prompt ``i`` that have not started (each needs its prefilled K/V)."""
         return sum(1 for s in self.groups[i] if not s.token_ids)

@@ -43,6 +43,9 @@ class FeedPlan:
     """Adaptive groups: stalled groups grow (not with the ``rounds`` scheme)."""
     vision: list[VisionInputs | None] | None = None
     """The fixed batch's images, one entry per prompt (a vision-language model; None: text prompts)."""
+    sample_prompts: list[list[list[int]]] | None = None
+    """A fixed batch whose samples of one row may decode different prompts: ``sample_prompts[i][j]``, sample j of
+    row i's (:mod:`~infgrpo.sampler.engine.per_sample`); None: every sample decodes its row's ``prompts[i]``."""
 
 
 @dataclass

@@ -43,6 +43,15 @@ class Sequence:
     """Tool rounds appended so far (a sample with ``turns > 0`` is resumed: its prompt K/V are not held for it)."""
     record: Any = None
     """Multi-turn samples: what the host's ``Turns.ended`` recorded when the sample finished (its exchange)."""
+    row: int | None = None
+    """The row (training group) it belongs to when the samples of a row decode different prompts (environments'
+    observations: :mod:`infgrpo.sampler.engine.per_sample`); None: its prompt's, ``prompt_idx``."""
+
+    @property
+    def row_idx(self) -> int:
+        """The row it trains with (and whose environment instance (row, ``sample_idx``) it has): ``row``, else
+        ``prompt_idx``."""
+        return self.prompt_idx if self.row is None else self.row
 
     @property
     def model_tokens(self) -> int:

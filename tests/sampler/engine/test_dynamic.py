@@ -143,3 +143,17 @@ def test_one_token_completions_draw_up_to_max_prompts(tiny_model, tokenizer, tas
     )
     assert out.dynamic.prompts_drawn == 12 and out.dynamic.groups_dropped == 12 and out.dynamic.capped
     assert out.stats["decode_steps"] == 0 and all(len(ids) == 1 for ids in out.completion_ids)
+
+
+def test_a_drawn_prompt_longer_than_the_pool_widens_it_and_the_rollout_replays(tiny_model, tokenizer, task):
+    """An environment's observation of a later draw can be the longest prompt: the pool is widened to it and the
+    same draws decoded again, giving what a pool wide enough from the start gives."""
+    rows, prompts = task
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # shortest first: later draws are longer
+    drawn = [prompts[i] for i in order]
+    spec = DynamicSpec(target_groups=3, max_prompts=12, keep=judge_of(tokenizer, [rows[i] for i in order]))
+    out = {}
+    for name, width in (("wide", len(drawn[-1])), ("narrow", len(drawn[0]))):
+        out[name] = sampler(tiny_model, tokenizer).sample_dynamic(iter(drawn), G, 1, spec, max_prompt_len=width)
+    assert out["narrow"].stats["pool_widened"] >= 1 and out["wide"].stats["pool_widened"] == 0
+    assert out["narrow"].drawn == out["wide"].drawn and out["narrow"].completion_ids == out["wide"].completion_ids
