@@ -134,7 +134,9 @@ def page_commands(path):
 @pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
 def test_every_command_a_results_page_records_parses(path):
     commands = list(page_commands(path))
-    assert commands, f"{path.name} records no command"
+    # a page measured through the training command itself records `python -m infgrpo.fit` (those commands are
+    # parsed by tests/test_written_commands.py)
+    assert commands or "python -m infgrpo.fit" in path.read_text(), f"{path.name} records no command"
     for words in commands:
         if words[3] == "learn-merge":
             args = importlib.import_module("benchmarks.learn_merge").parser().parse_args(words[4:])
