@@ -143,9 +143,9 @@ def test_a_gpu_test_run_over_its_box_is_killed_and_keeps_what_finished(tmp_path,
     # the box must outlast a pytest start and two trivial tests on a loaded machine (8 s did not, beside a
     # second pytest worker and other processes); the slow test sleeps far past it
     monkeypatch.setenv("SLOW_S", "600")
-    row = gpu_tests.run_gpu_tests(25, None, write_gpu_tests(tmp_path))
-    assert row["skipped"] == "over 25 s" and (row["passed"], row["failed"]) == (1, 1)
-    assert "did not finish: over 25 s (so far: 1 passed, 1 failed" in gpu_tests.summary(row)[0]
+    row = gpu_tests.run_gpu_tests(15, None, write_gpu_tests(tmp_path))
+    assert row["skipped"] == "over 15 s" and (row["passed"], row["failed"]) == (1, 1)
+    assert "did not finish: over 15 s (so far: 1 passed, 1 failed" in gpu_tests.summary(row)[0]
 
 
 def test_without_the_tests_folder_the_row_says_where_to_run_from(tmp_path):
