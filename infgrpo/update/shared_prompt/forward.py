@@ -80,14 +80,18 @@ def _two_forwards(
     micro-batch), then the completions; returns ``last_of(prompt output)`` (n_p, 1, ...) and the completions' output."""
     lengths = mb.prompt_mask.sum(dim=1).index_select(0, mb.row_prompt)  # (n,) real prompt lengths
     positions = lengths[:, None] + torch.arange(mb.completion_ids.shape[1], device=lengths.device)  # (n, C)
-    prompt_positions, images = (mb.prompt_mask.cumsum(dim=1) - 1).clamp(min=0), {}  # (n_p, P): as the unshared rows
+    vision = None  # (prompt positions, deltas, image tensors) of prompts with images
     if mb.visions is not None:  # the prompts' images once, their M-RoPE positions; completions after each delta
-        prompt_positions, deltas, images = forward_inputs(model, mb.prompt_ids, mb.prompt_mask, mb.visions)
+        vision = forward_inputs(model, mb.prompt_ids, mb.prompt_mask, mb.visions)
         scheme = family_of(model.config).positions
-        positions = completion_positions(lengths, deltas.index_select(0, mb.row_prompt), positions.shape[1], scheme)
+        positions = completion_positions(lengths, vision[1].index_select(0, mb.row_prompt), positions.shape[1], scheme)
     prompt_mask, completion_mask = attention_masks(mb, _mask_kind(model))
 
-    def prompt_forward() -> PromptOutputs:
+    def prompt_forward() -> PromptOutputs:  # not called when the carry holds the prompts: no work for them then
+        if vision is None:  # text: positions (n_p, P) count real tokens, as the unshared rows
+            prompt_positions, images = (mb.prompt_mask.cumsum(dim=1) - 1).clamp(min=0), {}
+        else:
+            prompt_positions, _, images = vision
         capture = PromptCapture(text_config(model.config).num_hidden_layers)
         with caches_under_checkpointing(model):
             out = model(
