@@ -79,6 +79,7 @@ def test_threads_has_one_meaning_and_each_benchmark_keeps_its_recorded_default()
         "reward-model": 1,  # peak RSS of one process per scoring, as adaptive-memory
         "sharded-memory": 1,  # counts bytes; one thread a rank, as the 2-rank tests run
         "agent": 1,  # wall times of two trainers side by side in one process, and peak RSS of one process per G
+        "vlm": 1,  # two trainers' seconds per step, one process a run, and peak RSS of one process per G
     }
 
 

@@ -75,7 +75,12 @@ class PoolKeeper:
         return self.pool, self.step
 
     def release(self) -> None:
-        """Frees the pool and its decode step (their device memory returns to the allocator); keeps ``failures``."""
+        """Frees the pool and its decode step (their device memory returns to the allocator); keeps ``failures``.
+
+        The pool's K/V are freed when the last reference goes (the pool holds no cycle); only CUDA's cached blocks
+        need :func:`~infgrpo.runtime.oom.free_cached`, whose full garbage collection a CPU run does not pay here."""
         if self.pool is not None:
+            cuda = self.pool.kv.device.type == "cuda"
             self.pool = self.step = None
-            free_cached()
+            if cuda:
+                free_cached()

@@ -25,9 +25,14 @@ The pool is storage only: which slot is free is the scheduler's (:mod:`infgrpo.s
 each slot's position the decode step's (:mod:`infgrpo.sampler.engine.decode_step`), and the pool with its
 step is kept between rollouts by :class:`~infgrpo.sampler.engine.pool_keeper.PoolKeeper`. The device
 tensors ``positions`` and ``kv`` are only written by copies and by the step itself, so nothing is read back.
+Each layer holds its pool through a weak proxy, so pool and layers form no reference cycle: dropping the last
+reference to a pool frees its K/V at once, without a garbage collection (a full one walks every Python object of
+the process: about a second a call on a busy 2-core machine, ``benchmarks/results/vlm.md``).
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -49,7 +54,7 @@ class SlotLayer(CacheLayerMixin):
 
     def __init__(self, pool: SlotPool, keys: torch.Tensor, values: torch.Tensor) -> None:
         super().__init__()
-        self.pool = pool
+        self.pool = weakref.proxy(pool)  # the pool owns its layers; a strong reference back would make a cycle
         self.keys, self.values = keys, values  # (S, kv_heads, T, head_dim) views of pool.kv
         self.is_initialized = True
 

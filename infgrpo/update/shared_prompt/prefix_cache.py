@@ -15,12 +15,15 @@ checkpointing (``GradientCheckpointingLayer._can_checkpoint_with_cache``);
 :func:`caches_under_checkpointing` sets that flag for the two forwards. Gradients of every completion
 reach its prompt's K/V and, through them, the one prompt forward.
 
-Expanded, not copied, where one prompt serves every row; several prompts are gathered by index.
+Expanded, not copied, where one prompt serves every row; several prompts are gathered by index. Each layer view holds
+its cache through a weak proxy, so a cache and its layers form no reference cycle: the captured K/V (and the autograd
+history they carry) are freed as soon as the micro-batch lets go of them, not at the next garbage collection.
 """
 
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator
 
 import torch
@@ -35,7 +38,7 @@ class _Layer(CacheLayerMixin):
 
     def __init__(self, owner: PromptCapture | PromptPrefix, layer_idx: int) -> None:
         super().__init__()
-        self.owner, self.layer_idx = owner, layer_idx
+        self.owner, self.layer_idx = weakref.proxy(owner), layer_idx  # the owner holds its layers: no cycle back
         self.is_initialized = True
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:

@@ -1,5 +1,8 @@
 """The slot-pool engine against independent references (HF generate, a training forward)."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -155,6 +158,23 @@ def test_the_pool_is_kept_between_rollouts_and_grows_only_when_slots_must_be_lon
         assert lean.pools.pool is None and not lean.keeps_pool()  # freed after the rollout
     with pytest.raises(ValueError, match="keep_pool='yes' must be true, false or 'auto'"):
         SamplerConfig(keep_pool="yes")
+
+
+def test_a_released_pool_frees_its_kv_without_a_garbage_collection():
+    """Pool and layers hold no reference cycle: a CPU rollout that drops its pool frees the K/V at once, so releasing
+    it needs no full garbage collection (which walks every object of the process)."""
+    model = random_model("qwen3", torch.float32, seed=8)
+    sampler = MicroGroupSampler(model, 2, SamplerConfig(num_slots=4, max_new_tokens=8, keep_pool=True))
+    sampler.sample(PROMPTS, 2, seed=0)
+    kv = weakref.ref(sampler.pools.pool.kv)
+    collections = gc.get_stats()[2]["collections"]
+    gc.disable()
+    try:
+        sampler.release()
+        assert kv() is None  # freed by its last reference going
+    finally:
+        gc.enable()
+    assert gc.get_stats()[2]["collections"] == collections  # and no full collection ran to free it
 
 
 def test_cuda_graphs_on_without_cuda_is_a_clear_error_and_bad_names_are_refused():

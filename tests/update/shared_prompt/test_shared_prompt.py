@@ -4,6 +4,8 @@ Every equality is against the unshared ``prompt + completion`` rows in float64, 
 computing in float64 (``tests.helpers.float64_norms``: transformers' own norm runs in float32).
 """
 
+import gc
+import weakref
 import zlib
 
 import pytest
@@ -27,6 +29,7 @@ from infgrpo.update.shared_prompt.batching import (
 )
 from infgrpo.update.shared_prompt.carry import PromptCarry, carried_prompts
 from infgrpo.update.shared_prompt.check import resolve_share_prompt, share_prompt_reason
+from infgrpo.update.shared_prompt.prefix_cache import PromptCapture, PromptPrefix
 from infgrpo.update.step import frozen_logprobs
 from tests.helpers import (
     ALLOW_SKIP_OFF,
@@ -370,3 +373,20 @@ def test_the_largest_micro_batch_comes_first_and_a_split_groups_follow_each_othe
 def test_the_bench_steps_group_runs_its_fifteen_row_micro_batch_first():
     # bench step --model qwen3-42m: one 20-token prompt x 16 completions of 512 tokens at token_budget 8192
     assert [len(rows) for rows in pack_groups_by_token_budget([0] * 16, [20], [512] * 16, 8192)] == [15, 1]
+
+
+def test_a_prompt_cache_frees_its_kv_with_its_last_reference_not_at_a_garbage_collection():
+    """A cache and its layer views form no reference cycle: the captured K/V die when the update drops the cache."""
+    model = random_model("qwen3", torch.float32, seed=3)
+    capture = PromptCapture(model.config.num_hidden_layers)
+    model.model(input_ids=torch.tensor([[5, 9, 11]]), past_key_values=capture, use_cache=True)
+    prefix = PromptPrefix(capture.kv, None, rows=2)
+    out = model.model(input_ids=torch.tensor([[7], [8]]), past_key_values=prefix, use_cache=True,
+                      position_ids=torch.tensor([[3], [3]]))  # fmt: skip
+    keys = weakref.ref(capture.kv[0][0])
+    gc.disable()
+    try:
+        del capture, prefix, out
+        assert keys() is None
+    finally:
+        gc.enable()
