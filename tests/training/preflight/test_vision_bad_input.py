@@ -74,3 +74,11 @@ def test_pixels_that_overflow_the_context_name_the_pixel_setting(capsys):
     line = cli_error(capsys, *VLM, "--data.processor_kwargs", big, "--data.max_prompt_length", "4096")
     assert "has 1057 tokens, 1024 of them for its images (lower their pixels with data.processor_kwargs" in line
     assert "but the model's context (max_position_embeddings) is 512" in line
+
+
+def test_image_prompts_with_tools_are_one_line_before_the_template_check(capsys):
+    line = cli_error(capsys, *VLM, "--model.agent.tools", "[infgrpo.assets.calculator:add]")
+    assert line == (
+        "error: model.agent renders tool prompts as text, and the data's prompts hold images; train image prompts "
+        "without tools, or drop the image column"
+    )
