@@ -70,9 +70,10 @@ def test_a_template_that_cannot_place_an_image_names_the_template(capsys, tmp_pa
 
 
 def test_pixels_that_overflow_the_context_name_the_pixel_setting(capsys):
-    big = "{min_pixels: 200704, max_pixels: 200704}"  # 1,024 image tokens of 14 x 14 pixels: past the 512 positions
-    line = cli_error(capsys, *VLM, "--data.processor_kwargs", big, "--data.max_prompt_length", "4096")
-    assert "has 1057 tokens, 1024 of them for its images (lower their pixels with data.processor_kwargs" in line
+    big = "{min_pixels: 100352, max_pixels: 100352}"  # ~512 image tokens of 14 x 14 pixels: past the 512 positions
+    few = ["--data.train_size", "8", "--data.eval_size", "2"]  # the first rows rendered: 10, not 64 + 64
+    line = cli_error(capsys, *VLM, *few, "--data.processor_kwargs", big, "--data.max_prompt_length", "4096")
+    assert "has 562 tokens, 529 of them for its images (lower their pixels with data.processor_kwargs" in line
     assert "but the model's context (max_position_embeddings) is 512" in line
 
 
