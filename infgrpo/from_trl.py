@@ -54,7 +54,7 @@ from infgrpo.trl.keys import Keys, default
 from infgrpo.trl.other_keys import OTHER_GROUPS, OTHER_KEYS, RENAMED
 from infgrpo.trl.transforms import TRANSFORMS
 from infgrpo.trl.trl_settings import TrlSettings, trl_defaults
-from infgrpo.trl.vision import convert_vision, recognise_vlm
+from infgrpo.trl.vision import convert_vision, recognise_vlm, unread_vlm_hint
 
 
 @dataclasses.dataclass
@@ -206,6 +206,8 @@ def convert(config: Any, strict: bool = False, vlm: bool | None = None) -> Conve
     vision, how = recognise_vlm(trl["model_name_or_path"], vlm)
     if vision:  # TRL has no image settings: the model, the data and its image columns carry over; what differs
         convert_vision(trl, out, notes, how)
+    elif hint := unread_vlm_hint(trl["model_name_or_path"], how):
+        notes.append(hint)
     for name, reason in KNOWN.items():
         if isinstance(reason, str) and trl.is_set(name):
             notes.append(f"{name}={_show(trl[name])} not mapped: {reason}")

@@ -28,6 +28,8 @@ Face cache), or when the user says so (``--vlm``).
 
 from __future__ import annotations
 
+import re
+
 from infgrpo.policy.model_config import load_model_config
 from infgrpo.settings import ConfigError
 from infgrpo.trl.keys import Keys
@@ -52,6 +54,21 @@ def recognise_vlm(model: str | None, flag: bool | None = None) -> tuple[bool, st
         return False, f"the config of {model!r} could not be read here (pass --vlm for a vision-language model)"
     vision = is_vision_config(config)
     return vision, f"its config ({config.model_type}{', a vision_config' if vision else ''})"
+
+
+VLM_NAME = re.compile(r"(?i)(?:^|[-_/.])(?:vl|vlm|vision|idefics\d*|smolvlm\d*|llava[\w-]*)(?:$|[-_/.])")
+"""Names that look like a vision-language model's (``Qwen2.5-VL-3B``, ``SmolVLM2``, ``Idefics3``): a hint only."""
+
+
+def unread_vlm_hint(model: str | None, how: str) -> str | None:
+    """A note for a model whose config could not be read here and whose name looks like a vision-language model's:
+    ``--vlm`` converts it as one. None otherwise."""
+    if not model or not how.startswith("the config of") or not VLM_NAME.search(model):
+        return None
+    return (
+        f"model_name_or_path={model!r} looks like a vision-language model, but its config could not be read here; "
+        "converted as a text model: pass --vlm (convert(..., vlm=True)) for the notes and keys of an image run"
+    )
 
 
 def trains_vision_tower(trl: TrlSettings) -> bool:

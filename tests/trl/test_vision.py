@@ -48,7 +48,18 @@ def test_a_vision_language_model_is_recognised_by_its_config():
     assert "(its config (qwen2_5_vl, a vision_config))" in note
     assert vision_notes(convert({"model_name_or_path": "tiny"}).notes) == []
     assert vision_notes(convert({"model_name_or_path": "tiny"}, vlm=True).notes) != []  # the flag wins
-    assert vision_notes(convert({"model_name_or_path": "org/not-cached-VL"}).notes) == []  # unread: a text model
+    unread = convert({"model_name_or_path": "org/Not-Cached-VL-2B"}).notes  # unread: a text model, with a hint
+    assert vision_notes(unread) == [] and any(
+        "looks like a vision-language model" in n and "--vlm" in n for n in unread
+    )
+    for name in ("Qwen/Qwen3-0.6B", "HuggingFaceTB/SmolLM2-135M", "org/novel-model"):  # no hint for text names
+        assert not any("looks like a vision-language" in n for n in convert({"model_name_or_path": name}).notes)
+    for name in (
+        "HuggingFaceTB/SmolVLM2-2.2B-Instruct",
+        "HuggingFaceM4/Idefics3-8B-Llama3",
+        "llava-hf/llava-1.5-7b-hf",
+    ):
+        assert any("looks like a vision-language" in n for n in convert({"model_name_or_path": name}).notes), name
 
 
 def test_the_vision_tower_trains_where_trl_s_run_trains_it():
