@@ -4,6 +4,7 @@ config file for ``python -m infgrpo.fit``.
     python -m infgrpo.from_trl trl_config.yaml                    # the infgrpo YAML on stdout, the notes on stderr
     python -m infgrpo.from_trl trl_config.yaml -o infgrpo.yaml    # written to a file, the notes as # comments on top
     python -m infgrpo.from_trl trl_config.yaml --strict           # keys that are not TRL's refused, not left out
+    python -m infgrpo.from_trl trl_vlm.yaml --vlm                 # a vision-language model (else its config says)
     python -m infgrpo.fit --config infgrpo.yaml
 
     from trl import GRPOConfig
@@ -53,6 +54,7 @@ from infgrpo.trl.keys import Keys, default
 from infgrpo.trl.other_keys import OTHER_GROUPS, OTHER_KEYS, RENAMED
 from infgrpo.trl.transforms import TRANSFORMS
 from infgrpo.trl.trl_settings import TrlSettings, trl_defaults
+from infgrpo.trl.vision import convert_vision, recognise_vlm, unread_vlm_hint
 
 
 @dataclasses.dataclass
@@ -171,7 +173,7 @@ def _unknown(given: dict[str, Any], strict: bool, notes: list[str]) -> None:
         )
 
 
-def convert(config: Any, strict: bool = False) -> Conversion:
+def convert(config: Any, strict: bool = False, vlm: bool | None = None) -> Conversion:
     """The infgrpo config of a TRL ``GRPOConfig`` object, or of a mapping of TRL's fields (a TRL config file: may hold
     ``ModelConfig`` and script fields such as ``model_name_or_path``, ``dataset_name``, ``use_peft``, ``lora_r``,
     ``reward_funcs``, older names and recipe scripts' arguments), with the notes on what was not carried over and
@@ -181,6 +183,9 @@ def convert(config: Any, strict: bool = False) -> Conversion:
     ``strict`` it is refused. Raises a :class:`ConversionError` for a value TRL would refuse (``reward_weights`` of
     another length than the rewards), a reward name that resolves to nothing or an import path that does not import
     from the working folder, or a mixture of several datasets.
+
+    ``vlm``: whether the model is a vision-language model (``--vlm``); None: its config decides (a ``vision_config``,
+    read from a local folder or the cache). A vision-language run's notes and keys: :mod:`infgrpo.trl.vision`.
     """
     given, explicit = _read(config)
     notes: list[str] = []
@@ -198,6 +203,11 @@ def convert(config: Any, strict: bool = False) -> Conversion:
             out.put(target[0], trl[name], trl.is_set(name))
     for transform in dict.fromkeys(TRANSFORMS.values()):
         transform(trl, out, notes)
+    vision, how = recognise_vlm(trl["model_name_or_path"], vlm)
+    if vision:  # TRL has no image settings: the model, the data and its image columns carry over; what differs
+        convert_vision(trl, out, notes, how)
+    elif hint := unread_vlm_hint(trl["model_name_or_path"], how):
+        notes.append(hint)
     for name, reason in KNOWN.items():
         if isinstance(reason, str) and trl.is_set(name):
             notes.append(f"{name}={_show(trl[name])} not mapped: {reason}")
@@ -267,11 +277,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--strict", action="store_true", help="refuse keys that are not TRL's (by default they are named and left out)"
     )
+    parser.add_argument(
+        "--vlm", action="store_true", default=None,
+        help="the model is a vision-language model (default: its config says, when it can be read here)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.output:
         _check_output(parser, Path(args.config), Path(args.output))
     try:
-        result = convert(read_trl_file(args.config), strict=args.strict)
+        result = convert(read_trl_file(args.config), strict=args.strict, vlm=args.vlm)
     except ConversionError as err:
         parser.error(str(err))
     text = result.yaml(source=Path(args.config).name)

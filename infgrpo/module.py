@@ -193,11 +193,11 @@ class GRPOModule(L.LightningModule):
         """With ``model.agent``: the data module renders its prompts with the tool schemas, as the rollout does, so
         its length checks and the context check at fit start measure those
         (:meth:`~infgrpo.data.PromptDataModule.use_tools`); every row routes to a known environment first (one line
-        naming the row otherwise). Image prompts with dynamic sampling or tools: one ConfigError
+        naming the row otherwise). Image prompts with tools: one ConfigError
         (:func:`~infgrpo.vision.checks.check_image_rollout`)."""
         datamodule = self.trainer.datamodule
         if getattr(datamodule, "processor", None) is not None:  # image prompts: what cannot carry them is refused
-            check_image_rollout(self.settings.dynamic_sampling.enabled, self.agent is not None)
+            check_image_rollout(self.agent is not None)
         if self.agent is not None and hasattr(datamodule, "use_tools"):
             check_environment_items(self.settings.agent, datamodule)  # a row's schemas are its environment's
             datamodule.use_tools(self.agent.schemas, self.agent.template)

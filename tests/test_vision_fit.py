@@ -79,7 +79,23 @@ def test_a_fit_on_image_prompts_resumes_exactly_and_the_rewards_get_trls_inputs(
     assert moved and all("lora" in k for k in moved)  # it trained, the adapters only
 
 
-def test_image_prompts_with_dynamic_sampling_are_one_line(tmp_path):
-    module = GRPOModule(**SMALL, dynamic_sampling={"enabled": True})
-    with pytest.raises(ConfigError, match="^model.dynamic_sampling.enabled: true draws prompts as token ids"):
+def test_image_prompts_train_with_dynamic_sampling_each_kept_group_with_its_images(tmp_path):
+    small = {**SMALL, "objective": {"beta": 0.0}, "update": {"num_iterations": 1}}
+    module = GRPOModule(**small, dynamic_sampling={"enabled": True, "max_prompts": 4})
+    seen, hook = count_images(module.policy)
+    try:
+        trainer(tmp_path, 1).fit(module, data())
+    finally:
+        hook.remove()
+    step = module.last_step
+    assert module.global_step == 1 and len(step.batch) == len(step.rollouts.vision) >= 1
+    assert all(v is item["vision"] for v, item in zip(step.rollouts.vision, step.batch, strict=True))  # by draw order
+    drawn = step.rollouts.stats["dynamic/prompts_drawn"]
+    assert sum(seen) == drawn + len(step.batch)  # each drawn prompt's image once (rollout), each kept once (update)
+
+
+def test_image_prompts_with_tools_are_one_line_at_setup(tmp_path):
+    tools = {"tools": ["infgrpo.assets.calculator:add"], "chat_template": "compact"}  # a template that renders tools
+    module = GRPOModule(**SMALL, agent=tools)
+    with pytest.raises(ConfigError, match="^model.agent renders tool prompts as text, and the data's prompts hold"):
         trainer(tmp_path, 1).fit(module, data())

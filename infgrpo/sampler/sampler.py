@@ -185,6 +185,7 @@ class MicroGroupSampler:
         ranks: Ranks | None = None,
         adaptive: AdaptiveSpec | None = None,
         turns: Callable[[], Turns] | None = None,
+        vision: list[VisionInputs | None] | None = None,
     ) -> Rollouts:
         """Dynamic sampling (:mod:`infgrpo.sampler.engine.dynamic`): prompts drawn from ``source`` as the pool needs
         work, each finished group judged by ``spec.keep``, until ``spec.target_groups`` informative groups are
@@ -196,7 +197,10 @@ class MicroGroupSampler:
         informative rate is the one observed in earlier rollouts (checkpointed); the length predictor learns
         from the trained groups. ``adaptive``: a group without spread grows first and is dropped only when it
         cannot grow (:mod:`infgrpo.sampler.engine.adaptive`; not with ``rounds``). ``turns``: multi-turn samples, as
-        in :meth:`sample` (a group is judged once its samples' last turns ended).
+        in :meth:`sample` (a group is judged once its samples' last turns ended). ``vision``: each drawn prompt's
+        images by draw position (a vision-language model), a list that ``source`` appends to as it yields each
+        prompt: a prompt's images go through the vision tower in its one prefill, as in :meth:`sample`, and
+        ``Rollouts.vision`` holds those of the groups trained on.
         """
         self.config.require_engine("dynamic_sampling")
         adapt_threads(self.model, rows=spec.target_groups * group_size)
@@ -204,7 +208,7 @@ class MicroGroupSampler:
         spec = dataclasses.replace(spec, informative_rate=self.rate.estimate())
         if adaptive is not None:
             check_grow_scheme(spec.scheme)
-        plan = FeedPlan(group_size, seed, prompt_offset, None, Replay(source), spec, max_prompt_len, adaptive)
+        plan = FeedPlan(group_size, seed, prompt_offset, None, Replay(source), spec, max_prompt_len, adaptive, vision)
         widened = 0
         with self._decoding():
             while True:
@@ -216,6 +220,8 @@ class MicroGroupSampler:
                     plan.max_prompt_len, widened = err.length, widened + 1  # a wider pool; the same draws again
                     self.pools.release()
         rollouts.stats["pool_widened"] = widened
+        if vision is not None and any(v is not None for v in vision):  # the update encodes the trained groups' images
+            rollouts.vision = [vision[i] for i in rollouts.drawn or []]
         return self._finish(rollouts, start)
 
     def generate_one(

@@ -43,7 +43,7 @@ from infgrpo.training.adaptive import AdaptiveGroupsConfig
 from infgrpo.training.agent_rollout import AgentRollout, prompt_format, rollout_inputs, sample_prompts
 from infgrpo.training.dynamic import DynamicSamplingConfig, judge, resolve_criterion
 from infgrpo.training.settings_checks import check_judged_batch
-from infgrpo.vision.inputs import batch_visions
+from infgrpo.vision.inputs import VisionInputs, batch_visions
 
 if TYPE_CHECKING:
     from infgrpo.training.hparams import ModuleSettings
@@ -187,11 +187,11 @@ class JudgedRollout:
         grow = self.adaptive.spec(judge, self.g, len(batch)) if self.adaptive.enabled else None
         if self.dynamic.enabled:
             cap = self.dynamic.cap(len(batch))
-            source, longest, turns = self.draws(batch, datamodule, items)
+            source, longest, turns, visions = self.draws(batch, datamodule, items)
             spec = DynamicSpec(len(batch), cap, judge.spread, scheme=self.dynamic.scheme, round_size=len(batch))
             rollouts = self.sampler.sample_dynamic(
                 source, self.g, seed, spec, longest, prompt_offset=ranks.rank * cap, ranks=ranks, adaptive=grow,
-                turns=turns,
+                turns=turns, vision=visions,
             )  # fmt: skip
             self.warn_if_capped(rollouts.dynamic, cap)
             chosen = rollouts.drawn or []
@@ -210,22 +210,30 @@ class JudgedRollout:
 
     def draws(
         self, batch: list[dict], datamodule: Any, items: list[dict]
-    ) -> tuple[Iterator[list[int]], int, Callable[[], Turns] | None]:
+    ) -> tuple[Iterator[list[int]], int, Callable[[], Turns] | None, list[VisionInputs | None] | None]:
         """Dynamic sampling's prompt source (the batch, then the data module's stream; each item drawn joins
-        ``items``), the longest prompt it may yield (the pool's width) and the turns factory. With tools each drawn
-        prompt is rendered (its environments reset) as it is drawn; the batch's are rendered first, and the bound
-        is the data module's longest prompt (rendered with the tool schemas: ``use_tools``) plus the longest
-        environment observation of the batch (a longer one drawn later widens the pool: the sampler decodes again)."""
+        ``items``), the longest prompt it may yield (the pool's width), the turns factory, and with images each drawn
+        prompt's vision inputs by draw position (a list the source appends to: a row drawn from the stream is
+        processed as it is drawn, as the data module's collate processes a batch's; None without images). With
+        tools each drawn prompt is rendered (its environments reset) as it is drawn; the batch's are rendered first,
+        and the bound is the data module's longest prompt (rendered with the tool schemas: ``use_tools``) plus the
+        longest environment observation of the batch (a longer one drawn later widens the pool: the sampler decodes
+        again)."""
         stream = itertools.chain(batch, datamodule.prompt_stream())
         longest = datamodule.longest_prompt()
         if self.agent is None:
+            images = getattr(datamodule, "processor", None) is not None
+            visions: list[VisionInputs | None] = []
 
             def plain() -> Iterator[list[int]]:
-                for item in stream:
+                for n, item in enumerate(stream):
+                    if images and n >= len(batch):  # the batch came collated; a row of the stream is processed now
+                        item = datamodule.collate([item])[0]
                     items.append(item)
+                    visions.append(item.get("vision"))
                     yield item["prompt_ids"]
 
-            return plain(), longest, None
+            return plain(), longest, None, visions if images else None
         self.agent.start(prompt_format(datamodule))
         first = [self.agent.add(item, n) for n, item in enumerate(batch)]  # in draw order: the batch is drawn first
         extra = max(len(ids) - len(item["prompt_ids"]) for ids, item in zip(first, batch, strict=True))
@@ -235,7 +243,7 @@ class JudgedRollout:
                 items.append(item)
                 yield first[n] if n < len(first) else self.agent.add(item, n)
 
-        return rendered(), longest + max(extra, 0), self.agent.turns
+        return rendered(), longest + max(extra, 0), self.agent.turns, None  # images with tools: refused before
 
     def warn_if_capped(self, found: DynamicSummary, cap: int) -> None:
         """Warns once the cap was hit :data:`WARN_AFTER` steps in a row (a reward that rarely varies)."""

@@ -1,7 +1,7 @@
 """What a vision-language run cannot do, each refused in one line (the rules; the preflight and the data call them).
 
     check_decoder(model_config, "hf_full")   # ConfigError: the baseline decoders take token ids only
-    check_image_rollout(dynamic=True, agent=False)   # ConfigError: dynamic sampling draws token ids only
+    check_image_rollout(agent=True)          # ConfigError: tool prompts are rendered as text
 
 The data side's refusals (images with a text-only model, string prompts with images, a template that cannot place an
 image, image tokens past the prompt limit, bad image values and missing files) live with the data
@@ -27,14 +27,10 @@ def check_decoder(config: Any, decoder: str) -> None:
         )
 
 
-def check_image_rollout(dynamic: bool, agent: bool) -> None:
-    """A ConfigError for image prompts with what cannot carry their images yet: dynamic sampling (it draws prompts as
-    token ids from the data module's stream) and ``model.agent`` (tool prompts are rendered as text)."""
-    if dynamic:
-        raise ConfigError(
-            "model.dynamic_sampling.enabled: true draws prompts as token ids, and the data's prompts hold images; "
-            "train image prompts without it (model.adaptive_groups works), or drop the image column"
-        )
+def check_image_rollout(agent: bool) -> None:
+    """A ConfigError for image prompts with what cannot carry their images yet: ``model.agent`` (its prompts are
+    rendered with the tool schemas through the tokenizer's template, as text: the images would never reach the
+    model). Dynamic sampling and adaptive groups carry them (each drawn prompt's vision inputs by draw position)."""
     if agent:
         raise ConfigError(
             "model.agent renders tool prompts as text, and the data's prompts hold images; train image prompts "

@@ -42,7 +42,8 @@ class FeedPlan:
     adaptive: AdaptiveSpec | None = None
     """Adaptive groups: stalled groups grow (not with the ``rounds`` scheme)."""
     vision: list[VisionInputs | None] | None = None
-    """The fixed batch's images, one entry per prompt (a vision-language model; None: text prompts)."""
+    """Each prompt's images (a vision-language model; None: text prompts): the fixed batch's, one entry per prompt,
+    or dynamic sampling's by draw position, appended to as ``source`` yields each prompt."""
     sample_prompts: list[list[list[int]]] | None = None
     """A fixed batch whose samples of one row may decode different prompts: ``sample_prompts[i][j]``, sample j of
     row i's (:mod:`~infgrpo.sampler.engine.per_sample`); None: every sample decodes its row's ``prompts[i]``."""

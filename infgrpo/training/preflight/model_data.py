@@ -30,7 +30,9 @@ from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from infgrpo.agent import AgentConfig
 from infgrpo.data.first_rows import check_first_rows, split_rows
+from infgrpo.data.images import image_root
 from infgrpo.data.prompt_rows import row_prompt
+from infgrpo.data.vision_prompts import first_rows_image_tokens, rows_with_images
 from infgrpo.policy.lora_targets import check_lora_targets
 from infgrpo.policy.model_config import load_model_config
 from infgrpo.rewards.core import REWARDS
@@ -42,7 +44,7 @@ from infgrpo.sampler.stop_tokens import FIELD, check_stop_token_ids, config_voca
 from infgrpo.settings import ConfigError
 from infgrpo.training.agent_rollout import AgentRollout
 from infgrpo.training.hparams import ModuleSettings
-from infgrpo.vision.checks import check_decoder
+from infgrpo.vision.checks import check_decoder, check_image_rollout
 
 
 def check_max_steps(max_steps: Any) -> None:
@@ -76,16 +78,27 @@ def check_warmup(optimizer: Any, max_steps: Any) -> None:
     )
 
 
-def check_context(config: PretrainedConfig, max_new_tokens: int, prompts: list[tuple[str, int, int]]) -> None:
+def check_context(
+    config: PretrainedConfig,
+    max_new_tokens: int,
+    prompts: list[tuple[str, int, int]],
+    image_tokens: Callable[[str, int], int] | None = None,
+) -> None:
     """Raises a ConfigError naming ``model.sampler.max_new_tokens`` when the longest of ``prompts`` ((split, row,
     tokens), read before loading) cannot take that many new tokens in the model's context (without prompts: when
     even a one-token prompt cannot), or naming the prompt settings when that prompt alone leaves no room for a
-    completion (``data.max_prompt_length``, ``data.system_prompt``, the model)."""
+    completion (``data.max_prompt_length``, ``data.system_prompt``, the model; with images, ``image_tokens(split,
+    row)`` of them, asked only then: ``data.processor_kwargs``, the pixels)."""
     split, row, tokens = max(prompts, key=lambda p: p[2]) if prompts else (None, 0, 1)
     reason = context_overflow(config, tokens, max_new_tokens)
     if reason is None:
         return
     which = f"row {row} of split {split!r} has {tokens} tokens" if split is not None else "a prompt of 1 token"
+    images = image_tokens(split, row) if image_tokens is not None and split is not None else 0
+    if images:  # the pixels decide most of such a prompt: their setting first
+        which += f", {images} of them for its images (lower their pixels with data.processor_kwargs, e.g. " + (
+            "{max_pixels: ...} for Qwen-VL, {size: {longest_edge: ...}} for SmolVLM)"
+        )
     positions = sequence_positions(config) or 0
     if tokens >= positions:  # the prompt alone: no max_new_tokens fits, the prompts must shrink
         room = positions - max_new_tokens
@@ -120,9 +133,35 @@ def check_before_loading(
     agent = check_agent_template(settings.agent, tokenizer()) if settings.agent.enabled else None
     tools = (agent.schemas, agent.template) if agent is not None else (None, None)
     prompts = check_first_rows(data, tokenizer, *tools)  # with model.agent: rendered with the tool schemas
-    check_context(model_config, settings.sampler.max_new_tokens, prompts)
+    check_context(
+        model_config, settings.sampler.max_new_tokens, prompts, lambda split, i: row_image_tokens(data, split, i)
+    )
     if data.get("train_dataset") is None:
         check_reward_splits(settings.rewards.functions, data)
+
+
+def check_image_tools(settings: ModuleSettings, data: Mapping[str, Any]) -> None:
+    """:func:`~infgrpo.vision.checks.check_image_rollout` when ``model.agent`` is on and the first training rows of
+    ``data`` hold images (the rows are read only then): the line ``GRPOModule.setup`` gives in Python, here before the
+    model loads (and before the agent's template is checked against the model's)."""
+    if not settings.agent.enabled or data.get("train_dataset") is not None:
+        return
+    where = split_rows(data).get(data["train_split"])
+    if where is not None and where[1] and rows_with_images(where[1]):
+        check_image_rollout(agent=True)
+
+
+def row_image_tokens(data: Mapping[str, Any], split: str, index: int) -> int:
+    """The image tokens of row ``index`` of ``split`` of the data settings ``data`` as its model's processor renders
+    them (0 for a row without images): what a message about a prompt too long says of its pixels."""
+    where = split_rows(data, index + 1).get(split)
+    rows = where[1] if where is not None else None
+    if not rows or len(rows) <= index:
+        return 0
+    _, prompt = row_prompt(rows[index], data, split, index)
+    root = image_root(data["path"]) if data.get("path") else None
+    measured = first_rows_image_tokens(dict(data), split, [rows[index]], [prompt], root)
+    return measured[0][1] if measured and measured[0] else 0
 
 
 def check_agent_template(agent: AgentConfig, tokenizer: PreTrainedTokenizerBase) -> AgentRollout:

@@ -15,6 +15,7 @@ from transformers import AutoModelForImageTextToText
 from infgrpo import MicroGroupSampler, SamplerConfig
 from infgrpo.assets import resolve_model_path
 from infgrpo.assets.shapes import draw, sample_scene
+from infgrpo.sampler import AdaptiveSpec, DynamicSpec
 from infgrpo.sampler.engine.model_runner import ModelRunner
 from infgrpo.vision.families import banned_token_ids
 from infgrpo.vision.features import image_features_owner
@@ -106,6 +107,65 @@ def test_sampled_tokens_do_not_depend_on_the_slots(shipped):
         assert out.completion_ids == outs[0].completion_ids
         assert all(torch.equal(a, b) for a, b in zip(out.logprobs, outs[0].logprobs, strict=True))
     assert len({tuple(c) for c in outs[0].completion_ids}) > len(prompts)  # samples of a prompt differ
+
+
+QWEN_ONLY = pytest.mark.parametrize("shipped", ["tiny-vl"], indirect=True)  # M-RoPE: the case positions can break
+
+
+class GrowOnce:
+    """An adaptive-groups judge: a group has a spread once it holds twice the group size; the step trains on its last
+    samples (the extension's)."""
+
+    def spread(self, i, group):
+        return len(group) >= 4
+
+    def level(self, i):
+        return "all"
+
+    def select(self, i, group, m):
+        return list(range(len(group) - m, len(group)))
+
+
+@QWEN_ONLY
+def test_adaptive_groups_grow_image_prompts_as_the_fixed_batch_samples_them(shipped):
+    """An extension's samples continue the prompt's streams with its images: each trained row equals the fixed
+    batch's sample of its index."""
+    model, processor, rendered = shipped
+    prompts, visions = [ids for ids, _, _ in rendered], [v for _, v, _ in rendered]
+    sampler = engine(model, processor, 3)
+    fixed = sampler.sample(prompts, 4, seed=5, vision=visions)
+    got = sampler.sample(prompts, 2, seed=5, vision=visions, adaptive=AdaptiveSpec(GrowOnce(), 4, 32))
+    assert got.sample_ids == [2, 3] * len(prompts) and got.vision == visions
+    assert got.completion_ids == [fixed.completion_ids[4 * i + j] for i in range(len(prompts)) for j in (2, 3)]
+
+
+@QWEN_ONLY
+def test_dynamic_sampling_decodes_drawn_image_prompts_as_the_fixed_batch(shipped):
+    """A prompt drawn as slots free up (dynamic sampling) gets its images by draw position: the groups kept equal the
+    fixed batch's groups of the same prompts (streams keyed by draw position), each image encoded once. (Idefics3's
+    1D positions need nothing of the prompt but its images, which the fixed-batch tests cover.)"""
+    model, processor, rendered = shipped
+    prompts, visions = [ids for ids, _, _ in rendered], [v for _, v, _ in rendered]
+    sampler = engine(model, processor, 3)
+    fixed = sampler.sample(prompts, 2, seed=3, vision=visions)
+    drawn = []  # what the data side appends as it yields each prompt
+
+    def source():
+        for ids, vision in zip(prompts, visions, strict=True):
+            drawn.append(vision)
+            yield ids
+
+    spec = DynamicSpec(target_groups=3, max_prompts=4, keep=lambda position, group: position != 1)  # drop one
+    seen, hook = count_images(model)
+    try:
+        got = sampler.sample_dynamic(source(), 2, 3, spec, max(map(len, prompts)), vision=drawn)
+    finally:
+        hook.remove()
+    assert got.drawn == [0, 2, 3] and all(got.vision[k] is visions[i] for k, i in enumerate(got.drawn))
+    assert got.completion_ids == [fixed.completion_ids[2 * i + j] for i in (0, 2, 3) for j in range(2)]
+    assert all(torch.equal(got.logprobs[k], fixed.logprobs[2 * i + j])
+               for k, (i, j) in enumerate((i, j) for i in (0, 2, 3) for j in range(2)))  # fmt: skip
+    assert sum(seen) == sum(n for n, _ in QUESTIONS)  # every drawn prompt's images once, the dropped one's too
 
 
 def test_image_tokens_are_never_sampled(shipped):
