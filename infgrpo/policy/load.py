@@ -265,8 +265,7 @@ def load_policy(
     vision = is_vision_config(model.config)
     if vision and not train_vision_tower:  # vision hook: the tower and projector stay as loaded
         freeze_vision(model)
-        if lora_target_modules == "all-linear":
-            lora_target_modules = language_lora_targets(model)
+        lora_target_modules = language_lora_targets(model, lora_target_modules)  # peft would also pick its names
     if lora_r > 0:
         with bitsandbytes_hidden(not load_in_4bit):  # peft would import it, and it may ask the hub (module docstring)
             from peft import LoraConfig, get_peft_model

@@ -34,13 +34,19 @@ def vision_parameters(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return [(n, p) for n, p in model.named_parameters() if not n.startswith(language) and id(p) not in head_ids]
 
 
-def language_lora_targets(model: nn.Module) -> str:
-    """peft ``target_modules`` (a regular expression over whole module names) selecting every linear layer of the
-    language model, and nothing of the vision side or the LM head."""
-    language = language_model_name(model)
-    decoder = model.get_decoder()
-    leaves = sorted({n.rsplit(".", 1)[-1] for n, m in decoder.named_modules() if isinstance(m, nn.Linear)})
-    return rf"{re.escape(language)}\..*\.(?:{'|'.join(map(re.escape, leaves))})"
+def language_lora_targets(model: nn.Module, target_modules: str | list[str] = "all-linear") -> str:
+    """peft ``target_modules`` (a regular expression over whole module names) selecting what ``target_modules``
+    selects, inside the language model only: ``all-linear`` is every linear layer of the language model (not the
+    vision side, not the LM head); a list of names keeps peft's rule (a name or its last dotted parts); a regular
+    expression must also match."""
+    language = re.escape(language_model_name(model))
+    if target_modules == "all-linear":
+        decoder = model.get_decoder()
+        leaves = sorted({n.rsplit(".", 1)[-1] for n, m in decoder.named_modules() if isinstance(m, nn.Linear)})
+        return rf"{language}\..*\.(?:{'|'.join(map(re.escape, leaves))})"
+    if isinstance(target_modules, str):
+        return rf"(?={language}\.)(?:{target_modules})"
+    return rf"{language}\.(?:.*\.)?(?:{'|'.join(map(re.escape, target_modules))})"
 
 
 def freeze_vision(model: nn.Module) -> int:

@@ -68,3 +68,16 @@ def test_lora_targets_of_a_vlm_are_checked_on_its_own_class(vlm_folder):
     check_lora_targets(config, LoRAConfig(r=4, target_modules=["q_proj", "v_proj"]))
     with pytest.raises(ConfigError, match="names no module of the model .*ForConditionalGeneration"):
         check_lora_targets(config, LoRAConfig(r=4, target_modules=["qkv_projection"]))
+
+
+@pytest.mark.parametrize("targets", [["q_proj", "gate_proj", "up_proj"], r".*\.(q_proj|gate_proj|up_proj)"])
+def test_named_lora_targets_stay_on_the_language_model_while_the_tower_is_frozen(vlm_folder, targets):
+    from peft import LoraConfig, get_peft_model
+
+    ours = load_policy(vlm_folder, lora_r=4, lora_target_modules=targets)
+    pefts = get_peft_model(
+        AutoModelForImageTextToText.from_pretrained(vlm_folder), LoraConfig(r=4, target_modules=targets)
+    )
+    language = language_model_name(ours) + "."
+    assert trainable_vision(ours) == []  # peft alone puts the names' adapters on the vision side too (Qwen-VL's mlp)
+    assert adapters(ours) == [n for n in adapters(pefts) if n.startswith(language)]
