@@ -19,7 +19,7 @@ from typing import Any
 
 from infgrpo.assets import TINY_DATA_DIR
 from infgrpo.data.in_memory import dataset_rows, held_out_split
-from infgrpo.data.local_files import check_local_source, read_file, read_split
+from infgrpo.data.local_files import check_local_source, head_rows, read_file, read_split
 from infgrpo.data.mixture import as_mixture, mixture_rows
 from infgrpo.data.reasoning_tasks import is_reasoning_gym, task_rows
 from infgrpo.runtime.seeds import derive_seed
@@ -27,18 +27,18 @@ from infgrpo.runtime.seeds import derive_seed
 Rows = list[dict[str, Any]]
 
 
-def load_rows(path: str, split: str, config_name: str | None = None) -> Rows:
+def load_rows(path: str, split: str, config_name: str | None = None, limit: int | None = None) -> Rows:
     """Rows of ``split`` from the tiny task, a local folder of split files, one data file (``split`` unused), or a
-    hub dataset."""
+    hub dataset: the first ``limit`` of them (None: all), cut before they are read (only their images decoded)."""
     folder = TINY_DATA_DIR if path == "tiny" else Path(path).expanduser()
     if folder.is_dir():
-        return read_split(folder, split, path)
+        return read_split(folder, split, path, limit)
     if folder.is_file():
-        return read_file(folder, "data.path")
+        return read_file(folder, "data.path", limit)
     check_local_source(path, [split])
     import datasets
 
-    return [dict(r) for r in datasets.load_dataset(path, config_name, split=split)]
+    return head_rows(datasets.load_dataset(path, config_name, split=split), limit)
 
 
 def split_rows(hp: Mapping[str, Any], train_dataset: Any = None, eval_dataset: Any = None) -> tuple[Rows, Rows]:
@@ -61,7 +61,8 @@ def split_rows(hp: Mapping[str, Any], train_dataset: Any = None, eval_dataset: A
     if train_dataset is not None:
         train = dataset_rows(train_dataset, hp["train_split"], "train_dataset")
     else:
-        train = load_rows(hp["path"], hp["train_split"], hp["config_name"])
+        kept = None if hp.get("eval_fraction") else hp["train_size"]  # a held-out share is drawn from every row
+        train = load_rows(hp["path"], hp["train_split"], hp["config_name"], kept)
     fraction = hp.get("eval_fraction", 0.0)
     if fraction:
         train, held_out = held_out_split(train, fraction, hp["seed"])
@@ -72,7 +73,7 @@ def split_rows(hp: Mapping[str, Any], train_dataset: Any = None, eval_dataset: A
     elif train_dataset is not None:
         held_out = []
     elif hp["eval_split"] and not Path(hp["path"]).expanduser().is_file():
-        held_out = load_rows(hp["path"], hp["eval_split"], hp["config_name"])
+        held_out = load_rows(hp["path"], hp["eval_split"], hp["config_name"], hp["eval_size"])
     else:  # one data file and no held-out rows named: no evaluation
         held_out = []
     return train[: hp["train_size"]], held_out[: hp["eval_size"]]
@@ -84,5 +85,5 @@ def given_held_out(hp: Mapping[str, Any], eval_dataset: Any = None) -> Rows | No
     if eval_dataset is not None:
         return dataset_rows(eval_dataset, hp["eval_split"], "eval_dataset")
     if hp.get("eval_path"):
-        return read_file(Path(hp["eval_path"]).expanduser(), "data.eval_path")
+        return read_file(Path(hp["eval_path"]).expanduser(), "data.eval_path", hp["eval_size"])
     return None
