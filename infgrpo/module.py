@@ -23,7 +23,7 @@ import torch
 from infgrpo.agent import AgentConfig
 from infgrpo.algo import ADVANTAGES, Objective
 from infgrpo.callbacks.completion_table import CompletionTable
-from infgrpo.evaluation import EvaluationConfig, HeldoutMeans, evaluation_sampler_config, score_heldout
+from infgrpo.evaluation import EvaluationConfig, HeldoutMeans, evaluation_sampler_config
 from infgrpo.policy.config import LoRAConfig, PolicyConfig, QuantizationConfig, load_kwargs
 from infgrpo.policy.load import frozen_reference, load_policy, load_tokenizer
 from infgrpo.policy.source import check_model_source
@@ -31,34 +31,30 @@ from infgrpo.rewards import TrainerState
 from infgrpo.rewards.config import RewardConfig
 from infgrpo.runtime.memory import PhaseMemory
 from infgrpo.runtime.ranks import Ranks
-from infgrpo.runtime.seeds import derive_seed
 from infgrpo.runtime.threads import set_threads
 from infgrpo.sampler import MicroGroupSampler, Rollouts, SamplerConfig
-from infgrpo.sampler.engine.finite import NonFiniteLogitsError
 from infgrpo.scoring import Scorer, Scores, trainer_state
 from infgrpo.trainer.policy_sharding import PolicySharding
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
-from infgrpo.training.agent_rollout import AgentRollout, rollout_inputs, sample_prompts
+from infgrpo.training.agent_rollout import AgentRollout
 from infgrpo.training.checkpoint_state import PolicyCheckpoint
 from infgrpo.training.collapse import CollapseWatch
-from infgrpo.training.divergence import check_update, rollout_divergence
+from infgrpo.training.divergence import check_update
 from infgrpo.training.dynamic import DynamicSamplingConfig
 from infgrpo.training.hparams import LoggingConfig, check_settings, resumed_seed
 from infgrpo.training.judged_rollout import JudgedRollout
 from infgrpo.training.metrics import StepRecord, progress_bar, step_metrics
 from infgrpo.training.optim import OptimizerConfig, adamw_for_run
-from infgrpo.training.preflight.data_check import check_environment_items
 from infgrpo.training.preflight.door import check_fit_start
 from infgrpo.training.preflight.files import RunOutput
 from infgrpo.training.preflight.fit_start import move_reward_models, warn_slow_cpu_dtype
 from infgrpo.training.preflight.trainer_check import check_sharded_mesh
 from infgrpo.training.run_state import RunState, trainer_ranks
+from infgrpo.training.step_rollout import StepRollout
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.logprobs import check_chunked_head
 from infgrpo.update.runner import PolicyUpdate
 from infgrpo.upgrade_checkpoint import upgrade_hint
-from infgrpo.vision.checks import check_image_rollout
-from infgrpo.vision.inputs import batch_visions
 
 
 class GRPOModule(L.LightningModule):
@@ -147,6 +143,7 @@ class GRPOModule(L.LightningModule):
             self.agent.sources if self.agent is not None else {},
         )  # fmt: skip
         self.judged = JudgedRollout.for_run(s, self.sampler, self.scorer, self.agent)  # None unless judged as they end
+        self.rollouts = StepRollout(self.sampler, self.scorer, self.agent, self.judged)  # a step's rollout path
         self.heldout = HeldoutMeans()  # val/reward and val/accuracy of each validation epoch
         self.ranks, self._no_sync = Ranks(), contextlib.nullcontext  # the data-parallel ranks, known once fit starts
         self.sharding = PolicySharding()  # unsharded: a no-op; configure_model makes it from a sharding strategy
@@ -190,22 +187,13 @@ class GRPOModule(L.LightningModule):
             sampler.disable_cuda_graphs()
 
     def setup(self, stage: str) -> None:
-        """With ``model.agent``: the data module renders its prompts with the tool schemas, as the rollout does, so
-        its length checks and the context check at fit start measure those
-        (:meth:`~infgrpo.data.PromptDataModule.use_tools`); every row routes to a known environment first (one line
-        naming the row otherwise). Image prompts with tools: one ConfigError
-        (:func:`~infgrpo.vision.checks.check_image_rollout`)."""
-        datamodule = self.trainer.datamodule
-        if getattr(datamodule, "processor", None) is not None:  # image prompts: what cannot carry them is refused
-            check_image_rollout(self.agent is not None)
-        if self.agent is not None and hasattr(datamodule, "use_tools"):
-            check_environment_items(self.settings.agent, datamodule)  # a row's schemas are its environment's
-            datamodule.use_tools(self.agent.schemas, self.agent.template)
+        """With ``model.agent`` the data module renders its prompts with the tool schemas; image prompts with tools are
+        refused (:meth:`~infgrpo.training.step_rollout.StepRollout.use_data`)."""
+        self.rollouts.use_data(self.trainer.datamodule)
 
     def teardown(self, stage: str) -> None:
         """Ends the tool threads as fit (or a validation) ends; a later rollout makes new ones."""
-        if self.agent is not None:
-            self.agent.close()
+        self.rollouts.close()
 
     def on_fit_start(self) -> None:
         """Moves the frozen reference (if any) to the module's device, runs the preflight's checks for the Python API
@@ -224,29 +212,10 @@ class GRPOModule(L.LightningModule):
 
     # -- one GRPO step ----------------------------------------------------------------------
     def rollout(self, batch: list[dict]) -> tuple[Rollouts, Scores, list[dict]]:
-        """``group_size`` completions of every prompt of ``batch`` (no gradients; streams keyed by global prompt),
-        their scores, and the items they belong to: under dynamic sampling the groups kept, drawn from the batch
-        and the data module's prompt stream (:mod:`infgrpo.training.dynamic`), else ``batch``. Non-finite logits stop
-        the run, naming the settings that likely caused them (:mod:`infgrpo.training.divergence`)."""
-        seed = derive_seed(self.settings.seed, self.sampler.calls)  # the same on every rank
-        try:
-            with self.phase_memory.phase("rollout", self.device), self.sharding.rollout(self.device):  # full weights
-                if self.judged is not None:
-                    rollouts, scores, items = self.judged(batch, seed, self.trainer.datamodule, self.ranks)
-                else:
-                    prompts, turns = rollout_inputs(self.agent, batch, self.trainer.datamodule)  # tools: rendered
-                    offset = self.ranks.prompt_offset(len(batch))
-                    rollouts = self.sampler.sample(
-                        prompts, self.settings.group_size, seed, prompt_offset=offset, ranks=self.ranks, turns=turns,
-                        vision=batch_visions(batch),  # image prompts: encoded once per prompt, here and in the update
-                        sample_prompts=sample_prompts(self.agent),  # environments whose samples differ
-                    )  # fmt: skip
-                    scores, items = None, batch
-            if self.agent is not None:  # tools that leave the run at reward 0: a warning once
-                self.agent.watch_rollout(rollouts, self.sampler.config.max_new_tokens)
-            return rollouts, scores if scores is not None else self.scorer(rollouts, batch), items
-        except NonFiniteLogitsError as err:  # the sampler's, named here with the settings that likely caused it
-            raise rollout_divergence(err, self.settings, self.trainer) from err
+        """``group_size`` completions of every prompt of ``batch`` (no gradients), their scores and the items they
+        belong to (:meth:`~infgrpo.training.step_rollout.StepRollout.__call__`), decoded with the full weights."""
+        phases = self.phase_memory.phase("rollout", self.device), self.sharding.rollout(self.device)
+        return self.rollouts(batch, self.settings, self.trainer, self.ranks, phases)
 
     def training_step(self, batch: list[dict], batch_idx: int) -> None:
         """One GRPO step on ``batch``: rollout, scores, group advantages, ``num_iterations`` optimizer steps, metrics.
@@ -319,8 +288,7 @@ class GRPOModule(L.LightningModule):
     def validation_step(self, batch: list[dict], batch_idx: int) -> None:
         """Decodes one completion per held-out prompt (``evaluation.temperature``) and accumulates reward and
         accuracy."""
-        prompts, turns = rollout_inputs(self.agent, batch, self.trainer.datamodule, group_size=1)  # with tools
-        scores, _ = score_heldout(self.eval_sampler, self.scorer, batch, len(batch), prompts, turns)  # one path
+        scores = self.rollouts.heldout(self.eval_sampler, batch, self.trainer.datamodule)  # with tools, if any
         self.heldout.update(scores, self.settings.rewards.accuracy)
 
     def on_validation_epoch_end(self) -> None:

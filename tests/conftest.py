@@ -14,8 +14,29 @@ XDIST = "PYTEST_XDIST_WORKER" in os.environ
 torch.set_num_threads(int(os.environ.get("INFGRPO_TEST_THREADS", "1" if XDIST else "2")))
 
 
+LONGEST_FIRST = (
+    "tests/bench/test_learn_bench.py",  # the two-trainer learn bench, ~105 s (.ci/run at 625f0c2, 2 workers)
+    "tests/test_sharded.py",  # the FSDP2 references (a module fixture), ~102 s
+    "tests/test_docs.py",  # the docs build, ~75 s
+    "tests/test_interruption.py",  # a signalled run and its resume, ~59 s
+    "tests/bench/test_paper_bench.py",  # ~49 s + 25 s
+    "tests/test_distributed.py",  # the DDP references (a module fixture), ~48 s
+    "tests/bench/test_rollout_bench.py",  # ~43 s
+)
+"""The files of the suite's longest tests, longest first: started first, so that no long test is the last one left."""
+
+
+@pytest.hookimpl(trylast=True)  # after tutorials/conftest.py has marked the notebooks slow
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` are skipped where CUDA is not available (CI), and run on a lent GPU."""
+    """Runs the longest files first, then every other file that holds a slow test (the notebooks too), then the rest,
+    each file's tests together and in their order, so a worker keeps a module's fixtures and ``--dist worksteal``
+    (pyproject's addopts) ends the run on short tests. Tests marked ``gpu`` are skipped where CUDA is not available
+    (CI), and run on a lent GPU."""
+    files = [item.nodeid.split("::")[0] for item in items]
+    slow = {file: len(LONGEST_FIRST) for file, item in zip(files, items, strict=True) if "slow" in item.keywords}
+    order = slow | {file: rank for rank, file in enumerate(LONGEST_FIRST)}
+    ranked = sorted(range(len(items)), key=lambda i: (order.get(files[i], len(LONGEST_FIRST) + 1), i))
+    items[:] = [items[i] for i in ranked]
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

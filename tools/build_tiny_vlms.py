@@ -25,6 +25,7 @@ from transformers import AutoModelForImageTextToText, PreTrainedModel
 from transformers.processing_utils import ProcessorMixin
 
 from infgrpo.assets import ASSETS_DIR
+from infgrpo.assets.build import supervised_steps
 from infgrpo.assets.shapes import make_split
 from infgrpo.assets.tiny_vlm import tiny_vlm_config, vlm_tokenizer, write_processor_files
 from infgrpo.vision.families import banned_token_ids
@@ -69,22 +70,16 @@ def sft_batch(processor: ProcessorMixin, rows: list[dict], rng: random.Random, f
 
 
 def warm_start(model: PreTrainedModel, processor: ProcessorMixin, rows: list[dict], args: argparse.Namespace) -> None:
-    """``args.steps`` AdamW steps (one-cycle learning rate) on noisy demonstrations."""
+    """The warm-start recipe (:func:`~infgrpo.assets.build.supervised_steps`) on noisy demonstrations."""
     rng = random.Random(args.seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.05)
-    model.train()
     start = time.time()
-    for step in range(args.steps):
-        loss = model(**sft_batch(processor, rng.sample(rows, args.batch_size), rng, args.flaw_rate)).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+
+    def loss_at(step: int) -> torch.Tensor:
+        return model(**sft_batch(processor, rng.sample(rows, args.batch_size), rng, args.flaw_rate)).loss
+
+    for step, loss in supervised_steps(model, args.steps, args.lr, loss_at):
         if step % 100 == 0 or step == args.steps - 1:
             print(f"  warm-start step {step:5d}  loss {loss.item():.4f}  ({time.time() - start:.0f} s)", flush=True)
-    model.eval()
 
 
 @torch.no_grad()

@@ -71,6 +71,10 @@ def _bracketed_value(depth: int = 3) -> str:
 
 
 _THINK = {"open": "<think>", "close_pattern": r"</think>\s*", "content": "text"}
+_CHATML = "<|im_start|>assistant\n"
+"""ChatML's assistant turn opening (Qwen's, Nemotron 3's, LFM2's templates)."""
+_CHATML_END = _text(r"<\|im_end\|>\s*")
+"""ChatML's turn's text, up to its end."""
 _XML_PARAMETERS = {
     "tag_pattern": r"<parameter=(?P<key>[^>\n]+)>\s*(?P<value>.*?)\s*</parameter>",
     "value_parser": {"name": "text"},  # parse_response types each value by the tool's schema
@@ -78,6 +82,21 @@ _XML_PARAMETERS = {
 _XML_CALLS = _named_calls(
     r"<tool_call>\s*<function=(?P<name>[^\n>]+)>", r"</tool_call>\s*", "xml-inline", **_XML_PARAMETERS
 )
+_JSON_CALLS = {
+    "open": "<tool_call>",
+    "close_pattern": r"</tool_call>\s*",
+    "repeats": True,
+    "content": "json",
+    "transform": {"type": "function", "function": "{content}"},
+}
+"""Qwen's calls: a JSON object of ``name`` and ``arguments`` in each ``<tool_call>`` block."""
+
+
+def _qwen_turn(tool_calls: dict[str, Any]) -> dict[str, Any]:
+    """The ``response_template`` of a Qwen assistant turn (ChatML, an optional think block) whose calls read as
+    ``tool_calls``."""
+    fields = {"reasoning_content": _THINK, "tool_calls": tool_calls, "content": _CHATML_END}
+    return {"defaults": {"role": "assistant"}, "start_anchor": _CHATML, "fields": fields}
 
 
 @dataclass(frozen=True)
@@ -113,32 +132,20 @@ def _turn(opening: str, call: str) -> str:
 
 
 _ARGS_JSON = r'\{"' + PROBE_KEY + r'": "' + PROBE_VALUE + r'"\}'
+_XML_PROBE = _turn(_CHATML, rf"<tool_call>\s*<function={PROBE_NAME}>\s*<parameter={PROBE_KEY}>")
+"""The probe's call in Qwen3.5's and Nemotron 3's XML."""
 
 CALL_FORMATS: tuple[CallFormat, ...] = (
     CallFormat(
         "qwen",
         "Qwen2.5, Qwen3, Qwen3-2507, Qwen3-VL; infgrpo's compact template",
-        _turn("<|im_start|>assistant\n", r'<tool_call>\s*\{"name": "' + PROBE_NAME + r'", "arguments": ' + _ARGS_JSON),
-        {
-            "defaults": {"role": "assistant"},
-            "start_anchor": "<|im_start|>assistant\n",
-            "fields": {
-                "reasoning_content": _THINK,
-                "tool_calls": {
-                    "open": "<tool_call>",
-                    "close_pattern": r"</tool_call>\s*",
-                    "repeats": True,
-                    "content": "json",
-                    "transform": {"type": "function", "function": "{content}"},
-                },
-                "content": _text(r"<\|im_end\|>\s*"),
-            },
-        },
+        _turn(_CHATML, r'<tool_call>\s*\{"name": "' + PROBE_NAME + r'", "arguments": ' + _ARGS_JSON),
+        _qwen_turn(_JSON_CALLS),
     ),
     CallFormat(
         "nemotron3",
         "Nemotron 3 Nano, Super and Ultra, Nemotron 3.5 Lightning",
-        _turn("<|im_start|>assistant\n", rf"<tool_call>\s*<function={PROBE_NAME}>\s*<parameter={PROBE_KEY}>"),
+        _XML_PROBE,
         {
             "defaults": {"role": "assistant"},
             # the prompt opens the reasoning (<think> and a newline, or <think></think> with thinking off)
@@ -146,7 +153,7 @@ CALL_FORMATS: tuple[CallFormat, ...] = (
             "fields": {
                 "reasoning_content": {"open_pattern": r"(?=[\s\S]*?</think>)", "close_pattern": r"</think>\s*"},
                 "tool_calls": _XML_CALLS,
-                "content": _text(r"<\|im_end\|>\s*"),
+                "content": _CHATML_END,
             },
         },
         prompt=r"<\|im_start\|>assistant\n<think></think>$",
@@ -154,16 +161,8 @@ CALL_FORMATS: tuple[CallFormat, ...] = (
     CallFormat(
         "qwen3.5",
         "Qwen3.5, Qwen3.6, Qwen3.8",
-        _turn("<|im_start|>assistant\n", rf"<tool_call>\s*<function={PROBE_NAME}>\s*<parameter={PROBE_KEY}>"),
-        {
-            "defaults": {"role": "assistant"},
-            "start_anchor": "<|im_start|>assistant\n",
-            "fields": {
-                "reasoning_content": _THINK,
-                "tool_calls": _XML_CALLS,
-                "content": _text(r"<\|im_end\|>\s*"),
-            },
-        },
+        _XML_PROBE,
+        _qwen_turn(_XML_CALLS),
     ),
     CallFormat(
         "llama3",
@@ -220,10 +219,10 @@ CALL_FORMATS: tuple[CallFormat, ...] = (
     CallFormat(
         "lfm2",
         "LFM2 (its second template), LFM2.5, LFM2.5-VL",
-        _turn("<|im_start|>assistant\n", re.escape(f"<|tool_call_start|>[{PROBE_NAME}({PROBE_KEY}='{PROBE_VALUE}')")),
+        _turn(_CHATML, re.escape(f"<|tool_call_start|>[{PROBE_NAME}({PROBE_KEY}='{PROBE_VALUE}')")),
         {
             "defaults": {"role": "assistant"},
-            "start_anchor": "<|im_start|>assistant\n",
+            "start_anchor": _CHATML,
             "fields": {
                 "thinking": _THINK,
                 # one block of Pythonic calls: [f(a=1, b='x'), g()]; a value is quoted, bracketed or bare
@@ -234,7 +233,7 @@ CALL_FORMATS: tuple[CallFormat, ...] = (
                     tag_pattern=r"(?P<key>\w+)=(?P<value>" + _bracketed_value() + ")",
                     value_parser={"name": "json", "args": {"string_delims": [["'", "'"]], "allow_non_json": True}},
                 ),
-                "content": _text(r"<\|im_end\|>\s*"),
+                "content": _CHATML_END,
             },
         },
     ),

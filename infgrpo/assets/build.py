@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -77,24 +77,38 @@ def _sft_batch(
     return pad_batch(seqs, labels, tokenizer.pad_token_id)
 
 
-def fit_supervised(
-    model: Qwen3ForCausalLM, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]], steps: int, lr: float
-) -> None:
-    """``steps`` AdamW steps (one-cycle learning rate) on the (ids, labels) batches ``next_batch`` draws."""
+def supervised_steps(
+    model: torch.nn.Module, steps: int, lr: float, loss_at: Callable[[int], torch.Tensor]
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """Every warm start's recipe: ``steps`` AdamW steps (weight decay 0.01; one-cycle learning rate peaking at ``lr``
+    after 5 % of the steps; gradients clipped to norm 1) on the loss ``loss_at(step)``; yields (step, loss) after
+    each step, the model in train mode, and leaves it in eval mode."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
     model.train()
     for step in range(steps):
-        ids, lab = next_batch()
-        loss = model(input_ids=ids, labels=lab).loss
+        loss = loss_at(step)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
         opt.zero_grad(set_to_none=True)
+        yield step, loss
+    model.eval()
+
+
+def fit_supervised(
+    model: Qwen3ForCausalLM, next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]], steps: int, lr: float
+) -> None:
+    """:func:`supervised_steps` on the (ids, labels) batches ``next_batch`` draws."""
+
+    def loss_at(step: int) -> torch.Tensor:
+        ids, lab = next_batch()
+        return model(input_ids=ids, labels=lab).loss
+
+    for step, loss in supervised_steps(model, steps, lr, loss_at):
         if step % 200 == 0 or step == steps - 1:
             print(f"warm-start step {step:5d}  loss {loss.item():.4f}", flush=True)
-    model.eval()
 
 
 def warm_start(

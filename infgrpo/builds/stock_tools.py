@@ -46,7 +46,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 from infgrpo.agent.formats import FORMATS
 from infgrpo.agent.shipped import shipped_template
 from infgrpo.assets import TINY_STOCK_TOOLS_MODEL_DIR, TINY_TOOLS_MODEL_DIR
-from infgrpo.assets.build import build_parser
+from infgrpo.assets.build import build_parser, supervised_steps
 from infgrpo.assets.calculator import make_split
 from infgrpo.assets.tokenizer import build_tokenizer
 from infgrpo.builds.exchanges import decision_offset, labelled_exchange, measure, noisy_demonstrations, render
@@ -142,7 +142,8 @@ def warm_start(
     rows: list[dict[str, Any]],
     args: Any,
 ) -> None:
-    """AdamW (one-cycle learning rate) on noisy demonstrations, one taught format a step, in turn."""
+    """The warm-start recipe (:func:`~infgrpo.assets.build.supervised_steps`) on noisy demonstrations, one taught
+    format a step, in turn."""
     rng = random.Random(args.seed)
     formats = taught_formats()
     plans = []
@@ -150,29 +151,27 @@ def warm_start(
         eos = tokenizer.convert_tokens_to_ids(taught.eos)
         prefix = shared_prefix(tokenizer, taught.template)
         plans.append((taught, eos, prefix, decision_offset(tokenizer, taught.template, rows[0]["prompt"])))
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.05)
-    model.train()
     ramp = max(1, round(args.ramp * args.steps))
-    for step in range(args.steps):
+
+    def shown(step: int, prefix: list[int]) -> int:  # the shared part's tail shown, growing to it all over the ramp
+        return max(1, round(len(prefix) * min(1.0, step / ramp)))
+
+    def loss_at(step: int) -> torch.Tensor:
         taught, eos, prefix, decide_at = plans[step % len(plans)]
         demos = noisy_demonstrations(rng, rows, args.batch_size, args.p_tool, args.tool_share)
         pairs = [
             labelled_exchange(tokenizer, taught.template, eos, row["prompt"], turns, decide, decide_at)
             for row, turns, decide in demos
         ]
-        drop = min(len(prefix) - 1, len(prefix) - round(len(prefix) * min(1.0, step / ramp)))  # the head not shown yet
+        drop = len(prefix) - shown(step, prefix)  # the head not shown yet
         pairs = [(ids[drop:], labels[drop:]) for ids, labels in pairs]
-        loss = shared_prefix_loss(model, prefix[drop:], pairs, tokenizer.pad_token_id)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        return shared_prefix_loss(model, prefix[drop:], pairs, tokenizer.pad_token_id)
+
+    for step, loss in supervised_steps(model, args.steps, args.lr, loss_at):
         if step % 25 == 0 or step == args.steps - 1:
-            shown = len(prefix) - drop
-            print(f"warm-start step {step:5d}  {taught.name:6s}  prefix {shown:5d}  loss {loss.item():.4f}", flush=True)
-    model.eval()
+            taught, _, prefix, _ = plans[step % len(plans)]
+            text = f"{taught.name:6s}  prefix {shown(step, prefix):5d}  loss {loss.item():.4f}"
+            print(f"warm-start step {step:5d}  {text}", flush=True)
 
 
 def rates(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, rows: list[dict[str, Any]], seed: int) -> dict:

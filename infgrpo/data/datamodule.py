@@ -38,30 +38,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 import lightning as L
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
-from infgrpo.assets import TINY_DATA_DIR
-from infgrpo.data.conversation import PromptFormat, encode_prompt, last_user_text
-from infgrpo.data.hub_source import check_hub_source
-from infgrpo.data.images import image_root
-from infgrpo.data.in_memory import dataset_rows, held_out_split
-from infgrpo.data.local_files import check_local_source, read_file, read_split
-from infgrpo.data.mixture import DatasetMixture, as_mixture, check_sources, mixture_rows
-from infgrpo.data.placeholder_rows import HELD_OUT, placeholder_count, placeholder_rows
-from infgrpo.data.prompt_rows import row_prompt
+from infgrpo.data.conversation import PromptFormat, encode_prompt
+from infgrpo.data.encoding import Tools, encode_rows
+from infgrpo.data.mixture import DatasetMixture, as_mixture
+from infgrpo.data.placeholder_rows import placeholder_split
 from infgrpo.data.prompt_stream import PromptStream
-from infgrpo.data.reasoning_tasks import check_task, is_reasoning_gym, task_rows
 from infgrpo.data.resumable import ResumableBatchSampler
-from infgrpo.data.template_options import check_template_kwargs
-from infgrpo.data.vision_prompts import encode_image_prompt, image_processor_for, image_prompt, too_long_message
+from infgrpo.data.row_sources import load_rows, split_rows
+from infgrpo.data.settings_checks import check_sources_settings
+from infgrpo.data.vision_prompts import encode_image_prompt, image_processor_for
 from infgrpo.policy.load import load_tokenizer  # the policy's own loader: same aliases, GGUF files and pad token
 from infgrpo.runtime.seeds import derive_seed, run_seed
-from infgrpo.settings import ConfigError, check_arguments
+from infgrpo.settings import check_arguments
 
 __all__ = ["PromptDataModule", "check_data_settings", "encode_prompt", "load_rows"]
 
@@ -73,91 +67,13 @@ conversational prompts through the template, string prompts tokenized as they ar
 
 def check_data_settings(hp: Mapping[str, Any]) -> None:
     """Raises a :class:`~infgrpo.settings.ConfigError` naming ``data.<field>`` for the first bad argument of
-    :class:`PromptDataModule` in ``hp`` (by name; types, ranges, the task), before anything is read or loaded."""
+    :class:`PromptDataModule` in ``hp`` (by name; types, ranges, the task), before anything is read or loaded: each
+    type against the signature, then the rules that read several fields
+    (:func:`~infgrpo.data.settings_checks.check_sources_settings`)."""
     hp = {k: v for k, v in hp.items() if k not in ("self", "__class__")}
     mixture = as_mixture(hp.get("mixture"))  # a mapping or a namespace from the command line: checked here
     check_arguments(PromptDataModule.__init__, {**hp, "mixture": mixture}, "data.")
-    in_memory = hp.get("train_dataset") is not None
-    for name, least in (("batch_size", 1), ("eval_size", 0), ("eval_batch_size", 1), ("max_prompt_length", 1)):
-        if hp.get(name, least) < least:
-            raise ConfigError(f"data.{name}={hp[name]} must be >= {least}")
-    if hp.get("train_size") is not None and hp["train_size"] < 1:
-        raise ConfigError(f"data.train_size={hp['train_size']} must be >= 1 (None = all rows)")
-    path, task_config = hp.get("path", "tiny"), hp.get("task_config")
-    fraction, eval_path = hp.get("eval_fraction", 0.0), hp.get("eval_path")
-    if hp.get("as_conversation") and hp.get("chat_template", True) is False:
-        raise ConfigError(
-            "data.as_conversation makes the prompts conversations, which only the chat template renders; set "
-            "data.chat_template true (or drop data.as_conversation)"
-        )
-    if not 0.0 <= fraction < 1.0:
-        raise ConfigError(f"data.eval_fraction={fraction} must be in [0, 1) (0 = no training rows held out)")
-    if fraction and (eval_path is not None or hp.get("eval_dataset") is not None):
-        raise ConfigError(
-            f"data.eval_fraction={fraction} and data.eval_path (or eval_dataset) both give held-out rows; set one"
-        )
-    if eval_path is not None:
-        check_local_source(eval_path, [], field="data.eval_path")
-        if not Path(eval_path).expanduser().is_file():
-            raise ConfigError(f"data.eval_path={eval_path!r} is no data file; give one .jsonl/.json/.csv/.parquet file")
-    if mixture is not None:
-        check_mixture_settings(mixture, hp)
-    elif in_memory:
-        dataset_rows(hp["train_dataset"], hp.get("train_split", "train"), "train_dataset")  # a clear error if not
-        if task_config is not None:
-            raise ConfigError("data.task_config is set, but the data is train_dataset (no reasoning_gym:<task>)")
-    elif is_reasoning_gym(path):
-        check_task(path, task_config)
-        eval_task_seed = hp.get("eval_task_seed")
-        if eval_task_seed is not None and eval_task_seed == hp.get("task_seed", 0):
-            raise ConfigError(f"data.eval_task_seed={eval_task_seed} must differ from data.task_seed")
-    elif task_config is not None:
-        raise ConfigError(f"data.task_config is set, but data.path={path!r} is no reasoning_gym:<task> source")
-    elif path is None:  # no dataset: placeholder rows an environment fills (the preflight checks the environment)
-        if fraction:
-            raise ConfigError(
-                f"data.eval_fraction={fraction} holds out rows of data.path, which is null (placeholder rows, all "
-                "alike); drop it: held-out placeholder rows come with data.eval_split, or give data.eval_path"
-            )
-    elif path != "tiny":
-        eval_split = hp.get("eval_split", "eval") if not fraction and eval_path is None else None
-        check_local_source(path, [hp.get("train_split", "train"), *([eval_split] if eval_split else [])])
-        if not Path(path).expanduser().exists():
-            check_hub_source(path)  # a hub name; offline, a cached one
-
-
-def check_mixture_settings(mixture: DatasetMixture, hp: dict[str, Any]) -> None:
-    """``data.mixture`` names the data alone: a ConfigError for another source or a second held-out share beside it,
-    or a source that cannot be found (:func:`~infgrpo.data.mixture.check_sources`)."""
-    other = next(
-        (k for k in ("train_dataset", "task_config") if hp.get(k) is not None),
-        "path" if hp.get("path", "tiny") != "tiny" else None,
-    )
-    if other is not None:
-        raise ConfigError(
-            f"data.mixture and data.{other} both name the training data; set one (a mixture leaves data.path at its "
-            "default, tiny)"
-        )
-    if mixture.test_split_size is not None and (hp.get("eval_fraction") or hp.get("eval_path") is not None):
-        raise ConfigError(
-            f"data.mixture.test_split_size={mixture.test_split_size} and data.eval_fraction (or eval_path) both give "
-            "held-out rows; set one"
-        )
-    check_sources(mixture)
-
-
-def load_rows(path: str, split: str, config_name: str | None = None) -> list[dict[str, Any]]:
-    """Rows of ``split`` from the tiny task, a local folder of split files, one data file (``split`` unused), or a
-    hub dataset."""
-    folder = TINY_DATA_DIR if path == "tiny" else Path(path).expanduser()
-    if folder.is_dir():
-        return read_split(folder, split, path)
-    if folder.is_file():
-        return read_file(folder, "data.path")
-    check_local_source(path, [split])
-    import datasets
-
-    return [dict(r) for r in datasets.load_dataset(path, config_name, split=split)]
+    check_sources_settings(hp, mixture)
 
 
 class PromptDataModule(L.LightningDataModule):
@@ -275,7 +191,7 @@ class PromptDataModule(L.LightningDataModule):
         self.stream: PromptStream | None = None  # dynamic sampling's extra prompts (prompt_stream)
         self.stream_start = 0  # where this rank's stream starts (a resumed checkpoint's position)
         self.processor: Any = None  # the model's processor when the rows hold images (vision_prompts)
-        self._tools: tuple[Callable[[dict], list[dict]], str | None] | None = None  # use_tools
+        self._tools: Tools | None = None  # use_tools
 
     @property
     def prompt_format(self) -> PromptFormat:
@@ -295,123 +211,22 @@ class PromptDataModule(L.LightningDataModule):
             self.setup("fit")
 
     def _encode(self, tokenizer: PreTrainedTokenizerBase, rows: list[dict], split: str) -> list[dict]:
-        hp = self.hparams
-        if hp.system_prompt and not (hp.chat_template and tokenizer.chat_template):
-            why = "data.chat_template is false" if not hp.chat_template else "the tokenizer has no chat template"
-            raise ValueError(
-                f"data.system_prompt={hp.system_prompt[:40]!r} is set but {why}, so there is no system message "
-                "to put it in; drop it, or put the instructions into data.prompt_template"
-            )
-        items, too_long = [], []
-        kwargs = hp.get("chat_template_kwargs")
-        check_template_kwargs(tokenizer, kwargs)
-        fmt = self.prompt_format
-        for i, row in enumerate(rows):
-            row, prompt = row_prompt(row, hp, split, i)
-            if isinstance(prompt, list) and not hp.chat_template:
-                raise ConfigError(
-                    f"data.chat_template is false, but row {i} of split {split!r} is a conversation (chat messages "
-                    f"in data.prompt_column={hp.prompt_column!r}), which only the chat template can render"
-                )
-            item, images = {"prompt": prompt, "prompt_text": last_user_text(prompt), "meta": row}, None
-            if self.processor is not None:  # vision hook: TRL's rewrite, rendered by the processor
-                item["prompt"], images = image_prompt(row, prompt, split, i, image_root(hp.path))
-            if self.processor is not None and images:
-                ids, vision = encode_image_prompt(self.processor, item["prompt"], hp.system_prompt, kwargs)
-                item |= {"images": images, "image_tokens": vision.image_tokens}
-            else:
-                tools, template = (self._tools[0](row), self._tools[1]) if self._tools is not None else (None, None)
-                ids = fmt.encode(tokenizer, prompt, tools, template)
-            if len(ids) > hp.max_prompt_length:
-                too_long.append((i, len(ids), item.get("image_tokens", 0)))
-                continue
-            items.append({"prompt_ids": ids, **item})
-        if too_long:
-            i, n, image_tokens = too_long[0]
-            msg = (
-                f"{len(too_long)} of {len(rows)} prompts of split {split!r} are longer than "
-                f"data.max_prompt_length={hp.max_prompt_length} tokens (e.g. row {i}: {n} tokens)"
-            )
-            if image_tokens and hp.long_prompts == "error":
-                limit = hp.max_prompt_length
-                raise ValueError(too_long_message(split, len(too_long), len(rows), i, n, image_tokens, limit))
-            if hp.long_prompts == "error":
-                raise ValueError(msg + "; raise max_prompt_length or set data.long_prompts: skip")
-            if not items:
-                shortest = min(n for _, n in too_long)
-                raise ConfigError(
-                    f"data.long_prompts='skip' drops every prompt of split {split!r}: all {len(rows)} are longer "
-                    f"than data.max_prompt_length={hp.max_prompt_length} tokens (the shortest has {shortest}); "
-                    f"raise data.max_prompt_length to >= {shortest}"
-                )
-            print(f"[infgrpo] skipping: {msg}")
-        return items
+        """The items of ``rows`` of ``split`` (:func:`~infgrpo.data.encoding.encode_rows`)."""
+        return encode_rows(tokenizer, rows, split, self.hparams, self.prompt_format, self.processor, self._tools)
 
     def rows(self) -> tuple[list[dict], list[dict]]:
-        """(training rows, held-out rows): ``train_size`` and ``eval_size`` of them, read or generated."""
-        hp = self.hparams
-        if is_reasoning_gym(hp.path):
-            eval_seed = hp.eval_task_seed if hp.eval_task_seed is not None else derive_seed(hp.task_seed, 1) % 2**31
-            eval_size = hp.eval_size if hp.eval_split else 0
-            train_size = hp.train_size if hp.train_size is not None else 1000
-            return task_rows(hp.path, hp.task_config, train_size, eval_size, hp.task_seed, eval_seed)
+        """(training rows, held-out rows): ``train_size`` and ``eval_size`` of them, read or generated
+        (:mod:`~infgrpo.data.row_sources`, or :mod:`~infgrpo.data.placeholder_rows` without data)."""
         train_dataset, eval_dataset = getattr(self, "datasets", (None, None))
-        mixture = as_mixture(hp.get("mixture"))
-        if mixture is not None:
-            train, held_out = mixture_rows(mixture, hp.seed)
-            if mixture.test_split_size is None and hp.get("eval_fraction"):
-                train, held_out = held_out_split(train, hp.eval_fraction, hp.seed)
-            elif mixture.test_split_size is None and hp.get("eval_path"):
-                held_out = read_file(Path(hp.eval_path).expanduser(), "data.eval_path")
-            return train[: hp.train_size], held_out[: hp.eval_size]
-        if train_dataset is not None:
-            train = dataset_rows(train_dataset, hp.train_split, "train_dataset")
-        elif self.placeholders:
-            return self.placeholder_rows(eval_dataset)
-        else:
-            train = load_rows(hp.path, hp.train_split, hp.config_name)
-        fraction = hp.get("eval_fraction", 0.0)
-        if fraction:
-            train, held_out = held_out_split(train, fraction, hp.seed)
-        elif eval_dataset is not None:
-            held_out = dataset_rows(eval_dataset, hp.eval_split, "eval_dataset")
-        elif hp.get("eval_path"):
-            held_out = read_file(Path(hp.eval_path).expanduser(), "data.eval_path")
-        elif train_dataset is not None and hp.eval_split:  # a DatasetDict's held-out split, if it has one
-            held_out = dataset_rows(train_dataset, hp.eval_split, "train_dataset", missing_ok=True)
-        elif train_dataset is not None:
-            held_out = []
-        elif hp.eval_split and not Path(hp.path).expanduser().is_file():
-            held_out = load_rows(hp.path, hp.eval_split, hp.config_name)
-        else:  # one data file and no held-out rows named: no evaluation
-            held_out = []
-        return train[: hp.train_size], held_out[: hp.eval_size]
+        if self.placeholders:
+            world, _ = self.ranks()
+            return placeholder_split(self.hparams, getattr(self.trainer, "max_steps", None), world, eval_dataset)
+        return split_rows(self.hparams, train_dataset, eval_dataset)
 
     @property
     def placeholders(self) -> bool:
         """Whether the rows are placeholders an environment fills (``path`` None, no ``train_dataset``)."""
         return self.hparams.path is None and getattr(self, "datasets", (None, None))[0] is None
-
-    def placeholder_rows(self, eval_dataset: Any) -> tuple[list[dict], list[dict]]:
-        """(training rows, held-out rows) without data: ``trainer.max_steps`` x the global batch of placeholder rows
-        (capped by ``train_size``); held-out rows from ``eval_dataset`` / ``eval_path``, else ``eval_size``
-        placeholder rows of their own seeds when ``eval_split`` is set."""
-        hp = self.hparams
-        world, _ = self.ranks()
-        n = placeholder_count(getattr(self.trainer, "max_steps", None), hp.batch_size, world)
-        if n is None:
-            raise ConfigError(
-                f"data.path=None (no dataset: an environment writes each prompt) needs trainer.max_steps >= 1, which "
-                f"sets the run's length (TRL's rule); trainer.max_steps={getattr(self.trainer, 'max_steps', None)!r}"
-            )
-        train = placeholder_rows(min(n, hp.train_size or n), hp.seed)
-        if eval_dataset is not None:
-            held_out = dataset_rows(eval_dataset, hp.eval_split, "eval_dataset")
-        elif hp.get("eval_path"):
-            held_out = read_file(Path(hp.eval_path).expanduser(), "data.eval_path")
-        else:
-            held_out = placeholder_rows(hp.eval_size, hp.seed, HELD_OUT) if hp.eval_split else []
-        return train, held_out[: hp.eval_size]
 
     def setup(self, stage: str) -> None:
         """Loads and tokenizes the training and held-out prompts, once for every stage."""

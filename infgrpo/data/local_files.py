@@ -61,10 +61,11 @@ def check_file(file: Path, field: str, what: str) -> None:
         jsonl_rows(file)
 
 
-def read_file(file: Path, field: str = "data.path") -> list[dict[str, Any]]:
-    """The rows of one data file, read by ``datasets`` (one schema for all rows), checked as :func:`read_split`."""
+def read_file(file: Path, field: str = "data.path", limit: int | None = None) -> list[dict[str, Any]]:
+    """The rows of one data file, read by ``datasets`` (one schema for all rows), checked as :func:`read_split`;
+    the first ``limit`` of them (None: all)."""
     check_local_source(str(file), [], field)
-    return _read(file)
+    return _read(file, limit=limit)
 
 
 def jsonl_rows(file: Path) -> list[dict[str, Any]]:
@@ -86,23 +87,30 @@ def jsonl_rows(file: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def read_split(folder: Path, split: str, path: str) -> list[dict[str, Any]]:
+def read_split(folder: Path, split: str, path: str, limit: int | None = None) -> list[dict[str, Any]]:
     """The rows of ``split`` in ``folder``, read by ``datasets`` (one schema for all rows); a ``.jsonl`` file is
-    checked line by line first, so an error names the line."""
+    checked line by line first, so an error names the line. The first ``limit`` rows (None: all)."""
     file = split_file(folder, split, path)
     if file.suffix == ".jsonl":
         jsonl_rows(file)
-    return _read(file, f"split {split!r}")
+    return _read(file, f"split {split!r}", limit)
 
 
-def _read(file: Path, what: str = "the file") -> list[dict[str, Any]]:
+def _read(file: Path, what: str = "the file", limit: int | None = None) -> list[dict[str, Any]]:
     import datasets
 
     try:
         ds = datasets.load_dataset(FILE_TYPES[file.suffix], data_files=str(file), split="train")
     except Exception as err:  # noqa: BLE001 - datasets raises many kinds; the file is what the user must fix
         raise ConfigError(f"{file} could not be read as {file.suffix[1:]} ({type(err).__name__}: {err})") from err
-    rows = [dict(r) for r in ds]
-    if not rows:
+    if not len(ds):
         raise ConfigError(f"{file} has no rows; {what} needs at least one")
-    return rows
+    return head_rows(ds, limit)
+
+
+def head_rows(ds: Any, limit: int | None) -> list[dict[str, Any]]:
+    """The first ``limit`` rows of the ``datasets.Dataset`` ``ds`` (None: all), as dicts: cut before the rows are
+    read, so only the kept rows' images are decoded."""
+    if limit is not None and limit < len(ds):
+        ds = ds.select(range(limit))
+    return [dict(r) for r in ds]

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,26 @@ def check_sources(mixture: DatasetMixture) -> None:
                 check_hub_source(source.path)
             except ConfigError as err:
                 raise ConfigError(f"{where}.path: {str(err).removeprefix('data.path=')}") from err
+
+
+def check_mixture_settings(mixture: DatasetMixture, hp: Mapping[str, Any]) -> None:
+    """``data.mixture`` names the data alone: a ConfigError for another source or a second held-out share beside it
+    in the data settings ``hp``, or a source that cannot be found (:func:`check_sources`)."""
+    other = next(
+        (k for k in ("train_dataset", "task_config") if hp.get(k) is not None),
+        "path" if hp.get("path", "tiny") != "tiny" else None,
+    )
+    if other is not None:
+        raise ConfigError(
+            f"data.mixture and data.{other} both name the training data; set one (a mixture leaves data.path at its "
+            "default, tiny)"
+        )
+    if mixture.test_split_size is not None and (hp.get("eval_fraction") or hp.get("eval_path") is not None):
+        raise ConfigError(
+            f"data.mixture.test_split_size={mixture.test_split_size} and data.eval_fraction (or eval_path) both give "
+            "held-out rows; set one"
+        )
+    check_sources(mixture)
 
 
 def _local(source: DatasetSource, file: str) -> Path:

@@ -24,9 +24,12 @@ their own, the same at every evaluation, so ``val/*`` compares one set of tasks 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from infgrpo.data.row_sources import given_held_out
 from infgrpo.runtime.seeds import derive_seed
+from infgrpo.settings import ConfigError
 
 EMPTY_PROMPT: tuple[dict[str, str], ...] = ({"role": "user", "content": ""},)
 """The prompt of a placeholder row (TRL's): one empty user message."""
@@ -53,3 +56,22 @@ def placeholder_count(max_steps: Any, batch_size: int, world: int) -> int | None
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
         return None
     return max_steps * batch_size * world
+
+
+def placeholder_split(
+    hp: Mapping[str, Any], max_steps: Any, world: int, eval_dataset: Any = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(training rows, held-out rows) without data, for the data settings ``hp``: ``trainer.max_steps`` x the global
+    batch (``world`` ranks) of placeholder rows, capped by ``train_size``; held-out rows from ``eval_dataset`` /
+    ``eval_path``, else ``eval_size`` placeholder rows of their own seeds when ``eval_split`` is set."""
+    n = placeholder_count(max_steps, hp["batch_size"], world)
+    if n is None:
+        raise ConfigError(
+            f"data.path=None (no dataset: an environment writes each prompt) needs trainer.max_steps >= 1, which "
+            f"sets the run's length (TRL's rule); trainer.max_steps={max_steps!r}"
+        )
+    train = placeholder_rows(min(n, hp["train_size"] or n), hp["seed"])
+    held_out = given_held_out(hp, eval_dataset)
+    if held_out is None:
+        held_out = placeholder_rows(hp["eval_size"], hp["seed"], HELD_OUT) if hp["eval_split"] else []
+    return train, held_out[: hp["eval_size"]]

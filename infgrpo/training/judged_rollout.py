@@ -40,10 +40,11 @@ from infgrpo.sampler.schedule.sequence import Sequence
 from infgrpo.scoring import Scorer, Scores
 from infgrpo.settings import InfgrpoWarning
 from infgrpo.training.adaptive import AdaptiveGroupsConfig
-from infgrpo.training.agent_rollout import AgentRollout, prompt_format, rollout_inputs, sample_prompts
+from infgrpo.training.agent_rollout import AgentRollout, prompt_format
 from infgrpo.training.dynamic import DynamicSamplingConfig, judge, resolve_criterion
 from infgrpo.training.settings_checks import check_judged_batch
-from infgrpo.vision.inputs import VisionInputs, batch_visions
+from infgrpo.training.step_rollout import sample_batch
+from infgrpo.vision.inputs import VisionInputs
 
 if TYPE_CHECKING:
     from infgrpo.training.hparams import ModuleSettings
@@ -196,12 +197,7 @@ class JudgedRollout:
             self.warn_if_capped(rollouts.dynamic, cap)
             chosen = rollouts.drawn or []
         else:
-            (prompts, turns), offset = rollout_inputs(self.agent, batch, datamodule), ranks.prompt_offset(len(batch))
-            rollouts = self.sampler.sample(
-                prompts, self.g, seed, prompt_offset=offset, ranks=ranks, adaptive=grow, turns=turns,
-                vision=batch_visions(batch),
-                sample_prompts=sample_prompts(self.agent),
-            )  # fmt: skip
+            rollouts = sample_batch(self.sampler, self.agent, batch, self.g, seed, datamodule, ranks, adaptive=grow)
             chosen = list(range(len(batch)))
         if rollouts.adaptive is not None:
             rollouts.adaptive = judge.found(rollouts.adaptive, chosen, self.g, self.accuracy)

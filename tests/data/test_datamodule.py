@@ -5,6 +5,7 @@ import pytest
 from infgrpo.data import PromptDataModule
 from infgrpo.data.resumable import ResumableBatchSampler
 from infgrpo.policy.load import load_tokenizer
+from infgrpo.settings import ConfigError
 
 
 def test_resumable_sampler_continues_mid_epoch_exactly():
@@ -67,6 +68,9 @@ def test_long_prompts_are_reported_never_truncated(tmp_path):
     dm = PromptDataModule(path=str(tmp_path), eval_split=None, batch_size=1, max_prompt_length=40, long_prompts="skip")
     dm.setup("fit")
     assert len(dm.train_items) == 2
+    dm = PromptDataModule(path=str(tmp_path), eval_split=None, batch_size=1, max_prompt_length=4, long_prompts="skip")
+    with pytest.raises(ConfigError, match=r"drops every prompt of split 'train': all 4 .*the shortest has \d+"):
+        dm.setup("fit")  # the data module's own check, as the command line's
 
 
 def test_bad_columns_and_files_are_clear_errors(tmp_path):
