@@ -80,6 +80,7 @@ def test_a_fit_on_image_prompts_resumes_exactly_and_the_rewards_get_trls_inputs(
 
 
 def test_image_prompts_train_with_dynamic_sampling_each_kept_group_with_its_images(tmp_path):
+    L.seed_everything(0)  # a draw that keeps its groups: a capped one trains dropped groups the update skips
     small = {**SMALL, "objective": {"beta": 0.0}, "update": {"num_iterations": 1}}
     module = GRPOModule(**small, dynamic_sampling={"enabled": True, "max_prompts": 4})
     seen, hook = count_images(module.policy)
@@ -91,6 +92,7 @@ def test_image_prompts_train_with_dynamic_sampling_each_kept_group_with_its_imag
     assert module.global_step == 1 and len(step.batch) == len(step.rollouts.vision) >= 1
     assert all(v is item["vision"] for v, item in zip(step.rollouts.vision, step.batch, strict=True))  # by draw order
     drawn = step.rollouts.stats["dynamic/prompts_drawn"]
+    assert step.rollouts.stats["dynamic/groups_kept"] >= len(step.batch)  # every trained group goes through the update
     assert sum(seen) == drawn + len(step.batch)  # each drawn prompt's image once (rollout), each kept once (update)
 
 
