@@ -45,5 +45,6 @@ BENCHMARKS = {
     "adaptive-memory": "benchmarks.adaptive_memory",
     "reward-model": "benchmarks.reward_model",
     "sharded-memory": "benchmarks.sharded_memory",
+    "vlm-learn": "benchmarks.vlm_learn",
 }
 """Benchmark name -> module (with ``main(argv)``, ``tables(result)`` and, if it spawns, ``run_one``)."""
