@@ -152,7 +152,7 @@ def tables(result: dict) -> str:
         ]
         shares = f"\n\n{markdown_table(share_columns, answers)}"
     return (
-        f"held-out accuracy (greedy, {result['eval_prompts']} prompts), {result['max_steps']} steps: "
+        f"## held-out accuracy (greedy, {result['eval_prompts']} prompts), {result['max_steps']} steps: "
         f"{result['gain_points']:+.1f} points\n\n{markdown_table(columns, rows)}\n\n"
         f"{markdown_table(curve_columns, steps)}{shares}\n\nfit wall time: {result['fit_wall_time_s']:.0f} s "
         f"(1-minute load average before and after: {load}); the last validation equals the after-scoring: "
