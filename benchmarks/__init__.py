@@ -46,5 +46,6 @@ BENCHMARKS = {
     "reward-model": "benchmarks.reward_model",
     "sharded-memory": "benchmarks.sharded_memory",
     "vlm": "benchmarks.vlm",
+    "vlm-learn": "benchmarks.vlm_learn",
 }
 """Benchmark name -> module (with ``main(argv)``, ``tables(result)`` and, if it spawns, ``run_one``)."""

@@ -92,8 +92,16 @@ def score_heldout(
     ``items`` are ``{"prompt_ids": list[int], "meta": dict}`` (and ``"prompt"``: the prompt as the dataset gave
     it, the rewards' ``prompts``) as produced by the data module. A run with tools gives its ``prompt_ids``
     (rendered with the tool schemas) and ``turns`` (:func:`~infgrpo.training.agent_rollout.rollout_inputs`): the
-    same path, multi-turn. Items with images (the data module's ``vision``) decode with them.
+    same path, multi-turn. Items with images decode with them: their ``vision`` inputs, which the data module's
+    batches carry (``data.collate(items)``, or its ``val_dataloader()``); an item with ``images`` and no ``vision``
+    (``data.eval_items`` as they are) is a ConfigError, not a decode that leaves its images out.
     """
+    if any(it.get("images") and it.get("vision") is None for it in items):
+        i = next(i for i, it in enumerate(items) if it.get("images") and it.get("vision") is None)
+        raise ConfigError(
+            f"items[{i}] holds images but no vision inputs: pass the data module's batches (data.collate(items) "
+            "or data.val_dataloader()), which process each prompt's images"
+        )
     adapt_threads(sampler.model, rows=min(batch_size, len(items)))  # CPU threads: work size, free cores
     prompts = [it["prompt_ids"] for it in items] if prompt_ids is None else prompt_ids
     out = sampler.generate_one(prompts, batch_size=batch_size, turns=turns, vision=batch_visions(items))

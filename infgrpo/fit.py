@@ -163,21 +163,11 @@ class HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """jsonargparse's help, with the description and examples kept as written (not re-wrapped)."""
 
 
-def main(args: list[str] | None = None) -> GRPOCLI | None:
-    """Parses ``args`` (default: the command line) like ``python -m infgrpo.fit``, trains, and returns the CLI when
-    given ``args`` (None from the command line: the console script ``infgrpo-fit`` exits with ``sys.exit(main())``,
-    so its status is 0).
-
-    ``cli.model``, ``cli.datamodule`` and ``cli.trainer`` are the trained objects, e.g.
-    ``main(["--config", "configs/tiny.yaml", "--trainer.max_steps", "10"]).model.policy``. The last line says where
-    the final step's checkpoint and ``model.output_dir`` went (:mod:`infgrpo.callbacks.final_checkpoint`). Exit
-    status: 0 when the run ended; 2 on a bad setting (the parser's ``error:`` line), also one found once the model
-    loaded (a checkpoint of another base model); 1 when ``model.output_dir`` could not be written at the end and the
-    model went to the run's version folder instead (one ``error:`` line says where); 128 + the signal's number (130,
-    143) when SIGINT or SIGTERM stopped it at a step boundary, after a checkpoint
-    (:mod:`infgrpo.callbacks.interruption`; one line says where and how to resume).
-    """
-    cli = GRPOCLI(
+def make_cli(args: list[str] | None = None) -> GRPOCLI:
+    """The command line's parsed config, instantiated and not run: ``cli.model``, ``cli.datamodule`` and
+    ``cli.trainer`` as ``python -m infgrpo.fit`` builds them from ``args`` (default: the command line), e.g. to
+    validate before fitting (``benchmarks/vlm_learn.py``)."""
+    return GRPOCLI(
         GRPOModule,
         PromptDataModule,
         run=False,
@@ -196,6 +186,23 @@ def main(args: list[str] | None = None) -> GRPOCLI | None:
         # the data module shards prompts over ranks itself (contiguous shares of each global batch)
         trainer_defaults={"num_sanity_val_steps": 0, "use_distributed_sampler": False},
     )
+
+
+def main(args: list[str] | None = None) -> GRPOCLI | None:
+    """Parses ``args`` (default: the command line) like ``python -m infgrpo.fit``, trains, and returns the CLI when
+    given ``args`` (None from the command line: the console script ``infgrpo-fit`` exits with ``sys.exit(main())``,
+    so its status is 0).
+
+    ``cli.model``, ``cli.datamodule`` and ``cli.trainer`` are the trained objects, e.g.
+    ``main(["--config", "configs/tiny.yaml", "--trainer.max_steps", "10"]).model.policy``. The last line says where
+    the final step's checkpoint and ``model.output_dir`` went (:mod:`infgrpo.callbacks.final_checkpoint`). Exit
+    status: 0 when the run ended; 2 on a bad setting (the parser's ``error:`` line), also one found once the model
+    loaded (a checkpoint of another base model); 1 when ``model.output_dir`` could not be written at the end and the
+    model went to the run's version folder instead (one ``error:`` line says where); 128 + the signal's number (130,
+    143) when SIGINT or SIGTERM stopped it at a step boundary, after a checkpoint
+    (:mod:`infgrpo.callbacks.interruption`; one line says where and how to resume).
+    """
+    cli = make_cli(args)
     try:
         cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=cli.config.get("ckpt_path"))
     except ConfigError as err:  # a setting only the loaded model could judge: the parser's line, as before loading

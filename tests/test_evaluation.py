@@ -25,6 +25,15 @@ def test_evaluate_scores_greedy_completions_with_length_rewards(tiny_model, toke
     assert got["completion_length"] == pytest.approx(sum(lengths) / len(lengths))
 
 
+def test_items_with_images_but_no_vision_inputs_are_refused_not_decoded_without_them(tiny_model, tokenizer, prompts):
+    from infgrpo.settings import ConfigError
+
+    items = [{"prompt_ids": p, "meta": {}} for p in prompts[:2]]
+    items[1]["images"] = ["an image"]  # data.eval_items of an image dataset, not collated: no "vision"
+    with pytest.raises(ConfigError, match=r"items\[1\] holds images but no vision inputs: .*data.collate\(items\)"):
+        evaluate(tiny_model, tokenizer, items, {"overlong": 1.0}, max_new_tokens=4, batch_size=2)
+
+
 def test_accuracy_by_kind_counts_right_answers_and_leaves_failed_values_out():
     from infgrpo.evaluation import accuracy_by
 

@@ -78,6 +78,7 @@ def test_threads_has_one_meaning_and_each_benchmark_keeps_its_recorded_default()
         "adaptive-memory": 1,  # peak RSS of one process per cap: one thread keeps it from torch's thread pools
         "reward-model": 1,  # peak RSS of one process per scoring, as adaptive-memory
         "sharded-memory": 1,  # counts bytes; one thread a rank, as the 2-rank tests run
+        "vlm-learn": "no flag",  # the fit config's threads, as train-tiny
         "agent": 1,  # wall times of two trainers side by side in one process, and peak RSS of one process per G
         "vlm": 1,  # two trainers' seconds per step, one process a run, and peak RSS of one process per G
     }
