@@ -45,6 +45,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def no_global_seed(monkeypatch):
+    """Each test starts without a run seed: ``seed_everything`` keeps one in ``PL_GLOBAL_SEED``, which the settings
+    left null follow (the data order, the rollouts), so one test's seed would move the next test's data."""
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return load_tokenizer("tiny")

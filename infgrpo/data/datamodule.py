@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 import lightning as L
+from lightning.fabric.utilities.data import AttributeDict
 from torch.utils.data import DataLoader
 from transformers import PreTrainedTokenizerBase
 
@@ -192,6 +193,17 @@ class PromptDataModule(L.LightningDataModule):
         self.stream_start = 0  # where this rank's stream starts (a resumed checkpoint's position)
         self.processor: Any = None  # the model's processor when the rows hold images (vision_prompts)
         self._tools: Tools | None = None  # use_tools
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """The settings as the loggers record them, ``seed`` as ``data_seed`` (TRL's name for the data order's seed).
+
+        Lightning logs the module's and the data module's settings as one dict and refuses a key both hold with two
+        values: the module's rollout ``seed`` and a ``data.seed`` set apart from it are two settings, not a clash."""
+        logged = super().hparams_initial
+        if "seed" in logged:
+            logged["data_seed"] = logged.pop("seed")
+        return logged
 
     @property
     def prompt_format(self) -> PromptFormat:

@@ -214,6 +214,11 @@ def test_training_memory_keeps_the_largest_phase_peak_it_was_shown():
     assert ("cuda_max_allocated_bytes" in result) == torch.cuda.is_available()
 
 
+# the tiny task at G=2 rarely spreads: dynamic sampling hits its cap in most steps, and warns after three in a row when
+# the clock leaves time for three steps (a quicker machine does): not what this test is about
+@pytest.mark.filterwarnings(
+    r"ignore:\[infgrpo\] dynamic sampling hit dynamic_sampling.max_prompts=:infgrpo.settings.InfgrpoWarning"
+)
 def test_a_clock_stops_each_run_and_the_variants_train_with_dynamic_sampling_and_without_the_skip(
     tmp_path, children_here
 ):

@@ -7,6 +7,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+import yaml
 
 from infgrpo import (
     GRPOModule,
@@ -125,6 +126,18 @@ def test_seeds_left_null_follow_seed_everything_and_explicit_ones_win():
         assert PromptDataModule().hparams.seed == 7 and PromptDataModule(seed=1).hparams.seed == 1
     finally:
         L.seed_everything(0)
+
+
+def test_a_data_seed_apart_from_the_rollout_seed_is_logged_as_data_seed(tmp_path):
+    """Lightning logs the module's and the data module's settings as one dict and refuses one key with two values."""
+    small = dict(group_size=2, sampler={"num_slots": 2, "max_new_tokens": 4})
+    module, data = GRPOModule(**small, seed=1), PromptDataModule(path="tiny", batch_size=2, eval_split=None, seed=2)
+    logger = L.pytorch.loggers.CSVLogger(tmp_path)
+    L.Trainer(max_steps=1, accelerator="cpu", logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+              enable_model_summary=False, limit_val_batches=0).fit(module, data)  # fmt: skip
+    logged = yaml.safe_load(Path(logger.log_dir, "hparams.yaml").read_text())
+    assert (logged["seed"], logged["data_seed"]) == (1, 2)
+    assert data.hparams.seed == 2  # the setting keeps its name where it is read (checkpoints, data.seed)
 
 
 def test_flat_hyper_parameters_of_0_1_map_to_the_groups():
