@@ -82,10 +82,16 @@ def warm_start(model: PreTrainedModel, processor: ProcessorMixin, rows: list[dic
             print(f"  warm-start step {step:5d}  loss {loss.item():.4f}  ({time.time() - start:.0f} s)", flush=True)
 
 
+def shapes_in(row: dict) -> int:
+    """The number of shapes in a row's image, read off its answer."""
+    return int(row["answer"]) if row["kind"] == "count" else len(row["answer"].split())
+
+
 @torch.no_grad()
 def held_out_accuracy(model: PreTrainedModel, processor: ProcessorMixin, rows: list[dict], sample: bool) -> tuple:
-    """(share correct, share flawed) of one answer per held-out row, greedy or sampled at temperature 1."""
-    tok, right, flawed = processor.tokenizer, 0, 0
+    """(share correct, share flawed, {(kind, shapes): (right, flawed, rows)}) of one answer per held-out row, greedy
+    or sampled at temperature 1."""
+    tok, right, flawed, by = processor.tokenizer, 0, 0, {}
     torch.manual_seed(0)
     for i in range(0, len(rows), 50):
         chunk = rows[i : i + 50]
@@ -98,9 +104,13 @@ def held_out_accuracy(model: PreTrainedModel, processor: ProcessorMixin, rows: l
             suppress_tokens=banned_token_ids(model.config), pad_token_id=tok.pad_token_id,
         )  # fmt: skip
         texts = tok.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-        right += sum(t.strip() == r["answer"] for t, r in zip(texts, chunk, strict=True))
-        flawed += sum(t.strip() == r["flawed"] for t, r in zip(texts, chunk, strict=True))
-    return right / len(rows), flawed / len(rows)
+        for text, row in zip(texts, chunk, strict=True):
+            tally = by.setdefault((row["kind"], shapes_in(row)), [0, 0, 0])
+            tally[0] += text.strip() == row["answer"]
+            tally[1] += text.strip() == row["flawed"]
+            tally[2] += 1
+    right, flawed = sum(t[0] for t in by.values()), sum(t[1] for t in by.values())
+    return right / len(rows), flawed / len(rows), {key: tuple(by[key]) for key in sorted(by)}
 
 
 def build_family(family: str, root: Path, train: list[dict], held: list[dict], args: argparse.Namespace) -> None:
@@ -116,16 +126,19 @@ def build_family(family: str, root: Path, train: list[dict], held: list[dict], a
     model.config.save_pretrained(folder)  # load_processor reads the config: a VLM's processor
     processor = load_processor(str(folder))
     start = time.time()
-    warm_start(model, processor, train, args)
+    warm = make_split(args.warm_rows, "train", seed=args.seed + 2) if args.warm_rows else train
+    warm_start(model, processor, warm, args)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(folder)
     n = sum(p.numel() for p in model.parameters())
     print(f"wrote {folder} ({n / 1e6:.2f}M parameters, warm start {time.time() - start:.0f} s)")
     for sample in (False, True):
-        right, flawed = held_out_accuracy(model, processor, held[: args.n_measure], sample)
+        right, flawed, by = held_out_accuracy(model, processor, held[: args.n_measure], sample)
         how = "sampled (T=1)" if sample else "greedy"
         print(f"  {how:14} held-out: {right:.1%} correct, {flawed:.1%} flawed ({args.n_measure} rows)")
+        for (kind, shapes), (r, f, n) in by.items():
+            print(f"    {kind:8} {shapes} shapes: {r / n:.0%} correct, {f / n:.0%} flawed, {n} rows")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -139,6 +152,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--flaw-rate", type=float, default=0.5, help="share of flawed demonstrations")
     ap.add_argument("--n-train", type=int, default=4000)
     ap.add_argument("--n-eval", type=int, default=500)
+    ap.add_argument(
+        "--warm-rows",
+        type=int,
+        default=0,
+        help="rows of the warm start, drawn apart from the shipped train split (0: that split)",
+    )
     ap.add_argument("--n-measure", type=int, default=200, help="held-out rows measured after the warm start")
     ap.add_argument("--init-range", type=float, default=0.02, help="initializer_range of the random weights")
     ap.add_argument("--seed", type=int, default=0)
