@@ -15,7 +15,7 @@ nothing (Qwen-VL) or zero images (Idefics3). Each prompt is processed once, neve
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -35,6 +35,11 @@ class VisionInputs:
     """Images in the prompt."""
     image_tokens: int
     """Prompt tokens that are image placeholders (what the pixels cost in the context)."""
+    encoded: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
+    """This prompt's image features once computed, by the module that computed them (``id`` of the model's
+    ``get_image_features`` owner), while the vision side is fixed: every later forward of the step reuses them
+    (:func:`~infgrpo.vision.features.image_inputs`). Shared by the copies :func:`extended` makes; emptied after the
+    step's update (:func:`~infgrpo.vision.features.forget_features`)."""
 
     @classmethod
     def from_processor(cls, out: Any, family: Family, image_token_id: int) -> VisionInputs:
@@ -58,7 +63,8 @@ def batch_visions(items: Sequence[dict[str, Any]]) -> list[VisionInputs | None] 
 
 def extended(vision: VisionInputs | None, n: int) -> VisionInputs | None:
     """``vision`` for its prompt followed by ``n`` text tokens (a resumed sample's row: prompt + tokens so far): its
-    token types extended with ``n`` zeros, its images unchanged (None stays None)."""
+    token types extended with ``n`` zeros, its images (and their features, :attr:`VisionInputs.encoded`) unchanged
+    (None stays None)."""
     if vision is None or vision.token_types is None or n == 0:
         return vision
     return replace(vision, token_types=torch.cat([vision.token_types, vision.token_types.new_zeros(n)]))
