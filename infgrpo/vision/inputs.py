@@ -3,6 +3,7 @@
     vision = VisionInputs.from_processor(out, family, image_token_id)   # out: the processor's answer for ONE prompt
     kwargs = collate([vision_a, vision_b], family)                      # pixel_values, image_grid_thw, ... for 2 rows
     visions = batch_visions(batch)                                      # a batch's items' vision inputs, or None
+    image_digest(vision)                                                # 16 bytes that tell its images apart
 
 A prompt keeps its own tensors (Qwen-VL: ``pixel_values`` (patches, dim) and ``image_grid_thw`` (images, 3);
 Idefics3: ``pixel_values`` (1, images, 3, H, W) and ``pixel_attention_mask`` (1, images, H, W)), its per-token
@@ -14,6 +15,7 @@ nothing (Qwen-VL) or zero images (Idefics3). Each prompt is processed once, neve
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -52,6 +54,19 @@ class VisionInputs:
         types = out[family.token_types][0] if family.token_types and family.token_types in out else None
         image_tokens = int((out["input_ids"][0] == image_token_id).sum())
         return cls(tensors, types, num_images, image_tokens)
+
+
+def image_digest(vision: VisionInputs | None) -> bytes:
+    """16 bytes that tell a prompt's images apart (a hash of its image tensors: their names, dtypes, shapes and
+    values); empty for a prompt without images. Two prompts with the same ids and different images differ here."""
+    if vision is None or not vision.num_images:
+        return b""
+    digest = hashlib.blake2b(digest_size=16)
+    for key in sorted(vision.tensors):
+        tensor = vision.tensors[key].detach().cpu().contiguous()
+        digest.update(f"{key}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())  # the raw bytes, whatever the dtype
+    return digest.digest()
 
 
 def batch_visions(items: Sequence[dict[str, Any]]) -> list[VisionInputs | None] | None:
