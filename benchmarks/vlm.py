@@ -15,7 +15,8 @@ The model is the shipped tiny Qwen2.5-VL (``tiny-vl``, ``--model``) on the shape
    initializations; then the median over runs) and peak memory (peak RSS of the process during training and its
    rise; on CUDA ``torch.cuda.max_memory_allocated``), as ratios infgrpo / TRL. Counted, whatever the machine
    (:class:`benchmarks.vlm_job.Counts` hooks the same modules on both): images through the vision tower a step, in
-   the rollout and in the update (TRL: prompts x G in each forward pass), and the prompt positions prefilled a group
+   the rollout and in the update (TRL: prompts x G in each forward pass; infgrpo: the step's images once, in the
+   rollout, whose features the update reuses while the tower is frozen), and the prompt positions prefilled a group
    (every forward of the language model wider than one position during the rollout, rows x width).
 2. **memory** (:mod:`benchmarks.vlm_memory`): peak RSS of one rollout (the sampler on ``--memory-prompts`` image
    prompts) at each G of ``--memory-groups`` on ``--slots`` slots, a fresh process each: the target is the largest G

@@ -28,6 +28,7 @@ def run(cfg: dict) -> dict[str, Any]:
     """One rollout of ``prompts`` image prompts x ``group_size`` on ``slots`` slots, measured in this process."""
     from infgrpo import MicroGroupSampler, SamplerConfig
     from infgrpo.policy.load import load_policy, load_tokenizer
+    from infgrpo.vision.features import forget_features
     from infgrpo.vision.inputs import batch_visions
 
     model = load_policy(cfg["model"], dtype="float32").eval()
@@ -38,6 +39,7 @@ def run(cfg: dict) -> dict[str, Any]:
     config = SamplerConfig(num_slots=cfg["slots"], max_new_tokens=cfg["max_new_tokens"], temperature=1.0)
     sampler = MicroGroupSampler(model, tokenizer, config)
     sampler.sample(prompts, 2, seed=1, vision=vision)  # warm-up
+    forget_features(vision)  # the measured rollout is a step's first: it encodes the images (the warm-up kept them)
     counts = Counts(model)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()

@@ -28,6 +28,7 @@ from infgrpo.sampler import MicroGroupSampler, SamplerConfig
 from infgrpo.sampler.engine.turns import Turns
 from infgrpo.scoring import Scorer, Scores
 from infgrpo.settings import ConfigError, check_types
+from infgrpo.vision.features import forget_features
 from infgrpo.vision.inputs import batch_visions
 
 
@@ -104,7 +105,9 @@ def score_heldout(
         )
     adapt_threads(sampler.model, rows=min(batch_size, len(items)))  # CPU threads: work size, free cores
     prompts = [it["prompt_ids"] for it in items] if prompt_ids is None else prompt_ids
-    out = sampler.generate_one(prompts, batch_size=batch_size, turns=turns, vision=batch_visions(items))
+    visions = batch_visions(items)
+    out = sampler.generate_one(prompts, batch_size=batch_size, turns=turns, vision=visions)
+    forget_features(visions)  # the images' features its prefills kept: no update reads them
     return scorer(out, items), out.model_lengths
 
 

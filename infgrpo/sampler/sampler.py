@@ -311,7 +311,7 @@ class MicroGroupSampler:
     ) -> tuple[Feed, EngineStats, Looks | None]:
         """One engine run of ``plan`` on ``num_slots`` slots: a new feed, new looks at the prompts' lengths and, with
         ``turns``, a new Turns from it."""
-        looks = Looks(self.predictor, self.model) if self.predictor is not None else None
+        looks = Looks(self.predictor, self.model, plan.vision) if self.predictor is not None else None
         feed = make_feed(plan, looks, self.rescue)
         return feed, self.engine.run(feed, num_slots, None if turns is None else turns(), plan.vision), looks
 

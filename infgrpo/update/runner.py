@@ -56,6 +56,7 @@ from infgrpo.update.step import (
     prepare_microbatches,
     split_microbatches,
 )
+from infgrpo.vision.features import forget_features
 
 
 @dataclass
@@ -197,6 +198,7 @@ class PolicyUpdate:
         if retries:  # later updates pack within what fit
             self.token_budget_cap = budget = largest(mbs)
         trained = len(rollouts) if rows is None else len(rows)
+        forget_features(rollouts.vision)  # the image features the step's forwards shared: no later forward reads them
         return UpdateResult(stats, budget, retries, largest(mbs), trained, len(rollouts) - trained)
 
     def _budget(self, policy: PreTrainedModel, rollouts: Rollouts) -> int:

@@ -4,6 +4,8 @@
     rows = repeat_features(features, [1], [8], family)                    # the same tensors for 8 rows
     positions, kwargs = rows_inputs(model, ids, mask, visions, completion=C)  # prompt + completion rows, images once
     logps = completion_logprobs(model, prompt_ids, vision, completions)   # G completions, the pixels encoded once
+    kwargs = image_inputs(model, visions, device)   # a forward's images: features kept for the step, or pixels
+    forget_features(visions)                        # the step's update is done: the kept features are dropped
 
 Every family's ``forward`` in transformers 5.25 takes ``mm_encoder_outputs={"image": <get_image_features' output>}``
 instead of pixels and scatters its ``pooler_output`` into the image-token positions (Qwen3-VL's ``deepstack_features``
@@ -12,10 +14,18 @@ the rows' gradients meet in the one encoder pass (a frozen tower: no gradient at
 once per row, G times a forward. :func:`rows_inputs` is what the update's unshared path (prompt + completion rows)
 passes its forwards; :func:`completion_logprobs` is the one-prompt reference built on it (the shared-prompt path runs
 the prompt, and so its pixels, once anyway).
+
+**Reuse within a step.** While the vision side is fixed (frozen, no adapters, no active dropout: the default
+``model.policy.train_vision_tower: false``) an image's features are the same at every forward, so
+:func:`image_inputs` computes each prompt's once and keeps them on the prompt's
+:class:`~infgrpo.vision.inputs.VisionInputs` (which lives one step): the rollout's prefill, a resumed turn's
+re-prefill, the reference and old-policy passes and every iteration's update take them from there, and the tower sees
+the step's images once. A trained tower gets no reuse (each forward runs it, as its gradients need).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,6 +34,7 @@ from torch import nn
 
 from infgrpo.vision.families import Family, family_of
 from infgrpo.vision.inputs import VisionInputs, collate
+from infgrpo.vision.parts import fixed_vision
 from infgrpo.vision.positions import prompt_positions
 
 
@@ -47,32 +58,88 @@ def encode_images(model: nn.Module, image_kwargs: dict[str, torch.Tensor]) -> An
     return owner.get_image_features(*args, return_dict=True)
 
 
-def _gather(values: Any, counts: list[int], order: list[int]) -> Any:
-    """``values`` (a sequence of tensors, or a tensor, with ``counts[i]`` entries for prompt i) as the entries of
-    prompts ``order[0]``, ``order[1]``, ... in turn (a prompt may come several times)."""
-    starts = [sum(counts[:i]) for i in range(len(counts))]
-    index = [k for i in order for k in range(starts[i], starts[i] + counts[i])]
-    if isinstance(values, torch.Tensor):
-        return values[torch.tensor(index, device=values.device)]
-    return tuple(values[i] for i in index)
+def split_features(features: Any, images_per_prompt: list[int], family: Family) -> list[Any]:
+    """``features`` (from :func:`encode_images` over some prompts with images) as one output per prompt, each
+    holding only that prompt's entries of ``pooler_output`` (and of Qwen3-VL's ``deepstack_features``): the same
+    tensors, not copies. Qwen's features are per image, Idefics3's per prompt
+    (:attr:`~infgrpo.vision.families.Family.features_per_image`)."""
+    counts = images_per_prompt if family.features_per_image else [1] * len(images_per_prompt)
+    deep = getattr(features, "deepstack_features", None)  # Qwen3-VL: per layer, one tensor per image
+    out, start = [], 0
+    for n in counts:
+        fields = {"pooler_output": tuple(features.pooler_output[start : start + n])}
+        if deep is not None:
+            fields["deepstack_features"] = [tuple(layer[start : start + n]) for layer in deep]
+        out.append(type(features)(**fields))
+        start += n
+    return out
+
+
+def join_features(parts: Sequence[Any]) -> Any:
+    """One-prompt outputs (:func:`split_features`) as the output of rows holding those prompts in turn (a prompt may
+    come several times): what a forward takes as ``mm_encoder_outputs={"image": ...}``."""
+    fields = {"pooler_output": tuple(t for p in parts for t in p.pooler_output)}
+    if getattr(parts[0], "deepstack_features", None) is not None:
+        layers = range(len(parts[0].deepstack_features))
+        fields["deepstack_features"] = [tuple(t for p in parts for t in p.deepstack_features[k]) for k in layers]
+    return type(parts[0])(**fields)
 
 
 def rows_features(features: Any, images_per_prompt: list[int], order: list[int], family: Family) -> Any:
     """``features`` (from :func:`encode_images` over some prompts with images) for rows of those prompts, row r a row
-    of prompt ``order[r]``: the same tensors, not copies of the computation. Qwen's features are per image,
-    Idefics3's per prompt (:attr:`~infgrpo.vision.families.Family.features_per_image`)."""
-    counts = images_per_prompt if family.features_per_image else [1] * len(images_per_prompt)
-    out = dict(features)
-    out["pooler_output"] = _gather(features.pooler_output, counts, order)
-    if getattr(features, "deepstack_features", None) is not None:  # Qwen3-VL: one tuple per image, per layer
-        out["deepstack_features"] = [_gather(f, counts, order) for f in features.deepstack_features]
-    return type(features)(**out)
+    of prompt ``order[r]``: the same tensors, not copies of the computation."""
+    parts = split_features(features, images_per_prompt, family)
+    return join_features([parts[i] for i in order])
 
 
 def repeat_features(features: Any, images_per_prompt: list[int], repeats: list[int], family: Family) -> Any:
     """``features`` for rows that repeat prompt i ``repeats[i]`` times, prompt by prompt (:func:`rows_features`)."""
     order = [i for i, r in enumerate(repeats) for _ in range(r)]
     return rows_features(features, images_per_prompt, order, family)
+
+
+def image_inputs(
+    model: nn.Module, visions: Sequence[VisionInputs | None], device: torch.device, pixels: bool = True
+) -> dict[str, Any]:
+    """The image keyword arguments of one forward over rows, row r holding the prompt of ``visions[r]``.
+
+    While the vision side is fixed (:func:`~infgrpo.vision.parts.fixed_vision`: frozen, no adapters, no active
+    dropout: ``model.policy.train_vision_tower: false``) each prompt's features are computed once and kept on its
+    :class:`VisionInputs` (:attr:`~infgrpo.vision.inputs.VisionInputs.encoded`, keyed by the module that computed
+    them, so a separate reference model computes its own): this forward encodes only the prompts no earlier forward
+    encoded, in one call without gradients, and hands every row its prompt's features as ``mm_encoder_outputs``.
+    Otherwise (the tower trains) nothing is kept: with ``pixels`` the collated image tensors (the tower runs inside
+    the forward), else each distinct prompt encoded once for this forward, its features repeated per row.
+
+    Returns:
+        ``{"mm_encoder_outputs": {"image": ...}}``, the family's pixel tensors on ``device``, or {} (no images).
+    """
+    present = [v for v in visions if v is not None and v.num_images]
+    if not present:
+        return {}
+    family = family_of(model.config)
+    reuse = fixed_vision(model)
+    if pixels and not reuse:
+        return {k: t.to(device) for k, t in collate(visions, family).items()}  # the model casts them to its dtype
+    key = id(image_features_owner(model))
+    found = {id(v.encoded): v.encoded[key] for v in present if reuse and key in v.encoded}
+    missing = list({id(v.encoded): v for v in present if id(v.encoded) not in found}.values())  # first seen first
+    if missing:
+        tensors = {k: t.to(device) for k, t in collate(missing, family).items()}
+        with torch.no_grad() if reuse else contextlib.nullcontext():  # kept features hold no graph
+            encoded = encode_images(model, tensors)
+        for v, features in zip(missing, split_features(encoded, [v.num_images for v in missing], family), strict=True):
+            found[id(v.encoded)] = features
+            if reuse:
+                v.encoded[key] = features
+    return {"mm_encoder_outputs": {"image": join_features([found[id(v.encoded)] for v in present])}}
+
+
+def forget_features(visions: Sequence[VisionInputs | None] | None) -> None:
+    """Drops the image features the prompts of ``visions`` keep (:func:`image_inputs`): the step's update is done."""
+    for v in visions or ():
+        if v is not None:
+            v.encoded.clear()
 
 
 def rows_inputs(
@@ -97,18 +164,7 @@ def rows_inputs(
         ({} when no row has an image).
     """
     positions, _ = prompt_positions(model, input_ids, attention_mask, visions, completion=completion)
-    distinct: dict[int, int] = {}  # id of a prompt's VisionInputs -> its place among the distinct prompts with images
-    order = []
-    for v in visions:
-        if v is not None and v.num_images:
-            order.append(distinct.setdefault(id(v), len(distinct)))
-    if not order:
-        return positions, {}
-    prompts = list({id(v): v for v in visions if v is not None and v.num_images}.values())  # first seen first
-    family = family_of(model.config)
-    image = encode_images(model, {k: t.to(input_ids.device) for k, t in collate(prompts, family).items()})
-    rows = rows_features(image, [v.num_images for v in prompts], order, family)
-    return positions, {"mm_encoder_outputs": {"image": rows}}
+    return positions, image_inputs(model, visions, input_ids.device, pixels=False)
 
 
 def completion_logprobs(

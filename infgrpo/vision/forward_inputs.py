@@ -2,23 +2,25 @@
 
     positions, deltas, images = forward_inputs(model, ids, real, visions)              # a prefill's prompts
     positions, deltas, images = forward_inputs(model, ids, real, visions, completion=C)  # prompts + C more tokens
-    model(input_ids=ids, position_ids=positions, **images, ...)                          # the tower runs once here
+    model(input_ids=ids, position_ids=positions, **images, ...)                          # the images' features
 
 The engine's prefill, a resumed sample's re-prefill and the update's prompt forwards all build their image inputs
-here, so each collates the prompts' own tensors once (:func:`~infgrpo.vision.inputs.collate`: never x G) and takes
-positions from the model's ``get_rope_index`` (:func:`~infgrpo.vision.positions.prompt_positions`), never from the
-``rope_deltas`` transformers caches on the model object.
+here, so each takes each prompt's images once (never x G) and positions from the model's ``get_rope_index``
+(:func:`~infgrpo.vision.positions.prompt_positions`), never from the ``rope_deltas`` transformers caches on the model
+object. The images are the prompts' features computed once a step while the vision tower is fixed, or their pixels,
+collated, when it trains (:func:`~infgrpo.vision.features.image_inputs`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
-from infgrpo.vision.families import family_of
-from infgrpo.vision.inputs import VisionInputs, collate
+from infgrpo.vision.features import image_inputs
+from infgrpo.vision.inputs import VisionInputs
 from infgrpo.vision.positions import prompt_positions
 
 
@@ -28,7 +30,7 @@ def forward_inputs(
     real: torch.Tensor,
     visions: Sequence[VisionInputs | None],
     completion: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Positions, deltas and image keyword arguments of one forward over rows with images.
 
     Args:
@@ -41,8 +43,8 @@ def forward_inputs(
 
     Returns:
         positions (3, P, L) for M-RoPE, (P, L) for 1D; deltas (P,) int64 (0 for 1D and for text rows); the image
-        tensors of the rows' images on ``input_ids``' device ({} when no row has one).
+        keyword arguments of the rows' images on ``input_ids``' device: ``mm_encoder_outputs`` or pixel tensors
+        ({} when no row has one).
     """
     positions, deltas = prompt_positions(model, input_ids, real, visions, completion=completion)
-    images = collate(visions, family_of(model.config))  # the model casts the pixels to its tower's dtype
-    return positions, deltas, {k: v.to(input_ids.device) for k, v in images.items()}
+    return positions, deltas, image_inputs(model, visions, input_ids.device)

@@ -3,6 +3,7 @@
     vision = VisionInputs.from_processor(out, family, image_token_id)   # out: the processor's answer for ONE prompt
     kwargs = collate([vision_a, vision_b], family)                      # pixel_values, image_grid_thw, ... for 2 rows
     visions = batch_visions(batch)                                      # a batch's items' vision inputs, or None
+    image_digest(vision)                                                # 16 bytes that tell its images apart
 
 A prompt keeps its own tensors (Qwen-VL: ``pixel_values`` (patches, dim) and ``image_grid_thw`` (images, 3);
 Idefics3: ``pixel_values`` (1, images, 3, H, W) and ``pixel_attention_mask`` (1, images, H, W)), its per-token
@@ -14,8 +15,9 @@ nothing (Qwen-VL) or zero images (Idefics3). Each prompt is processed once, neve
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -35,6 +37,11 @@ class VisionInputs:
     """Images in the prompt."""
     image_tokens: int
     """Prompt tokens that are image placeholders (what the pixels cost in the context)."""
+    encoded: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
+    """This prompt's image features once computed, by the module that computed them (``id`` of the model's
+    ``get_image_features`` owner), while the vision side is fixed: every later forward of the step reuses them
+    (:func:`~infgrpo.vision.features.image_inputs`). Shared by the copies :func:`extended` makes; emptied after the
+    step's update (:func:`~infgrpo.vision.features.forget_features`)."""
 
     @classmethod
     def from_processor(cls, out: Any, family: Family, image_token_id: int) -> VisionInputs:
@@ -49,6 +56,19 @@ class VisionInputs:
         return cls(tensors, types, num_images, image_tokens)
 
 
+def image_digest(vision: VisionInputs | None) -> bytes:
+    """16 bytes that tell a prompt's images apart (a hash of its image tensors: their names, dtypes, shapes and
+    values); empty for a prompt without images. Two prompts with the same ids and different images differ here."""
+    if vision is None or not vision.num_images:
+        return b""
+    digest = hashlib.blake2b(digest_size=16)
+    for key in sorted(vision.tensors):
+        tensor = vision.tensors[key].detach().cpu().contiguous()
+        digest.update(f"{key}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes())  # the raw bytes, whatever the dtype
+    return digest.digest()
+
+
 def batch_visions(items: Sequence[dict[str, Any]]) -> list[VisionInputs | None] | None:
     """Each data item's ``vision`` (the data module's collate sets it for a row with images), or None when no item
     of the batch has one: what the sampler and the update take beside the prompt ids."""
@@ -58,7 +78,8 @@ def batch_visions(items: Sequence[dict[str, Any]]) -> list[VisionInputs | None] 
 
 def extended(vision: VisionInputs | None, n: int) -> VisionInputs | None:
     """``vision`` for its prompt followed by ``n`` text tokens (a resumed sample's row: prompt + tokens so far): its
-    token types extended with ``n`` zeros, its images unchanged (None stays None)."""
+    token types extended with ``n`` zeros, its images (and their features, :attr:`VisionInputs.encoded`) unchanged
+    (None stays None)."""
     if vision is None or vision.token_types is None or n == 0:
         return vision
     return replace(vision, token_types=torch.cat([vision.token_types, vision.token_types.new_zeros(n)]))

@@ -2,6 +2,7 @@
 
     targets = language_lora_targets(model)   # a regular expression over the language model's linear layers
     frozen = freeze_vision(model)            # the vision side's parameters no longer train; their count
+    fixed_vision(model)                      # True: its features do not change from one forward to the next
 
 The language model is what ``model.get_decoder()`` returns (``model.language_model`` in Qwen-VL, ``model.text_model``
 in Idefics3); the LM head stays out of LoRA as peft's ``all-linear`` leaves it. Everything else with parameters is the
@@ -63,3 +64,27 @@ def trainable_vision(model: nn.Module) -> list[str]:
     return [
         n for n, p in model.named_parameters() if p.requires_grad and not n.startswith(language) and "lm_head" not in n
     ]
+
+
+def fixed_vision(model: nn.Module) -> bool:
+    """Whether the vision side gives the same features at every forward (so a step may encode each image once and
+    reuse it): none of its parameters trains, it holds no adapters, and none of its dropouts is active (a module in
+    training mode with a rate above 0: ``nn.Dropout.p``, the attention layers' ``dropout`` / ``attention_dropout``)."""
+    if any(p.requires_grad or "lora_" in n for n, p in vision_parameters(model)):
+        return False
+    head = model.get_output_embeddings()
+    outside = [language_model_name(model)] + [n for n, m in model.named_modules() if m is head]
+    for name, module in model.named_modules():
+        if not module.training or any(name == o or name.startswith(o + ".") for o in outside):
+            continue
+        if not name or any(o.startswith(name + ".") for o in outside):  # the model, or a module holding its LM
+            continue
+        rates = (module.p if isinstance(module, nn.Dropout) else None, *_attention_rates(module))
+        if any(isinstance(r, float) and r > 0 for r in rates):
+            return False
+    return True
+
+
+def _attention_rates(module: nn.Module) -> tuple[object, object]:
+    """The dropout rates transformers' attention layers keep as plain numbers (``dropout``, ``attention_dropout``)."""
+    return getattr(module, "dropout", None), getattr(module, "attention_dropout", None)

@@ -143,13 +143,15 @@ def test_the_update_equals_trls_compute_loss_on_image_prompts(parts, budget, sha
     assert want.keys() == got.keys() and any("visual" in k for k in got)  # the vision tower trains on both sides
     for k, g in want.items():
         assert (got[k] - g).abs().max() <= 1e-5 * max(g.abs().max().item(), 1e-3), k
-    # the tower, a pass (policy, reference): shared prompts, the 3 images once however many micro-batches; unshared
-    # rows, each prompt's images once per micro-batch holding its rows; TRL's: 3 x G each
+    # the tower, a pass of the policy (its tower trains: no reuse): shared prompts, the 3 images once however many
+    # micro-batches; unshared rows, each prompt's images once per micro-batch holding its rows. The frozen reference:
+    # each image once, its features reused by every micro-batch. TRL's: 3 x G each
     images = sum(v.num_images for v in visions)
     updater = PolicyUpdate(UpdateConfig(token_budget=budget), share_prompt=share, max_completion_length=MAX_LEN)
     mbs = updater.pack(rollouts(ids, visions), budget)
     per_pass = images if share else sum(v.num_images for mb in mbs for v in {id(v): v for v in mb.visions}.values())
-    assert seen == (per_pass, per_pass) and per_pass < images * G
+    assert seen == (per_pass, images) and per_pass < images * G
+    assert share or per_pass > images  # unshared: the policy's pass encodes a prompt in several micro-batches
 
 
 def float64_rows(model, processor, messages, images):

@@ -10,7 +10,7 @@ it (the paper's separate BERT classifier goes stale). Two estimates, blended:
    multiplied by ``decay`` each update, so old rollouts fade (a window of ~1 / (1 - decay) updates);
    solving ``(A + ridge I) w = b`` is one (dim + 1)^2 system, microseconds next to a decode step.
 2. **A per-prompt history** (prompts seen before, e.g. in the next epoch): an exponential moving
-   average of the log mean length, keyed by a hash of the prompt's token ids (at most
+   average of the log mean length, keyed by a hash of the prompt's token ids and images (at most
    ``max_history`` prompts, least recently seen dropped first). It weighs ``min(count, 4)`` against
    the head's 1.
 
@@ -40,12 +40,14 @@ import hashlib
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple
 
 import torch
 
 from infgrpo.registry import check_choice, choices
+from infgrpo.vision.forward_inputs import forward_inputs
+from infgrpo.vision.inputs import VisionInputs, image_digest
 
 Mode = Literal["learned", "history"]
 """What a :class:`LengthPredictor` blends: the ridge head and the history ('learned'), or the history alone."""
@@ -63,23 +65,38 @@ class Prediction(NamedTuple):
     seconds: float
 
 
-def prompt_key(prompt_ids: list[int]) -> str:
-    """A stable 16-hex-digit hash of a prompt's token ids (keys the per-prompt history)."""
-    data = b"".join(int(t).to_bytes(4, "little", signed=True) for t in prompt_ids)
+def prompt_key(prompt_ids: list[int], vision: VisionInputs | None = None) -> str:
+    """A stable 16-hex-digit hash of a prompt's token ids and, for an image prompt, of its images
+    (:func:`~infgrpo.vision.inputs.image_digest`: prompts with the same text and different images are different
+    prompts); it keys the per-prompt history. A text prompt's key is the hash of its ids alone."""
+    data = b"".join(int(t).to_bytes(4, "little", signed=True) for t in prompt_ids) + image_digest(vision)
     return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 @torch.no_grad()
-def prompt_features(model: torch.nn.Module, prompts: list[list[int]], batch_size: int = 16) -> torch.Tensor:
-    """The model's last hidden state at each prompt's last token: (P, d) float32 on the CPU.
+def prompt_features(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    batch_size: int = 16,
+    visions: Sequence[VisionInputs | None] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """The model's last hidden state at each prompt's last token: (P, d) in ``dtype`` on the CPU.
 
-    Right-padded batches: under causal attention, padding after a prompt's last token cannot change
-    the hidden state at it. Only the last position's logits are computed (``logits_to_keep=1``).
+    Text: right-padded batches (under causal attention, padding after a prompt's last token cannot change the hidden
+    state at it). A batch with images (``visions``: each prompt's, or None) is left-padded and runs as the engine's
+    prefill does (:func:`~infgrpo.vision.forward_inputs.forward_inputs`): the images' features at their tokens (those
+    the step keeps while the tower is fixed, so the prefill after this look reuses them) and the model's own M-RoPE
+    positions. Only the last position's logits are computed (``logits_to_keep=1``).
     """
     device = next(model.parameters()).device
     rows = []
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i : i + batch_size]
+        seen = None if visions is None else visions[i : i + batch_size]
+        if seen is not None and any(v is not None for v in seen):
+            rows.append(_image_prompt_features(model, chunk, seen, device).to("cpu", dtype))
+            continue
         width = max(map(len, chunk))
         ids = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
         mask = torch.zeros_like(ids)
@@ -88,8 +105,24 @@ def prompt_features(model: torch.nn.Module, prompts: list[list[int]], batch_size
             mask[r, : len(p)] = 1
         out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False, logits_to_keep=1)
         last = torch.tensor([len(p) - 1 for p in chunk], device=device)
-        rows.append(out.hidden_states[-1][torch.arange(len(chunk), device=device), last].float().cpu())  # (b, d)
+        rows.append(out.hidden_states[-1][torch.arange(len(chunk), device=device), last].to("cpu", dtype))  # (b, d)
     return torch.cat(rows)
+
+
+def _image_prompt_features(
+    model: torch.nn.Module, prompts: list[list[int]], visions: Sequence[VisionInputs | None], device: torch.device
+) -> torch.Tensor:
+    """:func:`prompt_features` of one batch holding image prompts: left-padded, every last token in the last column,
+    with the prompts' images and positions; (b, d) in the model's dtype, on its device."""
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts], device=device)  # (b, L)
+    real = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)  # (b, L)
+    positions, _, images = forward_inputs(model, ids, real, visions)
+    out = model(
+        input_ids=ids, attention_mask=real, position_ids=positions, output_hidden_states=True, use_cache=False,
+        logits_to_keep=1, **images,
+    )  # fmt: skip
+    return out.hidden_states[-1][:, -1]  # (b, d)
 
 
 def pool_over_ranks(gather: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -211,11 +244,14 @@ class LengthPredictor:
             delta = self.sync(delta)
         self.apply(delta)
 
-    def look(self, model: torch.nn.Module, prompt_ids: list[list[int]]) -> Prediction:
-        """Keys, features (mode ``learned``: one forward of ``model``) and predicted lengths of a rollout's prompts."""
+    def look(
+        self, model: torch.nn.Module, prompt_ids: list[list[int]], visions: Sequence[VisionInputs | None] | None = None
+    ) -> Prediction:
+        """Keys, features (mode ``learned``: one forward of ``model``) and predicted lengths of a rollout's prompts
+        (``visions``: each prompt's images, which its key and its features see)."""
         start = time.perf_counter()
-        keys = [prompt_key(p) for p in prompt_ids]
-        features = prompt_features(model, prompt_ids) if self.needs_features else None
+        keys = [prompt_key(p, None if visions is None else visions[i]) for i, p in enumerate(prompt_ids)]
+        features = prompt_features(model, prompt_ids, visions=visions) if self.needs_features else None
         return Prediction(keys, features, self.predict(keys, features), time.perf_counter() - start)
 
     def learn(self, seen: Prediction, lengths: list[int], group_size: int) -> None:
@@ -267,13 +303,18 @@ class Looks:
     all its prompts at once (a fixed batch: one forward) or one at a time as it draws them (dynamic sampling);
     :meth:`picked` assembles the looks of the prompts it trained on for :meth:`LengthPredictor.learn`."""
 
-    def __init__(self, predictor: LengthPredictor, model: torch.nn.Module) -> None:
-        self.predictor, self.model = predictor, model
+    def __init__(
+        self, predictor: LengthPredictor, model: torch.nn.Module, visions: Sequence[VisionInputs | None] | None = None
+    ) -> None:
+        self.predictor, self.model, self.visions = predictor, model, visions
+        """``visions``: each prompt position's images (a draw appends to it as it draws), or None: text prompts."""
         self.rows: list[tuple[Prediction, int]] = []  # prompt position -> (the look that saw it, its row there)
 
     def all(self, prompt_ids: list[list[int]]) -> list[float]:
         """One look at ``prompt_ids`` (the next positions); their predicted lengths."""
-        seen = self.predictor.look(self.model, prompt_ids)
+        start = len(self.rows)
+        visions = None if self.visions is None else self.visions[start : start + len(prompt_ids)]
+        seen = self.predictor.look(self.model, prompt_ids, visions)
         self.rows += [(seen, r) for r in range(len(prompt_ids))]
         return seen.lengths
 
