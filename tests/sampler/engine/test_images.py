@@ -221,6 +221,7 @@ class OneToolRound:
 
 
 @pytest.mark.parametrize("resume_on_prompt", [True, False])
+@pytest.mark.parametrize("shipped", ["tiny-vl", "tiny-idefics3", "qwen3_vl"], indirect=True)  # Qwen3-VL: tools
 def test_resumed_turns_continue_positions_as_generate_from_the_whole_sequence(shipped, resume_on_prompt, monkeypatch):
     """A resume on parked or kept K/V (text after the prompt: cache position + delta) or a whole re-prefill (the
     prompt's images again): the next turn is HF generate's from prompt + completion + suffix with the pixels."""
