@@ -1,7 +1,8 @@
 """The update on image prompts: TRL 1.16's loss and gradients, each prompt's images through the tower once a pass.
 
 The shipped ``tiny-vl`` (Qwen2.5-VL) in float64, every parameter trainable (TRL's ``all-linear`` trains the vision
-tower too), 2 image prompts x G = 3 completions. Two references:
+tower too), 2 image prompts x G = 3 completions; a random tiny Qwen3-VL with its tower frozen on the shared path.
+Two references:
 
 - TRL itself: its ``_compute_loss`` with its own ``_get_per_token_logps_and_entropies`` (the fused LM head TRL adds,
   which accumulates in float32), on the inputs TRL builds (the processor over the B x G rendered prompts, the pixels
@@ -124,8 +125,11 @@ def trl_inputs(processor, messages, images, ids):
 
 
 @ALLOW_OBJECTIVE_WARNINGS
-@pytest.mark.parametrize("parts", ["tiny-vl"], indirect=True)  # TRL trains the tower: the fixture's tiny-vl does
-@pytest.mark.parametrize("budget,share", [(10_000, True), (120, True), (150, False)])
+@pytest.mark.parametrize(
+    "parts,budget,share",
+    [("tiny-vl", 10_000, True), ("tiny-vl", 120, True), ("tiny-vl", 150, False), ("qwen3_vl", 120, True)],
+    indirect=["parts"],
+)  # tiny-vl trains its tower on both sides (TRL's all-linear); Qwen3-VL as load_policy loads it (frozen)
 def test_the_update_equals_trls_compute_loss_on_image_prompts(parts, budget, share):
     model, ref, processor, messages, images, ids, visions = parts
     patched = copy.deepcopy(model)  # TRL's fused LM head on a copy of the same weights
@@ -154,13 +158,17 @@ def test_the_update_equals_trls_compute_loss_on_image_prompts(parts, budget, sha
         assert result.stats["micro_batches"] >= 2
     assert result.stats["loss"] == pytest.approx(loss.item(), rel=1e-5)
     assert result.stats["kl"] == pytest.approx(trl.metrics["kl"][-1], rel=1e-4, abs=1e-9)
-    assert want.keys() == got.keys() and any("visual" in k for k in got)  # the vision tower trains on both sides
+    trained_tower = any("visual" in k for k in got)
+    assert want.keys() == got.keys() and trained_tower == any(p.requires_grad for p in model.model.visual.parameters())
     for k, g in want.items():
         assert (got[k] - g).abs().max() <= 1e-5 * max(g.abs().max().item(), 1e-3), k
     # the tower, a pass of the policy (its tower trains: no reuse): shared prompts, the 3 images once however many
     # micro-batches; unshared rows, each prompt's images once per micro-batch holding its rows. The frozen reference:
     # each image once, its features reused by every micro-batch. TRL's: 3 x G each
     images = sum(v.num_images for v in visions)
+    if not trained_tower:  # frozen: the policy's features kept for the step too
+        assert seen == (images, images)
+        return
     updater = PolicyUpdate(UpdateConfig(token_budget=budget), share_prompt=share, max_completion_length=MAX_LEN)
     mbs = updater.pack(rollouts(ids, visions), budget)
     per_pass = images if share else sum(v.num_images for mb in mbs for v in {id(v): v for v in mb.visions}.values())
