@@ -67,3 +67,19 @@ def prompts(tokenizer):
     from infgrpo.data.datamodule import encode_prompt
 
     return [encode_prompt(tokenizer, p, None, True) for p in ("rev abcdefg", "count 3 9", "dup ab")]
+
+
+@pytest.fixture(scope="session")
+def random_vlm_folder(tmp_path_factory):
+    """``folder(family)``: the folder of a tiny random vision-language model of a recipe family (Qwen2-VL, Qwen3-VL:
+    no shipped model covers them), built once a session (tests/vision/random_vlms.py)."""
+    from tests.vision.random_vlms import build_random_vlm
+
+    built: dict[str, str] = {}
+
+    def folder(family: str) -> str:
+        if family not in built:
+            built[family] = str(build_random_vlm(family, tmp_path_factory.mktemp(family)))
+        return built[family]
+
+    return folder

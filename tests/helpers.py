@@ -136,12 +136,19 @@ def float64_norms(model):
     model is only float32-exact wherever a gradient is summed before a norm's backward instead of after
     it, as the shared-prompt update does for a group's prompt (~1e-7 apart). The same formula in float64
     makes both orders agree to ~1e-15, which lets the tests check the equality at 1e-10.
+
+    transformers 5.25 loads models with hub kernels on wherever the ``kernels`` package imports, and its
+    ``train()`` / ``eval()`` then kernelize again, which puts the stock norm's forward back: so the kernels
+    are turned off first (a CPU run has none to lose), or a later ``model.train()`` would undo the patch.
     """
     import types
 
     def forward(self, x):
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
 
+    for module in model.modules():
+        if getattr(module, "use_kernels", False):  # PreTrainedModel's property: False resets the kernels
+            module.use_kernels = False
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
     assert norms, "no RMSNorm found"
     for m in norms:

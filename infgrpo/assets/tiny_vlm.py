@@ -4,12 +4,16 @@
     config = tiny_vlm_config("qwen2_5_vl", tok)        # a Qwen2.5-VL of ~0.6M parameters, 7-pixel patches
     write_processor_files("qwen2_5_vl", tok, folder)   # the stock processor files, written without torchvision
 
-Two families, each the shipped ``tiny`` text model's size (4 layers, hidden 128) with a small vision tower (2 layers):
+Four families, each the shipped ``tiny`` text model's size (4 layers, hidden 128) with a small vision tower (2
+layers); the first two ship warm-started, the Qwen2-VL and Qwen3-VL recipes are built with random weights by the tests:
 
 - ``qwen2_5_vl`` (``tiny-vl``): Qwen2.5-VL with M-RoPE, 7-pixel patches merged 2 x 2, so a 56 x 56 image of the
   shapes task (:mod:`infgrpo.assets.shapes`) is 16 ``<|image_pad|>`` tokens, one per 14-pixel cell;
 - ``idefics3`` (``tiny-idefics3``, SmolVLM's family): a Llama text model with 1D positions, a SigLIP tower on 56-pixel
-  images in 7-pixel patches, pixel-shuffled by 2: 16 ``<image>`` tokens an image, no image splitting.
+  images in 7-pixel patches, pixel-shuffled by 2: 16 ``<image>`` tokens an image, no image splitting;
+- ``qwen2_vl``: Qwen2-VL, the same grid and tokens as Qwen2.5-VL (a tower without windowed attention);
+- ``qwen3_vl``: Qwen3-VL, the same grid and tokens, interleaved M-RoPE, a learned 8 x 8 patch-position grid and
+  DeepStack (both tower layers' features added to the first two text layers' image positions).
 
 The processor files are those transformers' stock processors read and write (``processor_config.json`` naming the
 processor class, the image processor's ``preprocessor_config.json``, Qwen's ``video_preprocessor_config.json``, the
@@ -23,18 +27,34 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from transformers import Idefics3Config, PretrainedConfig, PreTrainedTokenizerFast, Qwen2_5_VLConfig
+from transformers import (
+    Idefics3Config,
+    PretrainedConfig,
+    PreTrainedTokenizerFast,
+    Qwen2_5_VLConfig,
+    Qwen2VLConfig,
+    Qwen3VLConfig,
+)
 
 from infgrpo.assets.tokenizer import build_tokenizer
 
-FAMILIES = ("qwen2_5_vl", "idefics3")
-IMAGE_TOKENS = {
-    "qwen2_5_vl": ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"],
+QWEN = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+"""The Qwen-VL families: one tokenizer and template, M-RoPE, 7-pixel patches merged 2 x 2 (16 tokens an image)."""
+FAMILIES = ("qwen2_5_vl", "idefics3", *(f for f in QWEN if f != "qwen2_5_vl"))
+"""Shipped (``tiny-vl``, ``tiny-idefics3``), then built by the tests only (random weights: Qwen2-VL, Qwen3-VL)."""
+_QWEN_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+IMAGE_TOKENS = {f: _QWEN_TOKENS for f in QWEN} | {
     "idefics3": ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>"],
 }
 """The special tokens each family's processor writes around and for an image."""
-IMAGE_BLOCK = {"qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>", "idefics3": "<image>"}
+IMAGE_BLOCK = {f: "<|vision_start|><|image_pad|><|vision_end|>" for f in QWEN} | {"idefics3": "<image>"}
 """What the chat template writes for one ``{"type": "image"}`` block (the processor expands it)."""
+PROCESSOR_CLASS = {
+    "qwen2_vl": ("Qwen2VLProcessor", "Qwen2VLVideoProcessor"),
+    "qwen2_5_vl": ("Qwen2_5_VLProcessor", "Qwen2VLVideoProcessor"),
+    "qwen3_vl": ("Qwen3VLProcessor", "Qwen3VLVideoProcessor"),
+}
+"""The stock processor and video processor classes each Qwen family's hub files name."""
 PATCH, MERGE, IMAGE_SIDE, IMAGE_TOKENS_EACH = 7, 2, 56, 16
 
 
@@ -70,17 +90,37 @@ def tiny_vlm_config(family: str, tokenizer: PreTrainedTokenizerFast) -> Pretrain
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
         tie_word_embeddings=True,
     )  # fmt: skip
-    if family == "qwen2_5_vl":
+    if family in QWEN:
+        tokens = dict(
+            image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+            vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+            tie_word_embeddings=True,
+        )  # fmt: skip
         text["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6]}
+    if family == "qwen2_vl":
+        vision = dict(
+            depth=2, embed_dim=64, hidden_size=128, mlp_ratio=2, num_heads=2, patch_size=PATCH,
+            spatial_merge_size=MERGE, temporal_patch_size=2,
+        )  # fmt: skip
+        return Qwen2VLConfig(text_config=text, vision_config=vision, **tokens)
+    if family == "qwen3_vl":
+        # Qwen3-VL: interleaved M-RoPE (sections of 16 frequencies, as the stock 24/20/20 of 64), a learned position
+        # grid of 8 x 8 patches (a 56-pixel image), and DeepStack: both tower layers' features added to the first two
+        # text layers' image positions
+        text["rope_parameters"] |= {"mrope_section": [6, 5, 5], "mrope_interleaved": True}
+        text["head_dim"] = 32
+        vision = dict(
+            depth=2, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=PATCH, spatial_merge_size=MERGE,
+            temporal_patch_size=2, out_hidden_size=128, num_position_embeddings=(IMAGE_SIDE // PATCH) ** 2,
+            deepstack_visual_indexes=[0, 1],
+        )  # fmt: skip
+        return Qwen3VLConfig(text_config=text, vision_config=vision, **tokens)
+    if family == "qwen2_5_vl":
         vision = dict(
             depth=2, hidden_size=64, intermediate_size=128, num_heads=2, patch_size=PATCH, spatial_merge_size=MERGE,
             temporal_patch_size=2, window_size=2 * MERGE * PATCH, out_hidden_size=128, fullatt_block_indexes=[1],
         )  # fmt: skip
-        return Qwen2_5_VLConfig(
-            text_config=text, vision_config=vision, image_token_id=ids("<|image_pad|>"),
-            video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
-            vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=True,
-        )  # fmt: skip
+        return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **tokens)
     if family == "idefics3":
         text["model_type"] = "llama"
         vision = dict(
@@ -100,14 +140,15 @@ def write_processor_files(family: str, tokenizer: PreTrainedTokenizerFast, folde
     tokenizer.save_pretrained(folder)
     (folder / "chat_template.jinja").write_text(chat_template(family))
     side = IMAGE_SIDE * IMAGE_SIDE
-    if family == "qwen2_5_vl":
+    if family in QWEN:  # Qwen3-VL's processor takes Qwen2-VL's image processor too
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+        processor, video_processor = PROCESSOR_CLASS[family]
         grid = {"patch_size": PATCH, "temporal_patch_size": 2, "merge_size": MERGE}
         Qwen2VLImageProcessorPil(min_pixels=side, max_pixels=side, **grid).save_pretrained(folder)
-        video = {"video_processor_type": "Qwen2VLVideoProcessor", "size": {"shortest_edge": side, "longest_edge": side}}
+        video = {"video_processor_type": video_processor, "size": {"shortest_edge": side, "longest_edge": side}}
         _write_json(folder / "video_preprocessor_config.json", video | grid)
-        _write_json(folder / "processor_config.json", {"processor_class": "Qwen2_5_VLProcessor"})
+        _write_json(folder / "processor_config.json", {"processor_class": processor})
     elif family == "idefics3":
         from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 

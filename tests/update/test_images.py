@@ -1,7 +1,8 @@
 """The update on image prompts: TRL 1.16's loss and gradients, each prompt's images through the tower once a pass.
 
 The shipped ``tiny-vl`` (Qwen2.5-VL) in float64, every parameter trainable (TRL's ``all-linear`` trains the vision
-tower too), 2 image prompts x G = 3 completions. Two references:
+tower too), 2 image prompts x G = 3 completions; a random tiny Qwen3-VL with its tower frozen on the shared path.
+Two references:
 
 - TRL itself: its ``_compute_loss`` with its own ``_get_per_token_logps_and_entropies`` (the fused LM head TRL adds,
   which accumulates in float32), on the inputs TRL builds (the processor over the B x G rendered prompts, the pixels
@@ -11,7 +12,9 @@ tower too), 2 image prompts x G = 3 completions. Two references:
   ``model.policy.train_vision_tower: false``): its rotary step casts to float32, so a tower gradient summed over the
   G rows before it (one encoder pass) rather than after (G passes) differs at float32 rounding (~1e-8 relative).
 
-Ours: the update on several micro-batches, prompts shared or not, the reference pass (``beta > 0``) included.
+Ours: the update on several micro-batches, prompts shared or not, the reference pass (``beta > 0``) included. The
+float64 reference runs on random tiny Qwen2-VL and Qwen3-VL too (tests/vision/random_vlms.py, loaded by
+``load_policy``): their frozen towers' features (Qwen3-VL's DeepStack features with them) kept for the step.
 """
 
 import contextlib
@@ -27,15 +30,18 @@ from trl.trainer.utils import add_fused_lm_head
 from infgrpo.algo import Objective
 from infgrpo.assets import resolve_model_path
 from infgrpo.assets.shapes import draw, sample_scene
+from infgrpo.policy.load import load_policy
 from infgrpo.sampler import Rollouts
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.runner import PolicyUpdate
+from infgrpo.vision.features import forget_features
 from infgrpo.vision.inputs import VisionInputs
 from infgrpo.vision.parts import freeze_vision
 from infgrpo.vision.processor import load_processor
 from tests.algo.trl_reference import TRLLoss
 from tests.helpers import ALLOW_OBJECTIVE_WARNINGS, float64_norms
 from tests.sampler.engine.test_images import count_images
+from tests.vision.random_vlms import BUILT
 
 G, MAX_LEN, EOS = 3, 8, 2
 TEXTS = ("colours, left to right?", "how many shapes?")
@@ -44,11 +50,18 @@ ADVANTAGES = [1.0, -0.5, -0.5, 0.8, -1.1, 0.3]
 OBJECTIVE = Objective(loss_type="dapo", beta=0.04)
 
 
-@pytest.fixture(scope="module")
-def parts():
-    """(model, a frozen copy as the KL reference, processor, the prompts' messages and images, ids, VisionInputs)."""
-    model = AutoModelForImageTextToText.from_pretrained(resolve_model_path("tiny-vl"), dtype=torch.float64)
-    processor = load_processor("tiny-vl")
+@pytest.fixture(scope="module", params=("tiny-vl", *BUILT))
+def parts(request, random_vlm_folder):
+    """(model, a frozen copy as the KL reference, processor, the prompts' messages and images, ids, VisionInputs):
+    ``tiny-vl`` with every parameter trainable, a random Qwen2-VL or Qwen3-VL as ``load_policy`` loads it (the
+    vision side frozen)."""
+    if request.param in BUILT:
+        name = random_vlm_folder(request.param)
+        model = load_policy(name, "float64")
+    else:
+        name = request.param
+        model = AutoModelForImageTextToText.from_pretrained(resolve_model_path(name), dtype=torch.float64)
+    processor = load_processor(name)
     rng = random.Random(3)
     messages, images, ids, visions = [], [], [], []
     for k, text in enumerate(TEXTS):
@@ -76,6 +89,7 @@ def ours(model, ref, ids, visions, budget, share):
     keep = lambda: grads.update({k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None})  # noqa: E731
     config = UpdateConfig(token_budget=budget, skip_zero_advantage="off")  # beta > 0: no row is skipped anyway
     updater = PolicyUpdate(config, OBJECTIVE, max_completion_length=MAX_LEN, share_prompt=share)
+    forget_features(visions)  # a new step: nothing kept from an earlier test's models
     (seen, hook), (seen_ref, hook_ref) = count_images(model), count_images(ref)
     try:
         result = updater.run(
@@ -111,7 +125,11 @@ def trl_inputs(processor, messages, images, ids):
 
 
 @ALLOW_OBJECTIVE_WARNINGS
-@pytest.mark.parametrize("budget,share", [(10_000, True), (120, True), (150, False)])
+@pytest.mark.parametrize(
+    "parts,budget,share",
+    [("tiny-vl", 10_000, True), ("tiny-vl", 120, True), ("tiny-vl", 150, False), ("qwen3_vl", 120, True)],
+    indirect=["parts"],
+)  # tiny-vl trains its tower on both sides (TRL's all-linear); Qwen3-VL as load_policy loads it (frozen)
 def test_the_update_equals_trls_compute_loss_on_image_prompts(parts, budget, share):
     model, ref, processor, messages, images, ids, visions = parts
     patched = copy.deepcopy(model)  # TRL's fused LM head on a copy of the same weights
@@ -140,13 +158,17 @@ def test_the_update_equals_trls_compute_loss_on_image_prompts(parts, budget, sha
         assert result.stats["micro_batches"] >= 2
     assert result.stats["loss"] == pytest.approx(loss.item(), rel=1e-5)
     assert result.stats["kl"] == pytest.approx(trl.metrics["kl"][-1], rel=1e-4, abs=1e-9)
-    assert want.keys() == got.keys() and any("visual" in k for k in got)  # the vision tower trains on both sides
+    trained_tower = any("visual" in k for k in got)
+    assert want.keys() == got.keys() and trained_tower == any(p.requires_grad for p in model.model.visual.parameters())
     for k, g in want.items():
         assert (got[k] - g).abs().max() <= 1e-5 * max(g.abs().max().item(), 1e-3), k
     # the tower, a pass of the policy (its tower trains: no reuse): shared prompts, the 3 images once however many
     # micro-batches; unshared rows, each prompt's images once per micro-batch holding its rows. The frozen reference:
     # each image once, its features reused by every micro-batch. TRL's: 3 x G each
     images = sum(v.num_images for v in visions)
+    if not trained_tower:  # frozen: the policy's features kept for the step too
+        assert seen == (images, images)
+        return
     updater = PolicyUpdate(UpdateConfig(token_budget=budget), share_prompt=share, max_completion_length=MAX_LEN)
     mbs = updater.pack(rollouts(ids, visions), budget)
     per_pass = images if share else sum(v.num_images for mb in mbs for v in {id(v): v for v in mb.visions}.values())
@@ -190,8 +212,10 @@ def test_the_update_equals_the_float64_formula_to_1e_10(parts, budget, share):
     loss = trl(logp, ent, torch.tensor(ADVANTAGES, dtype=torch.float64), mask, mask.sum().item(), ref=ref_logp)
     loss.backward()
     want = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
-    got, result, _ = ours(model, ref, ids, visions, budget, share)
+    got, result, seen = ours(model, ref, ids, visions, budget, share)
     assert result.stats["micro_batches"] >= 2
+    images = sum(v.num_images for v in visions)
+    assert seen == (images, images)  # the frozen towers' features kept for the step: each image once a model
     assert result.stats["loss"] == pytest.approx(loss.item(), rel=1e-10, abs=1e-14)
     assert want.keys() == got.keys() and not any("visual" in k for k in got)
     for k, g in want.items():

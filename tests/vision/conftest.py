@@ -1,4 +1,4 @@
-"""Tiny random vision-language models of both families, in float64, built from the shipped recipe once a session."""
+"""Tiny random vision-language models of every recipe family, in float64, built once a session."""
 
 import random
 
@@ -7,27 +7,18 @@ import torch
 from transformers import AutoModelForImageTextToText
 
 from infgrpo.assets.shapes import draw, sample_scene
-from infgrpo.assets.tiny_vlm import tiny_vlm_config, vlm_tokenizer, write_processor_files
+from infgrpo.assets.tiny_vlm import FAMILIES
 from infgrpo.vision.inputs import VisionInputs
 from infgrpo.vision.processor import load_processor
-
-FAMILIES = ("qwen2_5_vl", "idefics3")
 
 
 @pytest.fixture(scope="session", params=FAMILIES)
 def vlm(request, tmp_path_factory):
-    """(model in float64, eval; its processor) of one family: random weights at initializer_range 0.2 (a random tiny
-    VLM at 0.02 can ignore the image), saved and loaded back through load_processor."""
-    family = request.param
-    folder = tmp_path_factory.mktemp(family)
-    tok = vlm_tokenizer(family)
-    config = tiny_vlm_config(family, tok)
-    config.initializer_range = config.get_text_config().initializer_range = 0.2
-    config.vision_config.initializer_range = 0.2
-    torch.manual_seed(0)
-    model = AutoModelForImageTextToText.from_config(config)
-    model.save_pretrained(folder)
-    write_processor_files(family, tok, folder)
+    """(model in float64, eval, every parameter trainable; its processor) of one family: random weights
+    (tests/vision/random_vlms.py), saved and loaded back through load_processor."""
+    from tests.vision.random_vlms import build_random_vlm
+
+    folder = build_random_vlm(request.param, tmp_path_factory.mktemp(request.param))
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float64).eval()
     return model, load_processor(str(folder))
 

@@ -1,8 +1,10 @@
 """Image prompts on the engine: equal to HF ``generate`` with the pixels, each prompt's images encoded once.
 
-The shipped tiny VLMs (``tiny-vl``: Qwen2.5-VL, M-RoPE; ``tiny-idefics3``: 1D positions) in float64, greedy, on
-prompts with 0, 1 and 2 images: one prefill per prompt, its K/V shared by the group's slots, each slot at its cache
-position + its prompt's rotary delta through decode steps, refills, packing moves and resumed tool turns.
+The shipped tiny VLMs (``tiny-vl``: Qwen2.5-VL, M-RoPE; ``tiny-idefics3``: 1D positions) and random tiny Qwen2-VL
+and Qwen3-VL (M-RoPE; Qwen3-VL's interleaved, and its DeepStack features added in the first text layers; built by
+tests/vision/random_vlms.py, loaded by ``load_policy``) in float64, greedy, on prompts with 0, 1 and 2 images: one
+prefill per prompt, its K/V shared by the group's slots, each slot at its cache position + its prompt's rotary delta
+through decode steps, refills, packing moves and resumed tool turns.
 """
 
 import random
@@ -15,23 +17,30 @@ from transformers import AutoModelForImageTextToText
 from infgrpo import MicroGroupSampler, SamplerConfig
 from infgrpo.assets import resolve_model_path
 from infgrpo.assets.shapes import draw, sample_scene
+from infgrpo.policy.load import load_policy
 from infgrpo.sampler import AdaptiveSpec, DynamicSpec
 from infgrpo.sampler.engine.model_runner import ModelRunner
 from infgrpo.vision.families import banned_token_ids
-from infgrpo.vision.features import image_features_owner
+from infgrpo.vision.features import forget_features, image_features_owner
 from infgrpo.vision.inputs import VisionInputs
 from infgrpo.vision.processor import load_processor
+from tests.vision.random_vlms import BUILT
 
 QUESTIONS = ((0, "how many shapes?"), (1, "colours, left to right?"), (2, "how many?"), (1, "how many shapes?"))
 STEPS = 12
 
 
-@pytest.fixture(scope="module", params=("tiny-vl", "tiny-idefics3"))
-def shipped(request):
-    """(the shipped tiny VLM in float64, its processor, the rendered prompts: (ids, VisionInputs or None, the
-    processor's answer) for 0, 1, 2 and 1 images)."""
-    model = AutoModelForImageTextToText.from_pretrained(resolve_model_path(request.param), dtype=torch.float64)
-    processor = load_processor(request.param)
+@pytest.fixture(scope="module", params=("tiny-vl", "tiny-idefics3", *BUILT))
+def shipped(request, random_vlm_folder):
+    """(a tiny VLM in float64: shipped, or a random one of a family none ships; its processor; the rendered prompts:
+    (ids, VisionInputs or None, the processor's answer) for 0, 1, 2 and 1 images)."""
+    if request.param in BUILT:
+        name = random_vlm_folder(request.param)
+        model = load_policy(name, "float64")
+    else:
+        name = request.param
+        model = AutoModelForImageTextToText.from_pretrained(resolve_model_path(name), dtype=torch.float64)
+    processor = load_processor(name)
     rng, rendered = random.Random(0), []
     for n, text in QUESTIONS:
         blocks = [{"type": "image", "image": draw(sample_scene(rng))} for _ in range(n)]
@@ -86,6 +95,7 @@ def test_greedy_rollouts_equal_hf_generate_with_the_pixels(shipped, slots):
     model, processor, rendered = shipped
     want = [generate(model, out) for _, _, out in rendered]
     assert any(len(w) > 4 for w in want)  # decode steps after an image prompt, not only a first token
+    forget_features([v for _, v, _ in rendered])  # a new step: a frozen tower's features kept by an earlier test go
     seen, hook = count_images(model)
     try:
         got = engine(model, processor, slots, temperature=0.0).sample(
@@ -211,6 +221,7 @@ class OneToolRound:
 
 
 @pytest.mark.parametrize("resume_on_prompt", [True, False])
+@pytest.mark.parametrize("shipped", ["tiny-vl", "tiny-idefics3", "qwen3_vl"], indirect=True)  # Qwen3-VL: tools
 def test_resumed_turns_continue_positions_as_generate_from_the_whole_sequence(shipped, resume_on_prompt, monkeypatch):
     """A resume on parked or kept K/V (text after the prompt: cache position + delta) or a whole re-prefill (the
     prompt's images again): the next turn is HF generate's from prompt + completion + suffix with the pixels."""
