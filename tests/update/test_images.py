@@ -23,14 +23,11 @@ import random
 
 import pytest
 import torch
-from transformers import AutoModelForImageTextToText
 from trl.data_utils import apply_chat_template
 from trl.trainer.utils import add_fused_lm_head
 
 from infgrpo.algo import Objective
-from infgrpo.assets import resolve_model_path
 from infgrpo.assets.shapes import draw, sample_scene
-from infgrpo.policy.load import load_policy
 from infgrpo.sampler import Rollouts
 from infgrpo.update.config import UpdateConfig
 from infgrpo.update.runner import PolicyUpdate
@@ -42,6 +39,7 @@ from tests.algo.trl_reference import TRLLoss
 from tests.helpers import ALLOW_OBJECTIVE_WARNINGS, float64_norms
 from tests.sampler.engine.test_images import count_images
 from tests.vision.random_vlms import BUILT
+from tests.vision.rendered import tiny_vlm
 
 G, MAX_LEN, EOS = 3, 8, 2
 TEXTS = ("colours, left to right?", "how many shapes?")
@@ -55,12 +53,7 @@ def parts(request, random_vlm_folder):
     """(model, a frozen copy as the KL reference, processor, the prompts' messages and images, ids, VisionInputs):
     ``tiny-vl`` with every parameter trainable, a random Qwen2-VL or Qwen3-VL as ``load_policy`` loads it (the
     vision side frozen)."""
-    if request.param in BUILT:
-        name = random_vlm_folder(request.param)
-        model = load_policy(name, "float64")
-    else:
-        name = request.param
-        model = AutoModelForImageTextToText.from_pretrained(resolve_model_path(name), dtype=torch.float64)
+    model, name = tiny_vlm(request.param, random_vlm_folder)
     processor = load_processor(name)
     rng = random.Random(3)
     messages, images, ids, visions = [], [], [], []

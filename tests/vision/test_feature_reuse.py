@@ -18,7 +18,6 @@ from torch import nn
 
 from infgrpo import MicroGroupSampler, SamplerConfig
 from infgrpo.algo import Objective
-from infgrpo.assets.shapes import draw, sample_scene
 from infgrpo.policy.load import load_policy
 from infgrpo.sampler.engine.model_runner import ModelRunner
 from infgrpo.update.config import UpdateConfig
@@ -29,6 +28,7 @@ from infgrpo.vision.parts import fixed_vision, vision_parameters
 from infgrpo.vision.processor import load_processor
 from tests.helpers import ALLOW_OBJECTIVE_WARNINGS
 from tests.sampler.engine.test_images import QUESTIONS, OneToolRound, count_images
+from tests.vision.rendered import render_questions
 
 G, STEPS = 3, 6
 
@@ -43,15 +43,7 @@ def policy(request):
         if "lora_B" in name:
             nn.init.normal_(p, std=0.3)  # peft starts B at zero: the reference would equal the policy
     processor = load_processor(request.param)
-    rng, rendered = random.Random(0), []
-    for n, text in QUESTIONS:
-        blocks = [{"type": "image", "image": draw(sample_scene(rng))} for _ in range(n)]
-        messages = [{"role": "user", "content": [*blocks, {"type": "text", "text": text}]}]
-        out = processor.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
-        )
-        vision = VisionInputs.from_processor(out, processor.family, processor.image_token_id) if n else None
-        rendered.append((out["input_ids"][0].tolist(), vision))
+    rendered = [(ids, vision) for ids, vision, _ in render_questions(processor, QUESTIONS, random.Random(0))]
     return model, processor, rendered
 
 

@@ -12,19 +12,15 @@ from concurrent.futures import Future
 
 import pytest
 import torch
-from transformers import AutoModelForImageTextToText
 
 from infgrpo import MicroGroupSampler, SamplerConfig
-from infgrpo.assets import resolve_model_path
-from infgrpo.assets.shapes import draw, sample_scene
-from infgrpo.policy.load import load_policy
 from infgrpo.sampler import AdaptiveSpec, DynamicSpec
 from infgrpo.sampler.engine.model_runner import ModelRunner
 from infgrpo.vision.families import banned_token_ids
 from infgrpo.vision.features import forget_features, image_features_owner
-from infgrpo.vision.inputs import VisionInputs
 from infgrpo.vision.processor import load_processor
 from tests.vision.random_vlms import BUILT
+from tests.vision.rendered import render_questions, tiny_vlm
 
 QUESTIONS = ((0, "how many shapes?"), (1, "colours, left to right?"), (2, "how many?"), (1, "how many shapes?"))
 STEPS = 12
@@ -34,22 +30,9 @@ STEPS = 12
 def shipped(request, random_vlm_folder):
     """(a tiny VLM in float64: shipped, or a random one of a family none ships; its processor; the rendered prompts:
     (ids, VisionInputs or None, the processor's answer) for 0, 1, 2 and 1 images)."""
-    if request.param in BUILT:
-        name = random_vlm_folder(request.param)
-        model = load_policy(name, "float64")
-    else:
-        name = request.param
-        model = AutoModelForImageTextToText.from_pretrained(resolve_model_path(name), dtype=torch.float64)
+    model, name = tiny_vlm(request.param, random_vlm_folder)
     processor = load_processor(name)
-    rng, rendered = random.Random(0), []
-    for n, text in QUESTIONS:
-        blocks = [{"type": "image", "image": draw(sample_scene(rng))} for _ in range(n)]
-        messages = [{"role": "user", "content": [*blocks, {"type": "text", "text": text}]}]
-        out = processor.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
-        )
-        vision = VisionInputs.from_processor(out, processor.family, processor.image_token_id) if n else None
-        rendered.append((out["input_ids"][0].tolist(), vision, out))
+    rendered = render_questions(processor, QUESTIONS, random.Random(0))
     return model.eval(), processor, rendered
 
 

@@ -12,12 +12,12 @@ from transformers import AutoModelForImageTextToText
 
 from infgrpo import MicroGroupSampler, SamplerConfig
 from infgrpo.assets import resolve_model_path
-from infgrpo.assets.shapes import draw, sample_scene
 from infgrpo.sampler.schedule.length_predictor import LengthPredictor, prompt_features, prompt_key
 from infgrpo.vision.inputs import VisionInputs
 from infgrpo.vision.parts import freeze_vision
 from infgrpo.vision.processor import load_processor
 from tests.sampler.engine.test_images import count_images
+from tests.vision.rendered import render_questions
 
 QUESTIONS = ((1, "how many shapes?"), (1, "how many shapes?"), (0, "how many shapes?"), (2, "colours, left to right?"))
 
@@ -29,15 +29,7 @@ def shipped(request):
     model = AutoModelForImageTextToText.from_pretrained(resolve_model_path(request.param), dtype=torch.float64)
     freeze_vision(model)  # infgrpo's default: its features are reused within a step
     processor = load_processor(request.param)
-    rng, rendered = random.Random(1), []
-    for n, text in QUESTIONS:
-        blocks = [{"type": "image", "image": draw(sample_scene(rng))} for _ in range(n)]
-        messages = [{"role": "user", "content": [*blocks, {"type": "text", "text": text}]}]
-        out = processor.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
-        )
-        vision = VisionInputs.from_processor(out, processor.family, processor.image_token_id) if n else None
-        rendered.append((out["input_ids"][0].tolist(), vision, out))
+    rendered = render_questions(processor, QUESTIONS, random.Random(1))
     return model.eval(), processor, rendered
 
 
