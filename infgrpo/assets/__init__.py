@@ -17,6 +17,10 @@ Llama 3.1's, whose prompts are 700 and 1,070 tokens long (``python -m infgrpo.bu
 (:mod:`infgrpo.assets.shapes`), whose splits are ``train.parquet`` and ``eval.parquet`` in ``SHAPES_DATA_DIR``
 (TRL's format: a conversational ``prompt`` and an ``image`` column); ``tools/build_tiny_vlms.py`` builds them
 (:mod:`infgrpo.assets.tiny_vlm` is their recipe).
+
+``TINY_VL_TOOLS_MODEL_DIR`` (``tiny-vl-tools``) is a tiny Qwen3-VL with the stock-format tool model's language model,
+taught to call the calculator in Qwen3-VL's stock format with an image in its prompt: the fixture of images with tools
+(``python -m infgrpo.builds.vl_tools``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ TINY_VL_MODEL_DIR = ASSETS_DIR / "tiny-qwen2.5-vl"
 TINY_IDEFICS3_MODEL_DIR = ASSETS_DIR / "tiny-idefics3"
 SHAPES_DATA_DIR = ASSETS_DIR / "tiny-shapes"
 TINY_STOCK_TOOLS_MODEL_DIR = ASSETS_DIR / "tiny-qwen3-stock-tools"
+TINY_VL_TOOLS_MODEL_DIR = ASSETS_DIR / "tiny-qwen3-vl-tools"
 
 
 MODEL_ALIASES = {
@@ -39,9 +44,11 @@ MODEL_ALIASES = {
     "tiny-stock-tools": TINY_STOCK_TOOLS_MODEL_DIR,
     "tiny-vl": TINY_VL_MODEL_DIR,
     "tiny-idefics3": TINY_IDEFICS3_MODEL_DIR,
+    "tiny-vl-tools": TINY_VL_TOOLS_MODEL_DIR,
 }
 """The shipped models by name: the tiny default, the tiny model that calls the calculator tool, that model in
-Qwen3's and Llama 3.1's tool formats, and the tiny vision-language models (Qwen2.5-VL, Idefics3)."""
+Qwen3's and Llama 3.1's tool formats, the tiny vision-language models (Qwen2.5-VL, Idefics3) and the tiny Qwen3-VL
+that calls the calculator."""
 
 
 def resolve_model_path(name: str) -> str:
