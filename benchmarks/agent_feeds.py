@@ -95,7 +95,7 @@ def run(cfg: dict) -> dict:
         for scheme in SCHEMES:
             start = time.perf_counter()
             if scheme == "plain":
-                prompts, turns = rollout_inputs(agent, batch, data)
+                prompts, turns, _ = rollout_inputs(agent, batch, data)
                 rollouts = samplers[scheme].sample(prompts, g, seed, turns=turns)
                 scores = scorer(rollouts, batch)
             else:

@@ -29,7 +29,7 @@ from infgrpo.sampler.engine.turns import Turns
 from infgrpo.scoring import Scorer, Scores
 from infgrpo.settings import ConfigError, check_types
 from infgrpo.vision.features import forget_features
-from infgrpo.vision.inputs import batch_visions
+from infgrpo.vision.inputs import VisionInputs, batch_visions
 
 
 @dataclass
@@ -86,6 +86,7 @@ def score_heldout(
     batch_size: int = 128,
     prompt_ids: list[list[int]] | None = None,
     turns: Callable[[], Turns] | None = None,
+    visions: list[VisionInputs | None] | None = None,
 ) -> tuple[Scores, list[int]]:
     """The scores of one completion per item, and their lengths (at most ``batch_size`` decode at once, on the
     slots :meth:`~infgrpo.sampler.MicroGroupSampler.generate_one` plans): the completions decoded, then ``scorer``.
@@ -93,11 +94,12 @@ def score_heldout(
     ``items`` are ``{"prompt_ids": list[int], "meta": dict}`` (and ``"prompt"``: the prompt as the dataset gave
     it, the rewards' ``prompts``) as produced by the data module. A run with tools gives its ``prompt_ids``
     (rendered with the tool schemas) and ``turns`` (:func:`~infgrpo.training.agent_rollout.rollout_inputs`): the
-    same path, multi-turn. Items with images decode with them: their ``vision`` inputs, which the data module's
-    batches carry (``data.collate(items)``, or its ``val_dataloader()``); an item with ``images`` and no ``vision``
-    (``data.eval_items`` as they are) is a ConfigError, not a decode that leaves its images out.
+    same path, multi-turn, with the ``visions`` of that rendering. Items with images decode with them: ``visions``
+    or else their ``vision`` inputs, which the data module's batches carry (``data.collate(items)``, or its
+    ``val_dataloader()``); an item with ``images`` and neither (``data.eval_items`` as they are) is a ConfigError, not
+    a decode that leaves its images out.
     """
-    if any(it.get("images") and it.get("vision") is None for it in items):
+    if visions is None and any(it.get("images") and it.get("vision") is None for it in items):
         i = next(i for i, it in enumerate(items) if it.get("images") and it.get("vision") is None)
         raise ConfigError(
             f"items[{i}] holds images but no vision inputs: pass the data module's batches (data.collate(items) "
@@ -105,7 +107,7 @@ def score_heldout(
         )
     adapt_threads(sampler.model, rows=min(batch_size, len(items)))  # CPU threads: work size, free cores
     prompts = [it["prompt_ids"] for it in items] if prompt_ids is None else prompt_ids
-    visions = batch_visions(items)
+    visions = batch_visions(items) if visions is None else visions
     out = sampler.generate_one(prompts, batch_size=batch_size, turns=turns, vision=visions)
     forget_features(visions)  # the images' features its prefills kept: no update reads them
     return scorer(out, items), out.model_lengths

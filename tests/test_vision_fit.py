@@ -3,16 +3,21 @@ the rewards TRL's inputs, writes its processor beside the adapter, and runs each
 tower once a step (the rollout's prefill; the reference, old-policy and each iteration's update pass reuse its
 features: the tower is frozen), never G times."""
 
+import random
+
 import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from infgrpo import GRPOModule, SamplerConfig
+from infgrpo.assets.calculator import make_split as calculator_split
 from infgrpo.assets.shapes import correct, make_split
+from infgrpo.builds.vl_tools import picture
 from infgrpo.data import PromptDataModule
 from infgrpo.settings import ConfigError
 from infgrpo.training.optim import OptimizerConfig
+from tests.agent.families import stock_template
 from tests.helpers import trainer
 from tests.sampler.engine.test_images import count_images
 
@@ -98,8 +103,55 @@ def test_image_prompts_train_with_dynamic_sampling_each_kept_group_with_its_imag
     assert sum(seen) == drawn  # each drawn prompt's image once (rollout); the update reuses the kept ones' features
 
 
-def test_image_prompts_with_tools_are_one_line_at_setup(tmp_path):
-    tools = {"tools": ["infgrpo.assets.calculator:add"], "chat_template": "compact"}  # a template that renders tools
+CORRECT = "infgrpo.assets.calculator:correct"
+
+
+def shorter(completions, **kwargs):
+    """A reward that tells a group's samples apart (the tiny model rarely gets a sum right): shorter exchanges."""
+    return [-len(str(c)) / 100 for c in completions]
+
+
+def calculator_rows(n: int) -> list[dict]:
+    """The calculator task's rows with TRL's ``image`` column: a shapes scene (``tiny-vl-tools`` calls its tool after
+    one) or a blank image (it answers at once), in turn."""
+    rng = random.Random(0)
+    return [{**row, "image": picture(rng, blank=k % 2 == 1)} for k, row in enumerate(calculator_split(n, seed=3))]
+
+
+@pytest.mark.slow  # a fit of a VLM on 800-token tool prompts
+def test_image_prompts_with_tools_train_through_the_processor(tmp_path):
+    template = tmp_path / "qwen3_vl.jinja"  # Qwen3-VL's stock template (the shipped model's does not render tools)
+    template.write_text(stock_template("qwen3_vl"))
+    agent = {"tools": ["infgrpo.assets.calculator:add"], "chat_template": str(template), "max_turns": 2}
+    module = GRPOModule(
+        policy={"model_name_or_path": "tiny-vl-tools"}, lora={"r": 4}, group_size=2, agent=agent,
+        sampler=SamplerConfig(num_slots=4, max_new_tokens=160), update={"skip_zero_advantage": "off"},
+        rewards={"functions": {CORRECT: 1.0, f"{__name__}:shorter": 0.1}, "accuracy": CORRECT},
+    )  # fmt: skip
+    data = PromptDataModule(
+        train_dataset=calculator_rows(4), tokenizer="tiny-vl-tools", batch_size=2, eval_split=None,
+        max_prompt_length=1024,
+    )  # fmt: skip
+    before = {k: v.clone() for k, v in module.policy.state_dict().items()}
+    seen, hook = count_images(module.policy)
+    try:
+        trainer(tmp_path, 1).fit(module, data)
+    finally:
+        hook.remove()
+    step = module.last_step
+    rollouts = step.rollouts
+    assert [v.num_images for v in rollouts.vision] == [1, 1] and sum(seen) == 2  # each prompt's image once a step
+    # the data module measured the prompts the rollout decoded: rendered by the processor with the tool schemas
+    assert [list(p) for p in rollouts.prompt_ids] == [item["prompt_ids"] for item in step.batch]
+    text = data.processor.tokenizer.decode(rollouts.prompt_ids[0])
+    assert '"name": "add"' in text and text.count("<|image_pad|>") == 16
+    assert rollouts.tools.calls >= 1 and any(0 in m for m in rollouts.tool_masks)  # tools ran, results masked
+    moved = [k for k, v in before.items() if not torch.equal(v, module.policy.state_dict()[k])]
+    assert moved and all("lora" in k for k in moved)
+
+
+def test_an_agent_template_that_cannot_place_an_image_is_one_line(tmp_path):
+    tools = {"tools": ["infgrpo.assets.calculator:add"], "chat_template": "compact"}  # renders tools, not images
     module = GRPOModule(**SMALL, agent=tools)
-    with pytest.raises(ConfigError, match="^model.agent renders tool prompts as text, and the data's prompts hold"):
+    with pytest.raises(ConfigError, match=r"^model\.agent\.chat_template \(the agent's\) (does not|cannot) "):
         trainer(tmp_path, 1).fit(module, data())

@@ -57,12 +57,15 @@ class AgentError(ValueError):
 
 def with_observation(prompt: str | list[dict[str, Any]], observation: str | None) -> str | list[dict[str, Any]]:
     """``prompt`` with ``observation`` appended to its last message's content (to a string prompt itself), no
-    separator; the last message is rebuilt, never changed in place (TRL's rule)."""
+    separator; a content of blocks (an image prompt: TRL's rewrite) gets it as a text block. The last message is
+    rebuilt, never changed in place (TRL's rule)."""
     if observation is None:
         return prompt
     if isinstance(prompt, str):
         return prompt + observation
-    return [*prompt[:-1], {**prompt[-1], "content": prompt[-1]["content"] + observation}]
+    content = prompt[-1]["content"]
+    added = [{"type": "text", "text": observation}] if isinstance(content, list) else observation
+    return [*prompt[:-1], {**prompt[-1], "content": content + added}]
 
 
 def environment_reward(cls: type) -> Callable[..., list[Any]]:

@@ -54,6 +54,20 @@ class Exchange:
     rewards' ``prompts`` entry); None: its row's prompt as the dataset gave it."""
 
 
+def check_text_results(key: Key, messages: list[dict[str, Any]]) -> None:
+    """An :class:`~infgrpo.agent.environments.AgentError` naming the sample and the tool when a tool result holds an
+    image block (TRL 1.16 passes such results to a VLM; infgrpo reads tool results as text, its images come from the
+    prompt's image column)."""
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "image" for b in content):
+            raise AgentError(
+                f"sample {key[1]} of prompt {key[0]}: tool {message.get('name', '?')!r} returned an image block; "
+                "infgrpo reads tool results as text (images enter through the data's image column): return a string "
+                "or text blocks"
+            )
+
+
 class ToolTurns:
     """The tool side of one rollout's turns (see the module docstring).
 
@@ -125,6 +139,7 @@ class ToolTurns:
         """On a worker: runs the turn's calls, records their messages and returns the ids that follow the turn (an
         :class:`~infgrpo.agent.environments.AgentError` naming the sample when its results cannot be rendered)."""
         result = self.workers.run(calls, box)  # agent.tool_timeout bounds each call; outcomes tallied
+        check_text_results(key, result.messages)
         try:
             with self._tokenizer_lock:
                 suffix = tool_suffix_ids(self.tokenizer, result.messages, self.template, self.kwargs)

@@ -25,7 +25,8 @@ Rows with images (TRL's ``image`` or ``images`` column beside a conversational p
 processor (:mod:`infgrpo.data.vision_prompts`): the item's ``prompt`` is TRL's rewrite (image blocks holding the
 images) and it keeps ``images`` and ``image_tokens``; each batch drawn gets ``vision`` per item
 (:class:`~infgrpo.vision.inputs.VisionInputs`, processed once per prompt as the batch is collated, not held for every
-row). ``data.processor_kwargs`` are the processor's settings (e.g. ``{max_pixels: 200704}``).
+row; with tools the agent's rollout does it, rendering the tool schemas too). ``data.processor_kwargs`` are the
+processor's settings (e.g. ``{max_pixels: 200704}``).
 
 Rows in TRL's conversational format (the prompt column holds ``[{"role": ..., "content": ...}, ...]``) go
 through the chat template as TRL renders them (:mod:`infgrpo.data.conversation`). Each item keeps
@@ -247,15 +248,20 @@ class PromptDataModule(L.LightningDataModule):
         hp = self.hparams
         tok = load_tokenizer(hp.tokenizer, hp.gguf_file)
         train, held_out = self.rows()
-        self.processor = image_processor_for(train + held_out, hp.tokenizer, hp.get("processor_kwargs"), hp.train_split)
+        template = self._tools[1] if self._tools is not None else None  # the agent's renders the image prompts
+        self.processor = image_processor_for(
+            train + held_out, hp.tokenizer, hp.get("processor_kwargs"), hp.train_split, template
+        )
         self.train_items = self._encode(tok, train, hp.train_split)
         if held_out:
             self.eval_items = self._encode(tok, held_out, hp.eval_split or "eval")
 
     def collate(self, items: list[dict]) -> list[dict]:
         """A batch: the items as a list; with images, each a copy holding its ``vision`` inputs, processed now (once
-        per prompt: the pixels of every row are not held between batches)."""
-        if self.processor is None:
+        per prompt: the pixels of every row are not held between batches). With tools (:meth:`use_tools`) the agent's
+        rollout renders and processes each image prompt itself (with the tool schemas and its environment's
+        observation), so the batch is the items as they are."""
+        if self.processor is None or self._tools is not None:
             return list(items)
         hp, out = self.hparams, []
         render = functools.partial(encode_image_prompt, self.processor)

@@ -6,8 +6,9 @@
 A row's prompt comes from :func:`~infgrpo.data.prompt_rows.row_prompt` (the prompt column, ``prompt_template``,
 ``as_conversation``); it is rendered by the :class:`~infgrpo.data.conversation.PromptFormat` (with the row's tool
 schemas when the agent's rollout set them), or, with the model's processor and a row that holds images, by
-:mod:`infgrpo.data.vision_prompts`. A prompt longer than ``max_prompt_length`` is never truncated: ``long_prompts``
-says whether it stops the run (one line naming the split, the count and an example row) or is dropped with a note.
+:mod:`infgrpo.data.vision_prompts` (with the tool schemas too). A prompt longer than ``max_prompt_length`` is never
+truncated: ``long_prompts`` says whether it stops the run (one line naming the split, the count and an example row) or
+is dropped with a note.
 """
 
 from __future__ import annotations
@@ -57,13 +58,13 @@ def encode_rows(
                 f"in data.prompt_column={hp['prompt_column']!r}), which only the chat template can render"
             )
         item, images = {"prompt": prompt, "prompt_text": last_user_text(prompt), "meta": row}, None
+        schemas, template = (tools[0](row), tools[1]) if tools is not None else (None, None)
         if processor is not None:  # vision hook: TRL's rewrite, rendered by the processor
             item["prompt"], images = image_prompt(row, prompt, split, i, image_root(hp["path"]))
         if processor is not None and images:
-            ids, vision = encode_image_prompt(processor, item["prompt"], hp["system_prompt"], kwargs)
+            ids, vision = encode_image_prompt(processor, item["prompt"], hp["system_prompt"], kwargs, schemas, template)
             item |= {"images": images, "image_tokens": vision.image_tokens}
         else:
-            schemas, template = (tools[0](row), tools[1]) if tools is not None else (None, None)
             ids = fmt.encode(tokenizer, prompt, schemas, template)
         if len(ids) > hp["max_prompt_length"]:
             too_long.append((i, len(ids), item.get("image_tokens", 0)))

@@ -154,8 +154,8 @@ def check_first_rows(
                 f"data.prompt_column={hp['prompt_column']!r}), which only the chat template can render"
             )
         kwargs = hp.get("chat_template_kwargs")
-        imaged = first_rows_image_tokens(hp, split, rows[split], got, image_root(hp["path"]))  # vision hook
         schemas = [tools(row) if tools is not None else None for row in rows[split]]
+        imaged = first_rows_image_tokens(hp, split, rows[split], got, image_root(hp["path"]), schemas, template)
         system, chat = hp["system_prompt"], hp["chat_template"]
         lengths = [
             imaged[i][0]

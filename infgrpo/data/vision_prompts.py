@@ -3,10 +3,13 @@
     processor = image_processor_for(rows, "tiny-vl", None, "train")      # None for text-only rows; ConfigError if unfit
     messages, images = image_prompt(row, row["prompt"], "train", 0, root)  # TRL's rewrite: image blocks hold the images
     ids, vision = encode_image_prompt(processor, messages, None, {})      # prompt ids, VisionInputs
+    ids, vision = encode_image_prompt(processor, messages, None, {}, tools=schemas, template=agent_template)
 
 TRL 1.16 renders a batch of image prompts with ``processor.apply_chat_template(conversation, add_generation_prompt=True,
 tokenize=True, return_dict=True, **chat_template_kwargs)``; :func:`encode_image_prompt` makes the same call for one
-prompt (a system prompt, when set and the conversation has none, goes first as for text prompts). What cannot work is
+prompt (a system prompt, when set and the conversation has none, goes first as for text prompts); with tools
+(``model.agent``) it passes ``tools=`` and the agent's ``chat_template=`` as TRL does for a VLM with tools, so the
+tool schemas are rendered around the images by the processor. What cannot work is
 refused in one line, before the model loads on the command line (the first rows) and as the data module sets up:
 images with a text-only model, a string prompt with images (TRL refuses it at the first batch), a chat template that
 does not write the processor's image token for an image block, and prompts whose image tokens pass
@@ -31,11 +34,15 @@ def rows_with_images(rows: list[dict[str, Any]]) -> bool:
 
 
 def image_processor_for(
-    rows: list[dict[str, Any]], model: str, processor_kwargs: dict[str, Any] | None, split: str
+    rows: list[dict[str, Any]],
+    model: str,
+    processor_kwargs: dict[str, Any] | None,
+    split: str,
+    template: str | None = None,
 ) -> Any | None:
     """The processor of ``model`` when ``rows`` hold images (None when they hold none); a ConfigError naming the model
-    when it has no image processor (a text-only model), or naming its chat template when the template cannot place
-    an image."""
+    when it has no image processor (a text-only model), or naming the chat template (``template``: the agent's, None:
+    the model's) when it cannot place an image."""
     if not rows_with_images(rows):
         return None
     processor = load_processor(model, processor_kwargs)
@@ -46,26 +53,29 @@ def image_processor_for(
             "a text-only model, with no image processor; use an image-text-to-text model (e.g. tiny-vl), or drop the "
             "image column"
         )
-    check_image_template(processor, model)
+    check_image_template(processor, model, template)
     return processor
 
 
-def check_image_template(processor: Any, model: str) -> None:
-    """A ConfigError naming the model's chat template unless it writes the processor's image token for one image
-    block (a text-only template prints the block itself, or nothing)."""
+def check_image_template(processor: Any, model: str, template: str | None = None) -> None:
+    """A ConfigError naming the chat template (``template``, the agent's: ``model.agent.chat_template``; None: the
+    model's) unless it writes the processor's image token for one image block (a text-only template prints the block
+    itself, or nothing)."""
     probe = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "?"}]}]
+    which = f"the chat template of {model!r}" if template is None else "model.agent.chat_template (the agent's)"
+    fix = "" if template is None else "; give one that renders tool calls and image blocks, or leave it unset"
     try:
-        text = processor.apply_chat_template(probe, add_generation_prompt=True, tokenize=False)
+        text = processor.apply_chat_template(probe, add_generation_prompt=True, tokenize=False, chat_template=template)
     except Exception as err:  # noqa: BLE001 - a template error is the user's to read, in one line
         raise ConfigError(
-            f"the chat template of {model!r} cannot render an image block ({type(err).__name__}: {err}); the prompts "
-            "hold images, so the template must write the processor's image token for {'type': 'image'}"
+            f"{which} cannot render an image block ({type(err).__name__}: {err}); the prompts hold images, so the "
+            f"template must write the processor's image token for {{'type': 'image'}}{fix}"
         ) from err
     if text.count(processor.image_token) != 1:
         raise ConfigError(
-            f"the chat template of {model!r} does not place an image: for one {{'type': 'image'}} block it wrote "
+            f"{which} does not place an image: for one {{'type': 'image'}} block it wrote "
             f"{text.count(processor.image_token)} {processor.image_token!r} tokens (want 1); give the model a "
-            "template that renders content blocks, as its hub processor's does"
+            f"template that renders content blocks, as its hub processor's does{fix}"
         )
 
 
@@ -91,13 +101,16 @@ def encode_image_prompt(
     messages: list[dict[str, Any]],
     system_prompt: str | None,
     chat_template_kwargs: dict[str, Any] | None,
+    tools: list[dict[str, Any]] | None = None,
+    template: str | None = None,
 ) -> tuple[list[int], VisionInputs]:
-    """The prompt ids and vision inputs of one conversation whose blocks hold its images (module docstring)."""
+    """The prompt ids and vision inputs of one conversation whose blocks hold its images (module docstring), with
+    the tool schemas ``tools`` through the chat ``template`` (the agent's; None: the processor's) when given."""
     if system_prompt and messages[0].get("role") != "system":
         messages = [{"role": "system", "content": [{"type": "text", "text": system_prompt}]}, *messages]
     out = processor.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt",
-        **(chat_template_kwargs or {}),
+        messages, tools=tools or None, chat_template=template, add_generation_prompt=True, tokenize=True,
+        return_dict=True, return_tensors="pt", **(chat_template_kwargs or {}),
     )  # fmt: skip
     vision = VisionInputs.from_processor(out, processor.family, processor.image_token_id)
     return out["input_ids"][0].tolist(), vision
@@ -115,20 +128,30 @@ def too_long_message(split: str, count: int, total: int, row: int, tokens: int, 
 
 
 def first_rows_image_tokens(
-    hp: dict[str, Any], split: str, rows: list[dict[str, Any]], prompts: list[Prompt], root: Path | None
+    hp: dict[str, Any],
+    split: str,
+    rows: list[dict[str, Any]],
+    prompts: list[Prompt],
+    root: Path | None,
+    tools: list[list[dict[str, Any]] | None] | None = None,
+    template: str | None = None,
 ) -> list[tuple[int, int] | None] | None:
     """(prompt tokens, image tokens) of each first row with images, rendered by the processor (None for a row
     without), or None when no row holds images: the command line's check before the model loads, with the data
-    module's rules (the refusals of the module docstring)."""
+    module's rules (the refusals of the module docstring). ``tools``: each row's tool schemas, rendered through the
+    agent's ``template`` (``model.agent``), as the data module then renders them."""
     if not rows_with_images(rows):
         return None
-    processor = image_processor_for(rows, hp["tokenizer"], hp.get("processor_kwargs"), split)
+    processor = image_processor_for(rows, hp["tokenizer"], hp.get("processor_kwargs"), split, template)
     out: list[tuple[int, int] | None] = []
     for i, (row, prompt) in enumerate(zip(rows, prompts, strict=True)):
         messages, images = image_prompt(row, prompt, split, i, root)
         if not images:
             out.append(None)
             continue
-        ids, vision = encode_image_prompt(processor, messages, hp.get("system_prompt"), hp.get("chat_template_kwargs"))
+        schemas = tools[i] if tools is not None else None
+        ids, vision = encode_image_prompt(
+            processor, messages, hp.get("system_prompt"), hp.get("chat_template_kwargs"), schemas, template
+        )
         out.append((len(ids), vision.image_tokens))
     return out

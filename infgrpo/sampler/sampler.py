@@ -146,7 +146,7 @@ class MicroGroupSampler:
         ``Rollouts.entry_prompts``); the engine's fixed batch only. ``vision``: each prompt's images (a
         vision-language model; :class:`~infgrpo.vision.inputs.VisionInputs` or None per prompt): encoded and prefilled
         once per prompt, whatever ``group_size``; the rollouts carry them for the update (``Rollouts.vision``). Not
-        with ``sample_prompts`` (image prompts with environments are refused before: ``check_image_rollout``).
+        with ``sample_prompts`` (an image prompt's environments must agree: ``AgentRollout.one_image_prompt``).
         """
         if group_size < 1:
             raise ValueError(f"group_size={group_size} must be >= 1")

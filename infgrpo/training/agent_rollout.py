@@ -1,8 +1,8 @@
 """AgentRollout: what a run with ``model.agent`` (tools, environments) adds to the one rollout path, without Lightning.
 
     agent = AgentRollout(AgentConfig(tools=["my_tools:add"]), tokenizer)  # the template checked, tools loaded once
-    prompts, turns = rollout_inputs(agent, items, datamodule)            # rendered with the tool schemas; a factory
-    rollouts = sampler.sample(prompts, 8, seed=0, turns=turns)            # decode with tools
+    prompts, turns, visions = rollout_inputs(agent, items, datamodule)   # rendered with the tool schemas; a factory
+    rollouts = sampler.sample(prompts, 8, seed=0, turns=turns, vision=visions)  # decode with tools
     scores = Scorer(tokenizer, rewards, "raise", 160, sources=agent.sources)(rollouts, items)
 
 A rollout with tools is the plain one with three things added, as TRL 1.16's ``GRPOTrainer`` does it with ``tools=``
@@ -11,7 +11,9 @@ A rollout with tools is the plain one with three things added, as TRL 1.16's ``G
 1. **render**: each prompt is rendered with the tool schemas (and its environment's observation) through the agent's
    chat template, by the data module's own rule (:class:`~infgrpo.data.conversation.PromptFormat`; the data module
    renders its items the same way, :meth:`~infgrpo.data.PromptDataModule.use_tools`, so its length checks see
-   these prompts);
+   these prompts); an image prompt (a vision-language model's, :attr:`AgentRollout.processor` set) is rendered by the
+   processor with ``tools=`` as TRL renders it, which gives its ids and its vision inputs (the images processed once
+   a rollout; the sampler and the update take them);
 2. **a Turns factory**: the sampler decodes with a fresh :class:`~infgrpo.agent.turns.ToolTurns` per engine run; a
    turn that calls tools leaves the slot pool until its results are in (:mod:`infgrpo.sampler.engine.turns`), and
    each finished sample's :class:`~infgrpo.agent.turns.Exchange` comes back on ``Rollouts.exchanges``, the tool
@@ -36,9 +38,12 @@ from infgrpo.agent.chat import prepare_template
 from infgrpo.agent.tool_watch import ToolWatch
 from infgrpo.agent.tools import load_factories, load_tools, tool_box
 from infgrpo.data.conversation import PromptFormat
+from infgrpo.data.vision_prompts import encode_image_prompt
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import MicroGroupSampler, Rollouts
 from infgrpo.scoring import Source
+from infgrpo.settings import ConfigError
+from infgrpo.vision.inputs import VisionInputs, batch_visions
 
 
 def agent_template(tokenizer: PreTrainedTokenizerBase, cfg: AgentConfig) -> str | None:
@@ -85,6 +90,12 @@ class AgentRollout:
         """The last :meth:`prompt_ids`' prompt ids of each sample of each row when some row's samples got different
         observations (each distinct one rendered once a row: samples with equal observations share one list); None
         when every sample of a row decodes its row's prompt. The sampler's ``sample_prompts``."""
+        self.processor: Any = None
+        """The model's processor when the data's prompts hold images (``StepRollout.use_data`` sets the data module's):
+        an item with ``images`` is rendered by it (ids and vision inputs); None renders every prompt as text."""
+        self.rendered_visions: list[VisionInputs | None] = []
+        """This rollout's vision inputs by render position (each prompt's as :meth:`render` rendered it, None for a
+        prompt without images): a list that grows as prompts are drawn (:meth:`add`); :attr:`visions` reads it."""
 
     @property
     def workers(self) -> ToolWorkers:
@@ -98,32 +109,72 @@ class AgentRollout:
         methods."""
         return self.envs.row_schemas(row) if self.envs is not None else self.box.schemas
 
+    @property
+    def visions(self) -> list[VisionInputs | None] | None:
+        """This rollout's vision inputs by prompt (render order), the very list that grows as prompts are drawn, or
+        None when no prompt rendered so far holds images: the sampler's ``vision``."""
+        return self.rendered_visions if any(v is not None for v in self.rendered_visions) else None
+
     def prompt_ids(
         self, items: list[dict], fmt: PromptFormat | None = None, group_size: int | None = None
     ) -> list[list[int]]:
         """Each item's prompt rendered with the tool schemas through the agent's template by ``fmt`` (the data
         module's rule; default: :class:`PromptFormat`'s), with an environment: its observation appended to the last
-        message. Starts a new rollout of ``items`` x ``group_size`` samples (default: the run's): every sample's
-        environment is dealt and reset first, in TRL's batch order."""
+        message; an image prompt through the processor (:attr:`visions`). Starts a new rollout of ``items`` x
+        ``group_size`` samples (default: the run's): every sample's environment is dealt and reset first, in TRL's
+        batch order."""
         self.start(fmt)
         if self.envs is None:
             return [self.render(i, item) for i, item in enumerate(items)]
         g = self.group_size if group_size is None else group_size
         self.envs.start([self.row(item) for item in items], g)
-        per_sample = [self.render_samples(i) for i in range(len(items))]
+        per_sample = [self.render_samples(i, item) for i, item in enumerate(items)]
         if any(len({id(p) for p in row}) > 1 for row in per_sample):
             self.sample_prompts = per_sample
         return [row[0] for row in per_sample]  # sample 0's: the row's prompt (rewards, the table, the predictor)
 
-    def render_samples(self, i: int) -> list[list[int]]:
-        """Each sample's prompt ids of row ``i`` (its environments reset): each distinct observation rendered once,
-        one list object for the samples that got it."""
+    def render_samples(self, i: int, item: dict) -> list[list[int]]:
+        """Each sample's prompt ids of row ``i`` (``item``; its environments reset): each distinct observation
+        rendered once, one list object for the samples that got it. A ConfigError for an image prompt whose samples
+        got different observations (one prompt's images a group, prefilled once: its samples share the prompt)."""
+        observations = self.one_image_prompt(i, item)
         rendered: dict[str | None, list[int]] = {}
-        for j, observation in enumerate(self.envs.observations(i)):
+        for j, observation in enumerate(observations):
             if observation not in rendered:
                 prompt, schemas = self.envs.prompt(i, j), self.envs.schemas(i)
-                rendered[observation] = self.format.encode(self.tokenizer, prompt, schemas, self.template)
-        return [rendered[observation] for observation in self.envs.observations(i)]
+                rendered[observation] = self.encode(item, prompt, schemas)
+        return [rendered[observation] for observation in observations]
+
+    def one_image_prompt(self, i: int, item: dict) -> list[str | None]:
+        """The observations of row ``i``'s samples (``item``; environments reset); a ConfigError when ``item`` is an
+        image prompt and they differ: its samples share one prompt, prefilled once with its images."""
+        observations = self.envs.observations(i)
+        if len(set(observations)) > 1 and self.is_image(item):
+            raise ConfigError(
+                f"model.agent.environment: the environments of prompt {i} (an image prompt) returned "
+                f"{len(set(observations))} different observations from reset(); the samples of an image prompt share "
+                "its prompt (prefilled once with its images): return the same observation for a row's samples, e.g. "
+                "one drawn from the row or its seed"
+            )
+        return observations
+
+    def is_image(self, item: dict) -> bool:
+        """Whether ``item`` is an image prompt this agent renders through the processor."""
+        return self.processor is not None and bool(item.get("images"))
+
+    def encode(self, item: dict, prompt: Any, schemas: list[dict]) -> list[int]:
+        """The ids of ``prompt`` (``item``'s, maybe with an observation) with the tool ``schemas``: through the
+        processor for an image prompt (its vision inputs join :attr:`visions`), else through the tokenizer; either
+        way by the data module's rule (:attr:`format`) and the agent's template."""
+        if not self.is_image(item):
+            self.rendered_visions.append(None)
+            return self.format.encode(self.tokenizer, prompt, schemas, self.template)
+        fmt = self.format
+        ids, vision = encode_image_prompt(
+            self.processor, prompt, fmt.system_prompt, fmt.chat_template_kwargs, schemas, self.template
+        )
+        self.rendered_visions.append(vision)
+        return ids
 
     @staticmethod
     def row(item: dict) -> dict:
@@ -133,15 +184,15 @@ class AgentRollout:
     def render(self, i: int, item: dict) -> list[int]:
         """Prompt ``i`` of this rollout (``item``) rendered with its tools (and its environment's observation)."""
         if self.envs is None:
-            prompt = item.get("prompt", item["meta"].get("prompt"))
-            return self.format.encode(self.tokenizer, prompt, self.box.schemas, self.template)
-        return self.format.encode(self.tokenizer, self.envs.prompt(i), self.envs.schemas(i), self.template)
+            return self.encode(item, item.get("prompt", item["meta"].get("prompt")), self.box.schemas)
+        return self.encode(item, self.envs.prompt(i), self.envs.schemas(i))
 
     def start(self, fmt: PromptFormat | None = None) -> None:
         """A new rollout, of no prompt yet: its environments afresh, and ``fmt``, how its prompts are rendered (its
         chat template options render the tool results too)."""
         self.format = fmt if fmt is not None else PromptFormat()
         self.sample_prompts = None
+        self.rendered_visions = []
         self._runs = 0  # engine runs of this rollout: a second one is an out-of-memory retry
         if self.envs is not None:
             self.envs.start([])
@@ -151,6 +202,7 @@ class AgentRollout:
         them; with an environment its row's ``group_size`` instances are dealt and reset first."""
         if self.envs is not None:
             self.envs.add(self.row(item), self.group_size)
+            self.one_image_prompt(index, item)
         return self.render(index, item)
 
     def turns(self) -> ToolTurns:
@@ -178,10 +230,10 @@ class AgentRollout:
     ) -> tuple[Rollouts, list[list[dict[str, Any]]]]:
         """The rollouts of ``items`` with tools (no scores) and each entry's exchange, the message list TRL's rewards
         get as its completion (``Rollouts.exchanges``' messages): benchmarks and tests."""
-        prompts, turns = rollout_inputs(self, items, group_size=group_size)
+        prompts, turns, visions = rollout_inputs(self, items, group_size=group_size)
         rollouts = sampler.sample(
             prompts, group_size, seed, prompt_offset=prompt_offset, ranks=ranks, turns=turns,
-            sample_prompts=self.sample_prompts,
+            sample_prompts=self.sample_prompts, vision=visions,
         )  # fmt: skip
         self.watch_rollout(rollouts, sampler.config.max_new_tokens)
         return rollouts, [x.messages for x in rollouts.exchanges or []]
@@ -202,13 +254,16 @@ class AgentRollout:
 
 def rollout_inputs(
     agent: AgentRollout | None, items: list[dict], datamodule: Any = None, group_size: int | None = None
-) -> tuple[list[list[int]], Callable[[], ToolTurns] | None]:
-    """(the prompt ids, the ``turns`` factory) a rollout of ``items`` x ``group_size`` samples (default: the run's)
-    decodes with: the items' own ids and no turns, or with ``agent`` the prompts rendered with its tools as
-    ``datamodule`` renders prompts (every sample's environment dealt and reset first), and its turns."""
+) -> tuple[list[list[int]], Callable[[], ToolTurns] | None, list[VisionInputs | None] | None]:
+    """(the prompt ids, the ``turns`` factory, the prompts' vision inputs) a rollout of ``items`` x ``group_size``
+    samples (default: the run's) decodes with: the items' own ids, no turns and their ``vision`` (the data module's
+    batches carry it), or with ``agent`` the prompts rendered with its tools as ``datamodule`` renders prompts (every
+    sample's environment dealt and reset first), its turns and the vision inputs of that rendering. The vision
+    inputs are None when no prompt holds images."""
     if agent is None:
-        return [item["prompt_ids"] for item in items], None
-    return agent.prompt_ids(items, prompt_format(datamodule), group_size), agent.turns
+        return [item["prompt_ids"] for item in items], None, batch_visions(items)
+    prompts = agent.prompt_ids(items, prompt_format(datamodule), group_size)
+    return prompts, agent.turns, agent.visions
 
 
 def sample_prompts(agent: AgentRollout | None) -> list[list[list[int]]] | None:

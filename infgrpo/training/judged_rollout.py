@@ -211,14 +211,14 @@ class JudgedRollout:
         ``items``), the longest prompt it may yield (the pool's width), the turns factory, and with images each drawn
         prompt's vision inputs by draw position (a list the source appends to: a row drawn from the stream is
         processed as it is drawn, as the data module's collate processes a batch's; None without images). With
-        tools each drawn prompt is rendered (its environments reset) as it is drawn; the batch's are rendered first,
-        and the bound is the data module's longest prompt (rendered with the tool schemas: ``use_tools``) plus the
-        longest environment observation of the batch (a longer one drawn later widens the pool: the sampler decodes
-        again)."""
+        tools each drawn prompt is rendered (its environments reset; an image prompt through the processor, its vision
+        inputs in the agent's list) as it is drawn; the batch's are rendered first, and the bound is the data module's
+        longest prompt (rendered with the tool schemas: ``use_tools``) plus the longest environment observation of the
+        batch (a longer one drawn later widens the pool: the sampler decodes again)."""
         stream = itertools.chain(batch, datamodule.prompt_stream())
         longest = datamodule.longest_prompt()
+        images = getattr(datamodule, "processor", None) is not None
         if self.agent is None:
-            images = getattr(datamodule, "processor", None) is not None
             visions: list[VisionInputs | None] = []
 
             def plain() -> Iterator[list[int]]:
@@ -239,7 +239,7 @@ class JudgedRollout:
                 items.append(item)
                 yield first[n] if n < len(first) else self.agent.add(item, n)
 
-        return rendered(), longest + max(extra, 0), self.agent.turns, None  # images with tools: refused before
+        return rendered(), longest + max(extra, 0), self.agent.turns, self.agent.rendered_visions if images else None
 
     def warn_if_capped(self, found: DynamicSummary, cap: int) -> None:
         """Warns once the cap was hit :data:`WARN_AFTER` steps in a row (a reward that rarely varies)."""

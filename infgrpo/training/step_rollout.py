@@ -27,8 +27,6 @@ from infgrpo.scoring import Scorer, Scores
 from infgrpo.training.agent_rollout import AgentRollout, rollout_inputs, sample_prompts
 from infgrpo.training.divergence import rollout_divergence
 from infgrpo.training.preflight.data_check import check_environment_items
-from infgrpo.vision.checks import check_image_rollout
-from infgrpo.vision.inputs import batch_visions
 
 if TYPE_CHECKING:
     from infgrpo.training.hparams import ModuleSettings
@@ -50,10 +48,10 @@ def sample_batch(
 ) -> Rollouts:
     """``group_size`` samples of each item of ``batch`` (this rank's share: streams keyed by the global prompt), with
     the agent's tools when ``agent`` is set, image prompts encoded once per prompt, and ``adaptive`` groups."""
-    (prompts, turns), offset = rollout_inputs(agent, batch, datamodule), ranks.prompt_offset(len(batch))
+    (prompts, turns, visions), offset = rollout_inputs(agent, batch, datamodule), ranks.prompt_offset(len(batch))
     return sampler.sample(
         prompts, group_size, seed, prompt_offset=offset, ranks=ranks, adaptive=adaptive, turns=turns,
-        vision=batch_visions(batch),  # image prompts: encoded once per prompt, here and in the update
+        vision=visions,  # image prompts: encoded once per prompt, here and in the update
         sample_prompts=sample_prompts(agent),  # environments whose samples differ
     )  # fmt: skip
 
@@ -99,16 +97,14 @@ class StepRollout:
             raise rollout_divergence(err, settings, trainer) from err
 
     def use_data(self, datamodule: Any) -> None:
-        """As fit sets up: image prompts with tools are one ConfigError
-        (:func:`~infgrpo.vision.checks.check_image_rollout`); with tools every row routes to a known environment (one
-        line naming the row otherwise) and the data module renders its prompts with the tool schemas, as the rollout
-        does, so its length checks and the context check at fit start measure those
-        (:meth:`~infgrpo.data.PromptDataModule.use_tools`)."""
-        if getattr(datamodule, "processor", None) is not None:  # image prompts: what cannot carry them is refused
-            check_image_rollout(self.agent is not None)
+        """As fit sets up, with tools: every row routes to a known environment (one line naming the row otherwise)
+        and the data module renders its prompts with the tool schemas, as the rollout does, so its length checks and
+        the context check at fit start measure those (:meth:`~infgrpo.data.PromptDataModule.use_tools`); with image
+        prompts the agent renders them through the data module's processor."""
         if self.agent is not None and hasattr(datamodule, "use_tools"):
             check_environment_items(self.agent.cfg, datamodule)  # a row's schemas are its environment's
             datamodule.use_tools(self.agent.schemas, self.agent.template)
+            self.agent.processor = getattr(datamodule, "processor", None)  # image prompts: rendered by it
 
     def decode(
         self, batch: list[dict], group_size: int, seed: int, datamodule: Any, ranks: Ranks
@@ -131,8 +127,8 @@ class StepRollout:
 
     def heldout(self, eval_sampler: MicroGroupSampler, items: list[dict], datamodule: Any) -> Scores:
         """The scores of one completion per held-out item, decoded on ``eval_sampler`` (with the tools)."""
-        prompts, turns = rollout_inputs(self.agent, items, datamodule, group_size=1)
-        return score_heldout(eval_sampler, self.scorer, items, len(items), prompts, turns)[0]
+        prompts, turns, visions = rollout_inputs(self.agent, items, datamodule, group_size=1)
+        return score_heldout(eval_sampler, self.scorer, items, len(items), prompts, turns, visions)[0]
 
     def close(self) -> None:
         """Ends the tool threads (as fit or a validation ends); a later rollout makes new ones."""

@@ -1,7 +1,6 @@
 """What a vision-language run cannot do, each refused in one line (the rules; the preflight and the data call them).
 
     check_decoder(model_config, "hf_full")   # ConfigError: the baseline decoders take token ids only
-    check_image_rollout(agent=True)          # ConfigError: tool prompts are rendered as text
 
 The data side's refusals (images with a text-only model, string prompts with images, a template that cannot place an
 image, image tokens past the prompt limit, bad image values and missing files) live with the data
@@ -24,15 +23,4 @@ def check_decoder(config: Any, decoder: str) -> None:
         raise ConfigError(
             f"model.sampler.decoder={decoder!r} decodes token ids only, and {config.model_type!r} is a vision-language "
             "model whose prompts carry images; use model.sampler.decoder: engine"
-        )
-
-
-def check_image_rollout(agent: bool) -> None:
-    """A ConfigError for image prompts with what cannot carry their images yet: ``model.agent`` (its prompts are
-    rendered with the tool schemas through the tokenizer's template, as text: the images would never reach the
-    model). Dynamic sampling and adaptive groups carry them (each drawn prompt's vision inputs by draw position)."""
-    if agent:
-        raise ConfigError(
-            "model.agent renders tool prompts as text, and the data's prompts hold images; train image prompts "
-            "without tools, or drop the image column"
         )

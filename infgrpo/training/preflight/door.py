@@ -48,7 +48,6 @@ from infgrpo.training.preflight.files import check_run_folders, check_writable_f
 from infgrpo.training.preflight.fit_start import check_data_prompts, check_reward_rows
 from infgrpo.training.preflight.model_data import (
     check_before_loading,
-    check_image_tools,
     check_max_steps,
     check_reward_models,
     check_stop_tokens_of,
@@ -302,11 +301,6 @@ STEPS: tuple[Step, ...] = (
         "environment column (command line: local rows; Python API: the data module's rows)",
         lambda run: check_environment_data(run.data, run.settings.agent, run.config["trainer"].get("max_steps")),
         lambda module: check_environment_items(module.settings.agent, module.trainer.datamodule),
-    ),
-    Step(
-        "image tools", "model.agent, against images in the data's first training rows",
-        lambda run: check_image_tools(run.settings, run.data),
-        "GRPOModule.setup refuses the same (vision.checks.check_image_rollout) once the data module holds a processor",
     ),
     Step(
         "agent template", "model.agent: chat_template and call_format, against the tokenizer's chat template",

@@ -32,7 +32,7 @@ from infgrpo.agent import AgentConfig
 from infgrpo.data.first_rows import check_first_rows, split_rows
 from infgrpo.data.images import image_root
 from infgrpo.data.prompt_rows import row_prompt
-from infgrpo.data.vision_prompts import first_rows_image_tokens, rows_with_images
+from infgrpo.data.vision_prompts import first_rows_image_tokens
 from infgrpo.policy.lora_targets import check_lora_targets
 from infgrpo.policy.model_config import load_model_config
 from infgrpo.rewards.core import REWARDS
@@ -44,7 +44,7 @@ from infgrpo.sampler.stop_tokens import FIELD, check_stop_token_ids, config_voca
 from infgrpo.settings import ConfigError
 from infgrpo.training.agent_rollout import AgentRollout
 from infgrpo.training.hparams import ModuleSettings
-from infgrpo.vision.checks import check_decoder, check_image_rollout
+from infgrpo.vision.checks import check_decoder
 
 
 def check_max_steps(max_steps: Any) -> None:
@@ -138,17 +138,6 @@ def check_before_loading(
     )
     if data.get("train_dataset") is None:
         check_reward_splits(settings.rewards.functions, data)
-
-
-def check_image_tools(settings: ModuleSettings, data: Mapping[str, Any]) -> None:
-    """:func:`~infgrpo.vision.checks.check_image_rollout` when ``model.agent`` is on and the first training rows of
-    ``data`` hold images (the rows are read only then): the line ``GRPOModule.setup`` gives in Python, here before the
-    model loads (and before the agent's template is checked against the model's)."""
-    if not settings.agent.enabled or data.get("train_dataset") is not None:
-        return
-    where = split_rows(data).get(data["train_split"])
-    if where is not None and where[1] and rows_with_images(where[1]):
-        check_image_rollout(agent=True)
 
 
 def row_image_tokens(data: Mapping[str, Any], split: str, index: int) -> int:

@@ -77,9 +77,10 @@ def test_pixels_that_overflow_the_context_name_the_pixel_setting(capsys):
     assert "but the model's context (max_position_embeddings) is 512" in line
 
 
-def test_image_prompts_with_tools_are_one_line_before_the_template_check(capsys):
-    line = cli_error(capsys, *VLM, "--model.agent.tools", "[infgrpo.assets.calculator:add]")
-    assert line == (
-        "error: model.agent renders tool prompts as text, and the data's prompts hold images; train image prompts "
-        "without tools, or drop the image column"
-    )
+def test_tools_whose_template_places_no_image_are_one_line(capsys):
+    tools = ["--model.agent.tools", "[infgrpo.assets.calculator:add]"]
+    line = cli_error(capsys, *VLM, *tools)  # tiny-vl's template renders no tool calls (as Qwen2.5-VL's)
+    assert line.startswith("error: model.agent.chat_template=None: the tokenizer's own chat template drops the tool")
+    line = cli_error(capsys, *VLM, *tools, "--model.agent.chat_template", "compact")  # tools, but no image block
+    assert line.startswith("error: model.agent.chat_template (the agent's) ")
+    assert "image" in line and line.endswith("; give one that renders tool calls and image blocks, or leave it unset")
