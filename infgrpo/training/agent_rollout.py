@@ -141,8 +141,9 @@ class AgentRollout:
         rendered: dict[str | None, list[int]] = {}
         for j, observation in enumerate(observations):
             if observation not in rendered:
-                prompt, schemas = self.envs.prompt(i, j), self.envs.schemas(i)
-                rendered[observation] = self.encode(item, prompt, schemas)
+                rendered[observation], vision = self.encode(item, self.envs.prompt(i, j), self.envs.schemas(i))
+                if j == 0:
+                    self.rendered_visions.append(vision)  # the row's (an image prompt has one observation)
         return [rendered[observation] for observation in observations]
 
     def one_image_prompt(self, i: int, item: dict) -> list[str | None]:
@@ -162,19 +163,16 @@ class AgentRollout:
         """Whether ``item`` is an image prompt this agent renders through the processor."""
         return self.processor is not None and bool(item.get("images"))
 
-    def encode(self, item: dict, prompt: Any, schemas: list[dict]) -> list[int]:
-        """The ids of ``prompt`` (``item``'s, maybe with an observation) with the tool ``schemas``: through the
-        processor for an image prompt (its vision inputs join :attr:`visions`), else through the tokenizer; either
-        way by the data module's rule (:attr:`format`) and the agent's template."""
+    def encode(self, item: dict, prompt: Any, schemas: list[dict]) -> tuple[list[int], VisionInputs | None]:
+        """The ids of ``prompt`` (``item``'s, maybe with an observation) with the tool ``schemas``, and its vision
+        inputs: through the processor for an image prompt, else through the tokenizer (None); either way by the data
+        module's rule (:attr:`format`) and the agent's template."""
         if not self.is_image(item):
-            self.rendered_visions.append(None)
-            return self.format.encode(self.tokenizer, prompt, schemas, self.template)
+            return self.format.encode(self.tokenizer, prompt, schemas, self.template), None
         fmt = self.format
-        ids, vision = encode_image_prompt(
+        return encode_image_prompt(
             self.processor, prompt, fmt.system_prompt, fmt.chat_template_kwargs, schemas, self.template
         )
-        self.rendered_visions.append(vision)
-        return ids
 
     @staticmethod
     def row(item: dict) -> dict:
@@ -184,8 +182,11 @@ class AgentRollout:
     def render(self, i: int, item: dict) -> list[int]:
         """Prompt ``i`` of this rollout (``item``) rendered with its tools (and its environment's observation)."""
         if self.envs is None:
-            return self.encode(item, item.get("prompt", item["meta"].get("prompt")), self.box.schemas)
-        return self.encode(item, self.envs.prompt(i), self.envs.schemas(i))
+            ids, vision = self.encode(item, item.get("prompt", item["meta"].get("prompt")), self.box.schemas)
+        else:
+            ids, vision = self.encode(item, self.envs.prompt(i), self.envs.schemas(i))
+        self.rendered_visions.append(vision)  # by render position: the sampler's vision
+        return ids
 
     def start(self, fmt: PromptFormat | None = None) -> None:
         """A new rollout, of no prompt yet: its environments afresh, and ``fmt``, how its prompts are rendered (its
