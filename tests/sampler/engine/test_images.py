@@ -62,8 +62,8 @@ def count_images(model):
     """A list that grows by the number of images each call of the vision tower encodes, and the hook's handle."""
     owner = image_features_owner(model)
     seen = []
-    qwen = hasattr(owner, "visual")  # Qwen-VL: forward(pixels, grid_thw), a grid row per image; Idefics3: (N, 3, H, W)
-    tower = owner.visual if qwen else owner.vision_model
+    qwen = hasattr(owner, "visual")  # Qwen-VL: forward(pixels, grid_thw), a grid row per image; else (N, 3, H, W)
+    tower = owner.visual if qwen else getattr(owner, "vision_model", None) or owner.vision_tower  # Idefics3, Gemma 3
 
     def hook(module, args, kwargs, out):
         key, at = ("grid_thw", 1) if qwen else ("pixel_values", 0)
