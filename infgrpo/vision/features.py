@@ -168,11 +168,21 @@ def rows_inputs(
     """
     positions, _ = prompt_positions(model, input_ids, attention_mask, visions, completion=completion)
     kwargs = image_inputs(model, visions, input_ids.device, pixels=False)
-    family = family_of(model.config)
-    if kwargs and family.image_blocks:
-        width = input_ids.shape[1] - completion
-        kwargs[family.token_types] = token_types(visions, width, completion).to(input_ids.device)
+    if kwargs:
+        kwargs |= block_types(model, visions, input_ids.shape[1] - completion, completion, input_ids.device)
     return positions, kwargs
+
+
+def block_types(
+    model: nn.Module, visions: Sequence[VisionInputs | None], width: int, completion: int, device: torch.device
+) -> dict[str, torch.Tensor]:
+    """``{"token_type_ids": (n, width + completion)}`` for a forward that lets the model build its own masks from a
+    2D padding mask, when the family's image tokens attend to each other both ways (Gemma 3: the model builds that
+    mask from them; the prompts left-padded to ``width``, ``completion`` text tokens after); {} otherwise."""
+    family = family_of(model.config)
+    if not family.image_blocks:
+        return {}
+    return {family.token_types: token_types(visions, width, completion).to(device)}
 
 
 def completion_logprobs(
