@@ -44,8 +44,9 @@ def generate(model, inputs, tokens=(), steps=STEPS, pad=0):
         extra = torch.tensor([list(tokens)])
         kwargs["input_ids"] = torch.cat([inputs["input_ids"], extra], dim=1)
         kwargs["attention_mask"] = torch.ones_like(kwargs["input_ids"])
-        if "mm_token_type_ids" in kwargs:  # the tokens after the prompt are text
-            kwargs["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(extra)], dim=1)
+        for key in ("mm_token_type_ids", "token_type_ids"):  # the tokens after the prompt are text (Gemma 3: types)
+            if key in kwargs:
+                kwargs[key] = torch.cat([inputs[key], torch.zeros_like(extra)], dim=1)
     out = model.generate(
         **kwargs, max_new_tokens=steps, do_sample=False, suppress_tokens=banned_token_ids(model.config),
         pad_token_id=pad,
@@ -204,7 +205,8 @@ class OneToolRound:
 
 
 @pytest.mark.parametrize("resume_on_prompt", [True, False])
-@pytest.mark.parametrize("shipped", ["tiny-vl", "tiny-idefics3", "qwen3_vl"], indirect=True)  # Qwen3-VL: tools
+# Qwen3-VL: tools; Gemma 3: its image blocks in a re-prefill, its window in a prefill after kept or parked K/V
+@pytest.mark.parametrize("shipped", ["tiny-vl", "tiny-idefics3", "qwen3_vl", "gemma3"], indirect=True)
 def test_resumed_turns_continue_positions_as_generate_from_the_whole_sequence(shipped, resume_on_prompt, monkeypatch):
     """A resume on parked or kept K/V (text after the prompt: cache position + delta) or a whole re-prefill (the
     prompt's images again): the next turn is HF generate's from prompt + completion + suffix with the pixels."""
