@@ -26,7 +26,12 @@ QUESTIONS = ((0, "how many shapes?"), (1, "colours, left to right?"), (2, "how m
 STEPS = 12
 
 
-@pytest.fixture(scope="module", params=("tiny-vl", "tiny-idefics3", *BUILT))
+FAMILIES = ("tiny-vl", "tiny-idefics3", *BUILT)
+WITH_GEMMA3 = pytest.mark.parametrize("shipped", [*FAMILIES, "gemma3"], indirect=True)
+"""Gemma 3 too (its rollouts: tests/sampler/engine/test_gemma3.py)."""
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
 def shipped(request, random_vlm_folder):
     """(a tiny VLM in float64: shipped, or a random one of a family none ships; its processor; the rendered prompts:
     (ids, VisionInputs or None, the processor's answer) for 0, 1, 2 and 1 images)."""
@@ -162,6 +167,7 @@ def test_dynamic_sampling_decodes_drawn_image_prompts_as_the_fixed_batch(shipped
     assert sum(seen) == sum(n for n, _ in QUESTIONS)  # every drawn prompt's images once, the dropped one's too
 
 
+@WITH_GEMMA3
 def test_image_tokens_are_never_sampled(shipped):
     model, processor, rendered = shipped
     banned = banned_token_ids(model.config)
@@ -234,6 +240,7 @@ def test_resumed_turns_continue_positions_as_generate_from_the_whole_sequence(sh
     assert resumed >= 2
 
 
+@WITH_GEMMA3
 def test_a_prompt_whose_images_overflow_the_context_is_one_line_naming_the_pixels(shipped, monkeypatch):
     model, processor, rendered = shipped
     ids, vision, _ = rendered[2]  # two images
