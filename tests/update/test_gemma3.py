@@ -5,8 +5,9 @@ norms in float64, 2 image prompts (1 and 2 images, 54 and 62 tokens: longer than
 completions, over several micro-batches. The reference: TRL's loss formula on each row's log-probs from its own
 forward with its prompt's pixels and ``token_type_ids`` (transformers builds the image blocks and windows from them).
 Ours: the shared path (our masks: :mod:`infgrpo.vision.masks`) and the unshared rows (``token_type_ids`` passed), to
-1e-10; without the image blocks or the window the shared path's gradients move. (The loss of a first iteration is
-the same whatever the log-probs: ratio 1, and a KL of 0 to a reference equal to the policy; the gradients are not.)
+1e-10; without the image blocks or the window the shared path's gradients move, and without the token types the
+unshared rows'. (The loss of a first iteration is the same whatever the log-probs: ratio 1, and a KL of 0 to a
+reference equal to the policy; the gradients are not.)
 """
 
 import copy
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 import infgrpo.update.shared_prompt.forward as shared_forward
+import infgrpo.vision.features as features
 import infgrpo.vision.masks as masks
 from infgrpo.vision.inputs import VisionInputs
 from infgrpo.vision.parts import freeze_vision
@@ -95,13 +97,17 @@ def test_the_update_equals_the_float64_formula_to_1e_10(parts, budget, share):
 
 
 @ALLOW_OBJECTIVE_WARNINGS
-@pytest.mark.parametrize("drop", ["image blocks", "window"])
-def test_each_mask_of_the_shared_path_is_load_bearing(parts, drop, monkeypatch):
+@pytest.mark.parametrize("drop", ["image blocks", "window", "token types"])
+def test_each_mask_is_load_bearing(parts, drop, monkeypatch):
+    """The shared path without its image blocks or its window, the unshared rows without their token types (from
+    which the model builds both): the gradients move."""
     model, ref, processor, messages, ids, visions = parts
     _, want = reference(model, ref, processor, messages)
     if drop == "image blocks":
         monkeypatch.setattr(shared_forward, "image_blocks", no_blocks)
-    else:
+    elif drop == "window":
         monkeypatch.setattr(masks, "within_window", no_window)
-    got, _, _ = ours(model, ref, ids, visions, 120, True)
+    else:
+        monkeypatch.setattr(features, "block_types", lambda *args: {})
+    got, _, _ = ours(model, ref, ids, visions, 150 if drop == "token types" else 120, drop != "token types")
     assert max((got[k] - g).abs().max().item() / max(g.abs().max().item(), 1.0) for k, g in want.items()) > 1e-4
