@@ -41,10 +41,9 @@ def share_prompt_reason(model: nn.Module) -> str | None:
 
     Refused: attention other than sdpa / eager (the masks are 4D tensors), a sliding window the masks do not carry
     (:func:`~infgrpo.sampler.model_support.sliding_window`: no ``layer_types``; full and sliding layers are carried),
-    multimodal configs other than vision-language ones, reentrant gradient
-    checkpointing (it drops the gradient of K/V leaving a checkpointed layer), and any model whose shared
-    log-probs differ from the unshared ones on a short probe (e.g. attention that ignores the ``Cache``
-    interface).
+    multimodal configs other than vision-language ones, reentrant gradient checkpointing (it drops the gradient of
+    K/V leaving a checkpointed layer), and any model whose shared log-probs differ from the unshared ones on a short
+    probe (e.g. attention that ignores the ``Cache`` interface).
     """
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     if impl not in ENGINE_ATTENTION:
