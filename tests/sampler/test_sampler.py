@@ -145,10 +145,25 @@ def uncarried_window(window):
                          num_attention_heads=4, num_key_value_heads=2, sliding_window=window)  # fmt: skip
 
 
-def test_sliding_window_models_decode_like_hf_past_the_window():
+def sliding_gemma3_text(window):
+    """A tiny text Gemma 3 (float64, eos 2): sliding, full and sliding layers, each kind with its rotary base; its head
+    untied (through a tied one, embeddings x sqrt(hidden) make a random model repeat its last token)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=103, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+                              sliding_window=window, sliding_window_pattern=2, eos_token_id=2, pad_token_id=0,
+                              bos_token_id=1, initializer_range=0.2, tie_word_embeddings=False)  # fmt: skip
+    return Gemma3ForCausalLM(config).to(torch.float64).eval()
+
+
+@pytest.mark.parametrize("build", [sliding_qwen3, sliding_gemma3_text])
+def test_sliding_window_models_decode_like_hf_past_the_window(build):
     """Full and sliding layers (``layer_types``): the engine's masks close the keys a window or more behind on the
-    sliding layer, in the prefill (prompts of two lengths, left-padded) and every decode step."""
-    model = sliding_qwen3(window=4)
+    sliding layers, in the prefill (prompts of two lengths, left-padded) and every decode step."""
+    model = build(window=4)
+    assert "sliding_attention" in model.config.layer_types
     prompts = [[5, 9, 11, 40, 7, 8], [3, 12, 13]]
     s = MicroGroupSampler(model, 2, SamplerConfig(num_slots=3, max_new_tokens=12, temperature=0.0))
     got = s.sample(prompts, group_size=2).completion_ids
