@@ -32,8 +32,9 @@ class Family:
     image_tensors: tuple[str, ...]
     """The processor's per-image outputs the model takes besides the ids (``pixel_values`` first)."""
     per_image_rows: bool
-    """Whether ``pixel_values`` holds rows per image patch, concatenated over images (Qwen: ``image_grid_thw`` says
-    how many), rather than one padded entry per prompt (Idefics3: ``(B, N_max, 3, H, W)``)."""
+    """Whether ``pixel_values`` holds rows concatenated over images (Qwen: a row per patch, ``image_grid_thw`` says
+    how many; Gemma 3: one ``(3, H, W)`` row per image), rather than one padded entry per prompt (Idefics3:
+    ``(B, N_max, 3, H, W)``)."""
     features_per_image: bool
     """Whether ``get_image_features``' ``pooler_output`` holds one entry per image (Qwen, Gemma 3), rather than one per
     prompt with its images' features concatenated (Idefics3)."""
