@@ -146,13 +146,16 @@ def float64_norms(model):
     def forward(self, x):
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
 
+    def gemma(self, x):  # Gemma's norm scales by (1 + weight), its epsilon named eps
+        return (1.0 + self.weight) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
     for module in model.modules():
         if getattr(module, "use_kernels", False):  # PreTrainedModel's property: False resets the kernels
             module.use_kernels = False
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
     assert norms, "no RMSNorm found"
     for m in norms:
-        m.forward = types.MethodType(forward, m)
+        m.forward = types.MethodType(forward if hasattr(m, "variance_epsilon") else gemma, m)
     return model
 
 

@@ -155,3 +155,28 @@ def test_an_agent_template_that_cannot_place_an_image_is_one_line(tmp_path):
     module = GRPOModule(**SMALL, agent=tools)
     with pytest.raises(ConfigError, match=r"^model\.agent\.chat_template \(the agent's\) (does not|cannot) "):
         trainer(tmp_path, 1).fit(module, data())
+
+
+def longer(completions, **kwargs):
+    """A reward with a spread for a random model's answers: their length."""
+    return [float(len(c[0]["content"])) for c in completions]
+
+
+@pytest.mark.slow  # a fit of a vision-language model
+def test_a_gemma3_fit_trains_its_language_model_on_image_prompts(tmp_path, random_vlm_folder):
+    """A random tiny Gemma 3 (its image blocks and sliding window: the engine's and the shared update's own masks)
+    through GRPOModule: LoRA on its language model, the tower frozen and each image through it once a step."""
+    folder = random_vlm_folder("gemma3")
+    L.seed_everything(0)
+    rewards = {"functions": {f"{__name__}:longer": 1.0}, "accuracy": f"{__name__}:longer"}  # a random model: spread
+    module = GRPOModule(**{**SMALL, "policy": {"model_name_or_path": folder}, "rewards": rewards})
+    before = {k: v.clone() for k, v in module.policy.state_dict().items()}
+    seen, hook = count_images(module.policy)
+    try:  # one GRPO step: num_iterations=2 optimizer steps
+        trainer(tmp_path, 2).fit(module, PromptDataModule(train_dataset=ROWS, tokenizer=folder, batch_size=2,
+                                                           eval_split=None))  # fmt: skip
+    finally:
+        hook.remove()
+    assert module.sampler.calls == 1 and sum(seen) == 2  # 2 prompts of one image: the rollout's prefill, reused after
+    moved = [k for k, v in before.items() if not torch.equal(v, module.policy.state_dict()[k])]
+    assert moved and all("lora" in k and "language_model" in k for k in moved)

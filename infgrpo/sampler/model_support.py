@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
+from infgrpo.vision.masks import attention_window
+
 
 def text_config(config):  # noqa: ANN001, ANN201 - a transformers PretrainedConfig
     """The language model's part of a (possibly multimodal) config; the config itself otherwise."""
@@ -47,15 +49,18 @@ ENGINE_ATTENTION = ("eager", "sdpa")
 
 
 def sliding_window(model: PreTrainedModel) -> int | None:
-    """The attention window of ``model``'s sliding-window layers, or None when every layer attends fully."""
+    """The attention window of ``model``'s sliding-window layers that the engine's masks do not carry, or None when
+    every layer attends fully or the masks carry it (:func:`sliding_window_of`)."""
     return sliding_window_of(text_config(model.config))
 
 
 def sliding_window_of(cfg) -> int | None:  # noqa: ANN001 - a transformers PretrainedConfig (the text part)
-    """:func:`sliding_window` of a (text) config: the window, or None when every layer attends fully."""
+    """:func:`sliding_window` of a (text) config: the window the engine's masks do not carry, or None when every
+    layer attends fully or the masks carry the window (full and sliding ``layer_types``:
+    :func:`~infgrpo.vision.masks.attention_window`)."""
     window = getattr(cfg, "sliding_window", None)
     layer_types = getattr(cfg, "layer_types", None)
-    if not window:
+    if not window or attention_window(cfg) is not None:
         return None
     if layer_types is not None and all(t == "full_attention" for t in layer_types):
         return None

@@ -31,7 +31,7 @@ class UpdateConfig:
     """Run each prompt once per group in the update, its completions attending to its K/V (the same loss and
     gradients as prompt + completion rows, up to rounding; the prompt's time and activations are paid once,
     not G times). ``auto``: on wherever it is exact for the model (sdpa or eager attention, no sliding
-    window, text-only, a probe at load), off with one line saying why elsewhere; ``on``: an error where it
+    window its masks cannot carry, a probe at load), off with one line saying why elsewhere; ``on``: an error where it
     cannot be; ``off``: every row carries its prompt."""
     token_budget: int | Literal["auto"] = "auto"
     """Padded tokens per update micro-batch; bounds training memory for any batch x group size (the gradients

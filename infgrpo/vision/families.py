@@ -1,10 +1,11 @@
 """What differs between vision-language families, in one table: positions, token types, the processor's parts.
 
     family = family_of(model.config)          # FAMILIES's row for the config's model_type, or None (text-only)
-    family.positions                          # "mrope" (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) or "1d" (Idefics3, SmolVLM)
+    family.positions                          # "mrope" (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) or "1d" (Idefics3, Gemma 3)
+    family.image_blocks                       # True (Gemma 3): an image's tokens attend to each other both ways
 
 Every other module asks this table rather than testing a model type. A new family is a row here (and, where its
-attention differs, a rule in the prefill's mask: Gemma 3's image tokens attend to each other both ways).
+attention differs, a rule in :mod:`infgrpo.vision.masks`: Gemma 3's image blocks).
 """
 
 from __future__ import annotations
@@ -31,11 +32,19 @@ class Family:
     image_tensors: tuple[str, ...]
     """The processor's per-image outputs the model takes besides the ids (``pixel_values`` first)."""
     per_image_rows: bool
-    """Whether ``pixel_values`` holds rows per image patch, concatenated over images (Qwen: ``image_grid_thw`` says
-    how many), rather than one padded entry per prompt (Idefics3: ``(B, N_max, 3, H, W)``)."""
+    """Whether ``pixel_values`` holds rows concatenated over images (Qwen: a row per patch, ``image_grid_thw`` says
+    how many; Gemma 3: one ``(3, H, W)`` row per image), rather than one padded entry per prompt (Idefics3:
+    ``(B, N_max, 3, H, W)``)."""
     features_per_image: bool
-    """Whether ``get_image_features``' ``pooler_output`` holds one tensor per image (Qwen), rather than one per prompt
-    with its images' features concatenated (Idefics3)."""
+    """Whether ``get_image_features``' ``pooler_output`` holds one entry per image (Qwen, Gemma 3), rather than one per
+    prompt with its images' features concatenated (Idefics3)."""
+    stacked_features: bool = False
+    """Whether the model's forward reads ``pooler_output`` as one tensor (images, tokens, hidden) (Gemma 3), rather
+    than a tuple of them (Qwen, Idefics3)."""
+    image_blocks: bool = False
+    """Whether the tokens of one image attend to each other both ways (Gemma 3: the model builds that mask from
+    ``token_type_ids``, an image's run of 1s one block); the engine's and the update's own masks open the same blocks
+    (:mod:`infgrpo.vision.masks`)."""
 
 
 FAMILIES = (
@@ -56,6 +65,17 @@ FAMILIES = (
         image_tensors=("pixel_values", "pixel_attention_mask"),
         per_image_rows=False,
         features_per_image=False,
+    ),
+    Family(
+        name="gemma3",
+        model_types=("gemma3",),
+        positions="1d",
+        token_types="token_type_ids",
+        image_tensors=("pixel_values",),
+        per_image_rows=True,
+        features_per_image=True,
+        stacked_features=True,
+        image_blocks=True,
     ),
 )
 

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from infgrpo.vision.families import Family, family_of
-from infgrpo.vision.inputs import VisionInputs, collate
+from infgrpo.vision.inputs import VisionInputs, collate, token_types
 from infgrpo.vision.parts import fixed_vision
 from infgrpo.vision.positions import prompt_positions
 
@@ -75,10 +75,12 @@ def split_features(features: Any, images_per_prompt: list[int], family: Family) 
     return out
 
 
-def join_features(parts: Sequence[Any]) -> Any:
+def join_features(parts: Sequence[Any], family: Family) -> Any:
     """One-prompt outputs (:func:`split_features`) as the output of rows holding those prompts in turn (a prompt may
-    come several times): what a forward takes as ``mm_encoder_outputs={"image": ...}``."""
-    fields = {"pooler_output": tuple(t for p in parts for t in p.pooler_output)}
+    come several times): what a forward takes as ``mm_encoder_outputs={"image": ...}`` (``pooler_output`` a tuple; for
+    Gemma 3 one stacked tensor (images, tokens, hidden): :attr:`~infgrpo.vision.families.Family.stacked_features`)."""
+    pooled = tuple(t for p in parts for t in p.pooler_output)
+    fields = {"pooler_output": torch.stack(pooled) if family.stacked_features else pooled}
     if getattr(parts[0], "deepstack_features", None) is not None:
         layers = range(len(parts[0].deepstack_features))
         fields["deepstack_features"] = [tuple(t for p in parts for t in p.deepstack_features[k]) for k in layers]
@@ -89,7 +91,7 @@ def rows_features(features: Any, images_per_prompt: list[int], order: list[int],
     """``features`` (from :func:`encode_images` over some prompts with images) for rows of those prompts, row r a row
     of prompt ``order[r]``: the same tensors, not copies of the computation."""
     parts = split_features(features, images_per_prompt, family)
-    return join_features([parts[i] for i in order])
+    return join_features([parts[i] for i in order], family)
 
 
 def repeat_features(features: Any, images_per_prompt: list[int], repeats: list[int], family: Family) -> Any:
@@ -132,7 +134,7 @@ def image_inputs(
             found[id(v.encoded)] = features
             if reuse:
                 v.encoded[key] = features
-    return {"mm_encoder_outputs": {"image": join_features([found[id(v.encoded)] for v in present])}}
+    return {"mm_encoder_outputs": {"image": join_features([found[id(v.encoded)] for v in present], family)}}
 
 
 def forget_features(visions: Sequence[VisionInputs | None] | None) -> None:
@@ -161,10 +163,26 @@ def rows_inputs(
 
     Returns:
         positions ((3, n, P + C) for M-RoPE, (n, P + C) for 1D) and ``{"mm_encoder_outputs": {"image": ...}}``
-        ({} when no row has an image).
+        ({} when no row has an image); for a family whose image tokens attend to each other both ways (Gemma 3) also
+        ``token_type_ids`` (n, P + C), from which the model builds that mask (and its windows) itself.
     """
     positions, _ = prompt_positions(model, input_ids, attention_mask, visions, completion=completion)
-    return positions, image_inputs(model, visions, input_ids.device, pixels=False)
+    kwargs = image_inputs(model, visions, input_ids.device, pixels=False)
+    if kwargs:
+        kwargs |= block_types(model, visions, input_ids.shape[1] - completion, completion, input_ids.device)
+    return positions, kwargs
+
+
+def block_types(
+    model: nn.Module, visions: Sequence[VisionInputs | None], width: int, completion: int, device: torch.device
+) -> dict[str, torch.Tensor]:
+    """``{"token_type_ids": (n, width + completion)}`` for a forward that lets the model build its own masks from a
+    2D padding mask, when the family's image tokens attend to each other both ways (Gemma 3: the model builds that
+    mask from them; the prompts left-padded to ``width``, ``completion`` text tokens after); {} otherwise."""
+    family = family_of(model.config)
+    if not family.image_blocks:
+        return {}
+    return {family.token_types: token_types(visions, width, completion).to(device)}
 
 
 def completion_logprobs(

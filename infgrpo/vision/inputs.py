@@ -6,11 +6,13 @@
     image_digest(vision)                                                # 16 bytes that tell its images apart
 
 A prompt keeps its own tensors (Qwen-VL: ``pixel_values`` (patches, dim) and ``image_grid_thw`` (images, 3);
-Idefics3: ``pixel_values`` (1, images, 3, H, W) and ``pixel_attention_mask`` (1, images, H, W)), its per-token
-modality ids (``mm_token_type_ids``, (L,)) and counts. :func:`collate` joins the prompts of one forward in their order:
-Qwen-VL concatenates patches and grids (the model splits them by the grids); Idefics3 pads every prompt to the most
-images with all-zero images, which the model drops (as its processor pads a batch). A prompt without images adds
-nothing (Qwen-VL) or zero images (Idefics3). Each prompt is processed once, never once per sample.
+Idefics3: ``pixel_values`` (1, images, 3, H, W) and ``pixel_attention_mask`` (1, images, H, W); Gemma 3:
+``pixel_values`` (images, 3, H, W)), its per-token modality ids (``mm_token_type_ids``, Gemma 3's
+``token_type_ids``, (L,)) and counts. :func:`collate` joins the prompts of one forward in their order:
+Qwen-VL concatenates patches and grids (the model splits them by the grids), Gemma 3 its images; Idefics3 pads
+every prompt to the most images with all-zero images, which the model drops (as its processor pads a batch). A prompt
+without images adds nothing (Qwen-VL, Gemma 3) or zero images (Idefics3). Each prompt is processed once, never once
+per sample.
 """
 
 from __future__ import annotations
@@ -49,10 +51,15 @@ class VisionInputs:
         tensors = {k: out[k] for k in family.image_tensors if k in out}
         if "image_grid_thw" in tensors:
             num_images = len(tensors["image_grid_thw"])
+        elif "pixel_values" in tensors:  # Gemma 3: (images, 3, H, W); Idefics3: (1, images, 3, H, W)
+            num_images = tensors["pixel_values"].shape[0 if family.per_image_rows else 1]
         else:
-            num_images = tensors["pixel_values"].shape[1] if "pixel_values" in tensors else 0
+            num_images = 0
         types = out[family.token_types][0] if family.token_types and family.token_types in out else None
-        image_tokens = int((out["input_ids"][0] == image_token_id).sum())
+        if types is not None:  # the image tokens are the 1s (Gemma 3's processor names its start-of-image token
+            image_tokens = int((types == 1).sum())  # image_token_id, not the placeholder the 1s mark)
+        else:
+            image_tokens = int((out["input_ids"][0] == image_token_id).sum())
         return cls(tensors, types, num_images, image_tokens)
 
 

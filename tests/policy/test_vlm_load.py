@@ -12,7 +12,7 @@ from infgrpo.settings import ConfigError
 from infgrpo.vision.parts import language_model_name, trainable_vision
 
 
-@pytest.fixture(scope="module", params=["qwen2_5_vl", "idefics3"])
+@pytest.fixture(scope="module", params=["qwen2_5_vl", "idefics3", "gemma3"])
 def vlm_folder(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(request.param)
     tok = vlm_tokenizer(request.param)

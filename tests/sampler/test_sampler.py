@@ -136,27 +136,64 @@ def sliding_qwen3(window):
     return random_model("qwen3", torch.float64, use_sliding_window=True, sliding_window=window, max_window_layers=1)
 
 
-def test_sliding_window_models_decode_like_hf_below_the_window_and_are_refused_beyond():
-    model = sliding_qwen3(window=12)
-    prompt = [5, 9, 11, 40]
+def uncarried_window(window):
+    """A tiny Mistral config: every layer attends within ``window`` positions, and it names no ``layer_types``, so
+    the engine's masks do not carry its window (a sequence stays below it)."""
+    from transformers import MistralConfig
+
+    return MistralConfig(vocab_size=103, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, sliding_window=window)  # fmt: skip
+
+
+def sliding_gemma3_text(window):
+    """A tiny text Gemma 3 (float64, eos 2): sliding, full and sliding layers, each kind with its rotary base; its head
+    untied (through a tied one, embeddings x sqrt(hidden) make a random model repeat its last token)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=103, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+                              sliding_window=window, sliding_window_pattern=2, eos_token_id=2, pad_token_id=0,
+                              bos_token_id=1, initializer_range=0.2, tie_word_embeddings=False)  # fmt: skip
+    return Gemma3ForCausalLM(config).to(torch.float64).eval()
+
+
+@pytest.mark.parametrize("build", [sliding_qwen3, sliding_gemma3_text])
+def test_sliding_window_models_decode_like_hf_past_the_window(build):
+    """Full and sliding layers (``layer_types``): the engine's masks close the keys a window or more behind on the
+    sliding layers, in the prefill (prompts of two lengths, left-padded) and every decode step."""
+    model = build(window=4)
+    assert "sliding_attention" in model.config.layer_types
+    prompts = [[5, 9, 11, 40, 7, 8], [3, 12, 13]]
+    s = MicroGroupSampler(model, 2, SamplerConfig(num_slots=3, max_new_tokens=12, temperature=0.0))
+    got = s.sample(prompts, group_size=2).completion_ids
+    for i, prompt in enumerate(prompts):
+        ref = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=12, eos_token_id=2, pad_token_id=0)
+        want = ref[0, len(prompt) :].tolist()
+        assert got[2 * i] == got[2 * i + 1] == (want[: want.index(2) + 1] if 2 in want else want)
+    assert max(len(p) + len(c) for p, c in zip([p for p in prompts for _ in "ab"], got, strict=True)) > 8
+
+
+def test_a_window_the_masks_do_not_carry_is_refused_beyond_it():
+    from transformers import MistralForCausalLM
+
+    model = MistralForCausalLM(uncarried_window(12)).eval()
     s = MicroGroupSampler(model, 2, SamplerConfig(num_slots=2, max_new_tokens=7, temperature=0.0))
-    got = s.sample([prompt], group_size=2).completion_ids[0]
-    ref = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=7, eos_token_id=2, pad_token_id=0)
-    want = ref[0, len(prompt) :].tolist()
-    assert got == (want[: want.index(2) + 1] if 2 in want else want)
     with pytest.raises(ValueError, match=r"prompt_ids\[0\] has 6 tokens; .*\(sliding_window=12\)"):
-        s.sample([prompt + [7, 8]], group_size=2)
+        s.sample([[5, 9, 11, 40, 7, 8]], group_size=2)
     with pytest.raises(ValueError, match=r"max_new_tokens=12 does not fit .*\(sliding_window=12\)"):
         MicroGroupSampler(model, 2, SamplerConfig(max_new_tokens=12))
 
 
 def test_the_context_rule_gives_a_positive_bound_or_says_the_prompt_alone_is_too_long():
-    windowed = sliding_qwen3(window=12).config  # a sequence stays below the window: 11 positions
+    windowed = uncarried_window(12)  # a sequence stays below the window: 11 positions
     assert sequence_positions(windowed) == 11 and context_overflow(windowed, 6, 5) is None
     assert context_overflow(windowed, 6, 6).endswith("Shorten the prompt or lower max_new_tokens to <= 5.")
     alone = context_overflow(windowed, 11, 1)
     assert "(sliding_window=12)" in alone
     assert alone.endswith("stays below 12; the prompt alone takes 11 of them, leaving no room for a completion.")
+    carried = sliding_qwen3(window=12).config  # the masks carry its window: the context is the bound
+    assert sequence_positions(carried) == carried.max_position_embeddings
     full = random_model("llama").config
     positions = full.max_position_embeddings
     assert sequence_positions(full) == positions and context_overflow(full, positions - 1, 1) is None

@@ -11,9 +11,9 @@ from transformers import AutoModelForImageTextToText
 
 from infgrpo.assets import resolve_model_path
 from infgrpo.assets.shapes import draw, sample_scene
+from infgrpo.assets.tiny_vlm import FAMILIES
 from infgrpo.policy.load import load_policy
 from infgrpo.vision.inputs import VisionInputs
-from tests.vision.random_vlms import BUILT
 
 
 def render_questions(processor, questions, rng: random.Random) -> list[tuple]:
@@ -32,9 +32,9 @@ def render_questions(processor, questions, rng: random.Random) -> list[tuple]:
 
 
 def tiny_vlm(param: str, random_vlm_folder) -> tuple:
-    """(the model in float64, the name its processor loads from): a random one of a family none ships (``BUILT``,
-    through ``load_policy``), else the shipped one as HF's ``from_pretrained`` loads it."""
-    if param in BUILT:
+    """(the model in float64, the name its processor loads from): a random one of a recipe family (``BUILT``, Gemma 3:
+    through ``load_policy``), else the shipped one (an alias) as HF's ``from_pretrained`` loads it."""
+    if param in FAMILIES:
         name = random_vlm_folder(param)
         return load_policy(name, "float64"), name
     return AutoModelForImageTextToText.from_pretrained(resolve_model_path(param), dtype=torch.float64), param

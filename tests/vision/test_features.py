@@ -9,17 +9,17 @@ from tests.vision.conftest import render
 
 def tower(model):
     owner = image_features_owner(model)
-    return getattr(owner, "visual", None) or owner.vision_model
+    return getattr(owner, "visual", None) or getattr(owner, "vision_model", None) or owner.vision_tower
 
 
 def separate_forward(model, out, completion):
     """The completion's log-probs in the model's own forward with the pixels (positions computed by the model)."""
     ids = torch.cat([out["input_ids"], torch.tensor([completion])], dim=1)
-    kwargs = {k: v for k, v in out.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids")}
-    if "mm_token_type_ids" in out:  # extended with zeros over the completion, as TRL does
-        kwargs["mm_token_type_ids"] = torch.cat(
-            [out["mm_token_type_ids"], torch.zeros(1, len(completion), dtype=torch.long)], 1
-        )
+    types = ("mm_token_type_ids", "token_type_ids")  # Qwen-VL's; Gemma 3's (its image blocks' mask)
+    kwargs = {k: v for k, v in out.items() if k not in ("input_ids", "attention_mask", *types)}
+    for key in types:
+        if key in out:  # extended with zeros over the completion, as TRL does
+            kwargs[key] = torch.cat([out[key], torch.zeros(1, len(completion), dtype=torch.long)], 1)
     model.model.rope_deltas = None  # no stale deltas from an earlier call
     logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs).logits[0]
     logps = torch.log_softmax(logits[out["input_ids"].shape[1] - 1 : -1], dim=-1)

@@ -3,7 +3,7 @@
 import torch
 
 from infgrpo.vision.families import banned_token_ids, family_of
-from infgrpo.vision.inputs import collate
+from infgrpo.vision.inputs import collate, token_types
 from infgrpo.vision.positions import completion_positions, decode_positions, prompt_positions
 from tests.vision.conftest import render
 
@@ -29,10 +29,11 @@ def test_one_prefill_per_prompt_then_slots_with_their_deltas_decode_as_generate(
     positions, deltas = prompt_positions(model, ids, mask, visions)
     if family.positions == "mrope":
         assert deltas[0] == 0 and deltas[1] < 0 and deltas[2] < deltas[1]  # an image takes fewer positions than tokens
+    images = collate(visions, family)
+    if family.image_blocks:  # Gemma 3 builds its image blocks' mask from the token types
+        images[family.token_types] = token_types(visions, width)
     with torch.no_grad():
-        out = model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **collate(visions, family)
-        )
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **images)
     # 2) each prompt's K/V copied into `group` slots; each slot decodes at cache position + its prompt's delta
     cache = out.cache
     cache.batch_repeat_interleave(group)

@@ -3,12 +3,14 @@
     kv, first_tokens, first_logps, deltas = prefill(model, prompts, uniforms, dtype, temperature, top_k, top_p, pad_id)
     kv, tokens, logps = prefill_after(model, prefixes, rows, uniforms, dtype, temperature, top_k, top_p, pad_id)
 
-Prompts of different lengths are left-padded to the longest, with explicit positions (each prompt
-starts at position 0) and an additive 4D mask that hides the padding (finite minimum, never -inf: a
-padding query that sees nothing still gets a finite output, which nothing reads). Left padding puts
-every prompt's last token in the last column, so the LM head runs on one position
-(``logits_to_keep=1``). Each prompt's K/V is then cut out of the batch's cache into one tensor
-(2, layers, kv_heads, L, head_dim), ready to be copied into any slot with one copy.
+Prompts of different lengths are left-padded to the longest, with explicit positions (each prompt starts at position
+0) and an additive 4D mask that hides the padding (finite minimum, never -inf: a padding query that sees nothing
+still gets a finite output, which nothing reads). Left padding puts every prompt's last token in the last column, so
+the LM head runs on one position (``logits_to_keep=1``). A model with sliding-window layers gets a mask per layer
+type (its window counted in each prompt's own positions), and Gemma 3's image tokens see their whole image
+(:mod:`infgrpo.vision.masks`); the batch's cache keeps every layer's K/V whole, the window's older keys masked
+rather than dropped. Each prompt's K/V is then cut out of the batch's cache into one tensor (2, layers, kv_heads, L,
+head_dim), ready to be copied into any slot with one copy.
 
 The prompt's last logits give **all** G samples their first token at once: the tempered,
 filtered distribution is built once per prompt, and each sample's own uniform (its stream at token
@@ -30,6 +32,7 @@ placeholders) are never drawn (:func:`~infgrpo.sampler.engine.sampling.sample_to
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -37,26 +40,37 @@ from transformers import DynamicCache, PreTrainedModel
 from infgrpo.sampler.engine.sampling import sample_tokens
 from infgrpo.vision.families import family_of
 from infgrpo.vision.forward_inputs import forward_inputs
-from infgrpo.vision.inputs import VisionInputs
+from infgrpo.vision.inputs import VisionInputs, token_types
+from infgrpo.vision.masks import additive, attention_window, image_blocks, layer_masks
 from infgrpo.vision.positions import decode_positions
 
 
 def padded_batch(
-    prompts: list[list[int]], pad_id: int, dtype: torch.dtype, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Left-padded ids (P, L), positions (P, L) and an additive causal mask (P, 1, L, L) (None if no padding)."""
+    prompts: list[list[int]],
+    pad_id: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    config: Any = None,
+    types: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | dict[str, torch.Tensor] | None]:
+    """Left-padded ids (P, L), positions (P, L) and an additive causal mask (P, 1, L, L) (None if no padding).
+
+    With a ``config`` whose sliding window the masks carry, or image ``types`` (P, L) of a family whose image tokens
+    attend both ways (Gemma 3), the mask is :func:`~infgrpo.vision.masks.layer_masks`' (a dict by layer type for a
+    window), padding or not."""
     width = max(map(len, prompts))
     pads = torch.tensor([width - len(p) for p in prompts], device=device)  # (P,)
     ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)  # (P, L)
     cols = torch.arange(width, device=device)
     positions = (cols.unsqueeze(0) - pads.unsqueeze(1)).clamp(min=0)  # (P, L)
-    if all(len(p) == width for p in prompts):  # no padding: plain causal attention, as HF generate runs it
-        return ids, positions, None
+    window = attention_window(config) if config is not None else None
+    images = types is not None and bool((types == 1).any())
+    if all(len(p) == width for p in prompts) and window is None and not images:
+        return ids, positions, None  # no padding: plain causal attention, as HF generate runs it
     causal = cols.unsqueeze(0) <= cols.unsqueeze(1)  # (L_q, L_k)
     visible = causal.unsqueeze(0) & (cols.unsqueeze(0) >= pads.unsqueeze(1)).unsqueeze(1)  # (P, L_q, L_k)
-    closed = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)  # finite in every dtype
-    mask = torch.where(visible, torch.zeros((), dtype=dtype, device=device), closed)
-    return ids, positions, mask.unsqueeze(1)
+    blocks = image_blocks(types.to(device)) if images else None  # (P, L)
+    return ids, positions, additive(layer_masks(config, visible, positions, positions, blocks, blocks), dtype)
 
 
 @torch.no_grad()
@@ -86,14 +100,22 @@ def prefill(
         for M-RoPE prompts with images).
     """
     device = uniforms.device
-    ids, positions, mask = padded_batch(prompts, pad_id, dtype, device)
+    family = family_of(model.config)
+    types = None  # Gemma 3: each image's tokens attend to each other both ways, in the prompt's mask
+    if family is not None and family.image_blocks and visions is not None:
+        types = token_types(visions, max(map(len, prompts)))
+    ids, positions, mask = padded_batch(prompts, pad_id, dtype, device, model.config, types)
     images, deltas = {}, [0] * len(prompts)
     if visions is not None and any(v is not None for v in visions):
         pads = torch.tensor([ids.shape[1] - len(p) for p in prompts], device=device)  # (P,)
         real = torch.arange(ids.shape[1], device=device)[None] >= pads[:, None]  # (P, L): not padding
         positions, delta, images = forward_inputs(model, ids, real.long(), visions)  # the tower runs in this forward
         deltas = delta.tolist()
-    out = model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True, logits_to_keep=1, **images)
+    cache = DynamicCache()  # every layer keeps all its K/V (the model's own would cut sliding layers to the window)
+    out = model(
+        input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=1,
+        **images,
+    )  # fmt: skip
     if out.logits.shape[1] != 1:
         raise ValueError(
             f"{type(model).__name__} returned logits for {out.logits.shape[1]} positions with logits_to_keep=1; "
@@ -175,6 +197,7 @@ def prefill_after(
     positions = torch.tensor(lengths, device=device).unsqueeze(1) + (cols.unsqueeze(0) - pads.unsqueeze(1)).clamp(
         min=0
     )  # (P, wr)
+    text_positions = positions  # each row token's position in its sequence (the mask's window counts these)
     family = family_of(model.config)
     if family is not None and family.positions == "mrope":  # (3, P, wr): the rows are text after their prompts
         shift = torch.tensor(deltas if deltas is not None else [0] * len(rows), device=device)[:, None]
@@ -185,8 +208,9 @@ def prefill_after(
     in_rows = (keys.unsqueeze(0) >= wp) & (row_key.unsqueeze(0) >= pads.unsqueeze(1))  # (P, K): not padding
     causal = row_key.unsqueeze(0) <= cols.unsqueeze(1)  # (wr, K): prefix columns pass (row_key < 0)
     visible = (in_prefix | in_rows).unsqueeze(1) & causal.unsqueeze(0)  # (P, wr, K)
-    closed = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)  # finite in every dtype
-    mask = torch.where(visible, torch.zeros((), dtype=dtype, device=device), closed).unsqueeze(1)  # (P, 1, wr, K)
+    prefix_positions = (keys[:wp].unsqueeze(0) - starts.unsqueeze(1)).clamp(min=0)  # (P, wp): 0 .. L_i - 1
+    key_positions = torch.cat([prefix_positions, text_positions], dim=1)  # (P, K): for a sliding window
+    mask = additive(layer_masks(model.config, visible, text_positions, key_positions), dtype)  # (P, 1, wr, K) or dict
     out = model(
         input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=1
     )

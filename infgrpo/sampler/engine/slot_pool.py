@@ -17,8 +17,10 @@ K/V of those slots (views of the same storage).
 The model sees an ordinary ``Cache``: with an explicit 4D mask and explicit ``position_ids`` it only
 calls :meth:`SlotLayer.update`, so any Hugging Face causal LM of the Llama / Qwen3 families (plain,
 peft-wrapped or 4-bit) with full attention and ``sdpa`` or ``eager`` attention decodes over the pool
-unchanged. Sliding-window layers are exact only below their window (the sampler refuses longer
-sequences); other attention implementations are refused
+unchanged. A model with sliding-window layers (``layer_types``, Gemma 3) gets a dict of two masks, the second also
+closed on the keys a window or more behind (:func:`~infgrpo.vision.masks.within_window`): every slot keeps its whole
+sequence's K/V, and the window is the mask's; a window these masks cannot carry is exact only below it (the sampler
+refuses longer sequences). Other attention implementations are refused
 (:func:`~infgrpo.sampler.model_support.check_engine_support`).
 
 The pool is storage only: which slot is free is the scheduler's (:mod:`infgrpo.sampler.schedule.scheduler`),
@@ -38,6 +40,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from infgrpo.sampler.model_support import kv_shape
+from infgrpo.vision.masks import attention_window, within_window
 
 WIDTH_MULTIPLE = 128
 
@@ -104,6 +107,7 @@ class SlotPool(Cache):
         self.arange = torch.arange(max_len, device=device).view(1, 1, 1, max_len)  # (1, 1, 1, T)
         self.write_index = torch.zeros(num_slots, kv_heads, 1, head_dim, dtype=torch.long, device=device)
         self.width = num_slots  # slots the next step computes (0 .. width - 1), set by prepare_step
+        self.window = attention_window(config)  # sliding-window layers: their mask closes older keys too
         self.mask_open = torch.zeros((), dtype=dtype, device=device)
         self.mask_closed = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=device)  # finite, never -inf
 
@@ -118,18 +122,24 @@ class SlotPool(Cache):
         """Copies the K/V of ``src``'s first ``length`` positions into ``dst``: one copy, all layers."""
         self.kv[:, :, dst, :, :length] = self.kv[:, :, src, :, :length]
 
-    def prepare_step(self, positions: torch.Tensor) -> torch.Tensor:
+    def prepare_step(self, positions: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
         """Points the next forward's K/V writes at ``positions`` (n, 1) and returns its mask (n, 1, 1, T).
 
         ``n`` is every slot, or the first ``n`` (a busy-width step). Both effects belong to one step:
         :meth:`SlotLayer.update` writes each slot's new K/V at ``write_index`` during the forward that
         takes this mask (0 on ``0 .. positions[s]``, the finite minimum elsewhere). Four device ops,
-        no read-back: the shapes are the pool's, whatever the slots' lengths.
+        no read-back: the shapes are the pool's, whatever the slots' lengths. A model with sliding-window layers
+        gets ``{"full_attention": that mask, "sliding_attention": it closed on keys a window or more behind}``.
         """
         pos = positions.view(-1, 1, 1, 1)  # (n, 1, 1, 1)
         self.width = pos.shape[0]
         self.write_index = pos.expand(self.width, *self.write_index.shape[1:])  # (n, kv_heads, 1, head_dim), a view
-        return torch.where(self.arange <= pos, self.mask_open, self.mask_closed)  # (n, 1, 1, T)
+        seen = self.arange <= pos  # (n, 1, 1, T)
+        full = torch.where(seen, self.mask_open, self.mask_closed)  # (n, 1, 1, T)
+        if self.window is None:
+            return full
+        near = seen & within_window(pos, self.arange, self.window)  # (n, 1, 1, T)
+        return {"full_attention": full, "sliding_attention": torch.where(near, self.mask_open, self.mask_closed)}
 
     def nbytes(self) -> int:
         """Bytes of K/V held by the pool."""

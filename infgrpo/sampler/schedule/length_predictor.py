@@ -46,6 +46,7 @@ from typing import Any, Literal, NamedTuple
 import torch
 
 from infgrpo.registry import check_choice, choices
+from infgrpo.vision.features import block_types
 from infgrpo.vision.forward_inputs import forward_inputs
 from infgrpo.vision.inputs import VisionInputs, image_digest
 
@@ -118,6 +119,7 @@ def _image_prompt_features(
     ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts], device=device)  # (b, L)
     real = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)  # (b, L)
     positions, _, images = forward_inputs(model, ids, real, visions)
+    images |= block_types(model, visions, width, 0, device)  # Gemma 3: its image blocks, from the token types
     out = model(
         input_ids=ids, attention_mask=real, position_ids=positions, output_hidden_states=True, use_cache=False,
         logits_to_keep=1, **images,

@@ -39,17 +39,17 @@ def resolve_share_prompt(model: nn.Module, setting: SharePrompt) -> bool:
 def share_prompt_reason(model: nn.Module) -> str | None:
     """Why ``share_prompt`` cannot be exact for ``model`` (one line), or None when it is.
 
-    Refused: attention other than sdpa / eager (the masks are 4D tensors), sliding-window layers (the
-    completions' mask is full), multimodal configs other than vision-language ones, reentrant gradient
-    checkpointing (it drops the gradient of K/V leaving a checkpointed layer), and any model whose shared
-    log-probs differ from the unshared ones on a short probe (e.g. attention that ignores the ``Cache``
-    interface).
+    Refused: attention other than sdpa / eager (the masks are 4D tensors), a sliding window the masks do not carry
+    (:func:`~infgrpo.sampler.model_support.sliding_window`: no ``layer_types``; full and sliding layers are carried),
+    multimodal configs other than vision-language ones, reentrant gradient checkpointing (it drops the gradient of
+    K/V leaving a checkpointed layer), and any model whose shared log-probs differ from the unshared ones on a short
+    probe (e.g. attention that ignores the ``Cache`` interface).
     """
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     if impl not in ENGINE_ATTENTION:
         return f"attn_implementation={impl!r} (the shared path passes 4D masks; it needs 'sdpa' or 'eager')"
     if sliding_window(model) is not None:
-        return "the model has sliding-window attention layers (the shared path attends over whole sequences)"
+        return "the model has sliding-window attention layers the shared path's masks do not carry (no layer_types)"
     if text_config(model.config) is not model.config and not is_vision_config(model.config):
         return f"{type(model).__name__} is multimodal (the shared path runs text and image prompts only)"
     for module in model.modules():

@@ -17,7 +17,9 @@ norms in float64 they agree to 1e-15, which is what the tests check.)
 
 Image prompts (``mb.visions``): the prompt forward takes the micro-batch's prompts' images, collated once (the
 vision tower runs once per prompt, never per completion) at the model's M-RoPE positions, and each completion sits at
-``len(prompt) + t + delta`` (:func:`~infgrpo.vision.positions.completion_positions`), its prompt's delta.
+``len(prompt) + t + delta`` (:func:`~infgrpo.vision.positions.completion_positions`), its prompt's delta. Gemma 3's
+image tokens see their whole image in the prompt forward, and sliding-window layers take the window in both forwards
+(:mod:`infgrpo.vision.masks`, the engine's rules).
 
 Why two forwards and a cache, not one packed sequence with a block mask: the packed form attends over
 ``P + k C`` positions for each of its ``P + k C`` queries, so its attention work and its block mask
@@ -32,6 +34,7 @@ activations from every row but one. It needs a model whose attention layers read
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -42,14 +45,21 @@ from infgrpo.update.shared_prompt.carry import PromptCarry, PromptOutputs
 from infgrpo.update.shared_prompt.prefix_cache import PromptCapture, PromptPrefix, caches_under_checkpointing
 from infgrpo.vision.families import family_of
 from infgrpo.vision.forward_inputs import forward_inputs
+from infgrpo.vision.inputs import token_types
+from infgrpo.vision.masks import additive, image_blocks, layer_masks
 from infgrpo.vision.positions import completion_positions
 
 
-def attention_masks(mb: SharedMicroBatch, additive: torch.dtype | None) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_masks(
+    mb: SharedMicroBatch, additive_dtype: torch.dtype | None, config: Any = None
+) -> tuple[torch.Tensor | dict, torch.Tensor | dict]:
     """The prompts' (n_p, 1, P, P) and the completions' (n, 1, C, P + C) 4D masks.
 
-    Boolean (True = attend) when ``additive`` is None, else 0 / the dtype's finite minimum. A padding
-    query sees at least itself, so no row is fully masked (that would give NaN on sdpa).
+    Boolean (True = attend) when ``additive_dtype`` is None, else 0 / the dtype's finite minimum. A padding
+    query sees at least itself, so no row is fully masked (that would give NaN on sdpa). With ``config`` (the model's),
+    :func:`~infgrpo.vision.masks.layer_masks`' two rules: Gemma 3's image tokens see their whole image in the prompt
+    forward, and a model with sliding-window layers gets each mask as a dict by layer type, the window counted in
+    each token's position in its prompt + completion.
     """
     p_len, c_len = mb.prompt_ids.shape[1], mb.completion_ids.shape[1]
     device = mb.prompt_ids.device
@@ -60,12 +70,22 @@ def attention_masks(mb: SharedMicroBatch, additive: torch.dtype | None) -> tuple
     own = torch.ones(c_len, c_len, dtype=torch.bool, device=device).tril()  # (C, C)
     keys = real.index_select(0, mb.row_prompt)[:, None, :].expand(-1, c_len, -1)  # (n, C, P)
     completion = torch.cat([keys, own.expand(len(mb.rows), -1, -1)], dim=2)  # (n, C, P + C)
-    masks = (prompt[:, None], completion[:, None])
-    if additive is None:
+    if config is None:
+        masks = (prompt[:, None], completion[:, None])
+    else:
+        p_pos = (mb.prompt_mask.cumsum(dim=1) - 1).clamp(min=0)  # (n_p, P): each token's place in its prompt
+        lengths = mb.prompt_mask.sum(dim=1, keepdim=True)  # (n_p, 1)
+        c_pos = lengths.index_select(0, mb.row_prompt) + torch.arange(c_len, device=device)  # (n, C)
+        k_pos = torch.cat([p_pos.index_select(0, mb.row_prompt), c_pos], dim=1)  # (n, P + C)
+        family = family_of(config)
+        blocks = None
+        if family is not None and family.image_blocks and mb.visions is not None:
+            blocks = image_blocks(token_types(mb.visions, p_len).to(device))  # (n_p, P)
+        prompt_masks = layer_masks(config, prompt, p_pos, p_pos, blocks, blocks)
+        masks = (prompt_masks, layer_masks(config, completion, c_pos, k_pos))
+    if additive_dtype is None:
         return masks
-    closed = torch.tensor(torch.finfo(additive).min, dtype=additive, device=device)
-    zero = torch.zeros((), dtype=additive, device=device)
-    return tuple(torch.where(m, zero, closed) for m in masks)
+    return tuple(additive(m, additive_dtype) for m in masks)
 
 
 def _mask_kind(model: nn.Module) -> torch.dtype | None:
@@ -85,7 +105,7 @@ def _two_forwards(
         vision = forward_inputs(model, mb.prompt_ids, mb.prompt_mask, mb.visions)
         scheme = family_of(model.config).positions
         positions = completion_positions(lengths, vision[1].index_select(0, mb.row_prompt), positions.shape[1], scheme)
-    prompt_mask, completion_mask = attention_masks(mb, _mask_kind(model))
+    prompt_mask, completion_mask = attention_masks(mb, _mask_kind(model), model.config)
 
     def prompt_forward() -> PromptOutputs:  # not called when the carry holds the prompts: no work for them then
         if vision is None:  # text: positions (n_p, P) count real tokens, as the unshared rows

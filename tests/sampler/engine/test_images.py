@@ -26,7 +26,12 @@ QUESTIONS = ((0, "how many shapes?"), (1, "colours, left to right?"), (2, "how m
 STEPS = 12
 
 
-@pytest.fixture(scope="module", params=("tiny-vl", "tiny-idefics3", *BUILT))
+FAMILIES = ("tiny-vl", "tiny-idefics3", *BUILT)
+WITH_GEMMA3 = pytest.mark.parametrize("shipped", [*FAMILIES, "gemma3"], indirect=True)
+"""Gemma 3 too (its rollouts: tests/sampler/engine/test_gemma3.py)."""
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
 def shipped(request, random_vlm_folder):
     """(a tiny VLM in float64: shipped, or a random one of a family none ships; its processor; the rendered prompts:
     (ids, VisionInputs or None, the processor's answer) for 0, 1, 2 and 1 images)."""
@@ -44,8 +49,9 @@ def generate(model, inputs, tokens=(), steps=STEPS, pad=0):
         extra = torch.tensor([list(tokens)])
         kwargs["input_ids"] = torch.cat([inputs["input_ids"], extra], dim=1)
         kwargs["attention_mask"] = torch.ones_like(kwargs["input_ids"])
-        if "mm_token_type_ids" in kwargs:  # the tokens after the prompt are text
-            kwargs["mm_token_type_ids"] = torch.cat([inputs["mm_token_type_ids"], torch.zeros_like(extra)], dim=1)
+        for key in ("mm_token_type_ids", "token_type_ids"):  # the tokens after the prompt are text (Gemma 3: types)
+            if key in kwargs:
+                kwargs[key] = torch.cat([inputs[key], torch.zeros_like(extra)], dim=1)
     out = model.generate(
         **kwargs, max_new_tokens=steps, do_sample=False, suppress_tokens=banned_token_ids(model.config),
         pad_token_id=pad,
@@ -62,8 +68,8 @@ def count_images(model):
     """A list that grows by the number of images each call of the vision tower encodes, and the hook's handle."""
     owner = image_features_owner(model)
     seen = []
-    qwen = hasattr(owner, "visual")  # Qwen-VL: forward(pixels, grid_thw), a grid row per image; Idefics3: (N, 3, H, W)
-    tower = owner.visual if qwen else owner.vision_model
+    qwen = hasattr(owner, "visual")  # Qwen-VL: forward(pixels, grid_thw), a grid row per image; else (N, 3, H, W)
+    tower = owner.visual if qwen else getattr(owner, "vision_model", None) or owner.vision_tower  # Idefics3, Gemma 3
 
     def hook(module, args, kwargs, out):
         key, at = ("grid_thw", 1) if qwen else ("pixel_values", 0)
@@ -161,6 +167,7 @@ def test_dynamic_sampling_decodes_drawn_image_prompts_as_the_fixed_batch(shipped
     assert sum(seen) == sum(n for n, _ in QUESTIONS)  # every drawn prompt's images once, the dropped one's too
 
 
+@WITH_GEMMA3
 def test_image_tokens_are_never_sampled(shipped):
     model, processor, rendered = shipped
     banned = banned_token_ids(model.config)
@@ -204,7 +211,8 @@ class OneToolRound:
 
 
 @pytest.mark.parametrize("resume_on_prompt", [True, False])
-@pytest.mark.parametrize("shipped", ["tiny-vl", "tiny-idefics3", "qwen3_vl"], indirect=True)  # Qwen3-VL: tools
+# Qwen3-VL: tools; Gemma 3: its image blocks in a re-prefill, its window in a prefill after kept or parked K/V
+@pytest.mark.parametrize("shipped", ["tiny-vl", "tiny-idefics3", "qwen3_vl", "gemma3"], indirect=True)
 def test_resumed_turns_continue_positions_as_generate_from_the_whole_sequence(shipped, resume_on_prompt, monkeypatch):
     """A resume on parked or kept K/V (text after the prompt: cache position + delta) or a whole re-prefill (the
     prompt's images again): the next turn is HF generate's from prompt + completion + suffix with the pixels."""
@@ -232,6 +240,7 @@ def test_resumed_turns_continue_positions_as_generate_from_the_whole_sequence(sh
     assert resumed >= 2
 
 
+@WITH_GEMMA3
 def test_a_prompt_whose_images_overflow_the_context_is_one_line_naming_the_pixels(shipped, monkeypatch):
     model, processor, rendered = shipped
     ids, vision, _ = rendered[2]  # two images

@@ -8,27 +8,26 @@ import random
 
 import pytest
 import torch
-from transformers import AutoModelForImageTextToText
 
 from infgrpo import MicroGroupSampler, SamplerConfig
-from infgrpo.assets import resolve_model_path
 from infgrpo.sampler.schedule.length_predictor import LengthPredictor, prompt_features, prompt_key
 from infgrpo.vision.inputs import VisionInputs
 from infgrpo.vision.parts import freeze_vision
 from infgrpo.vision.processor import load_processor
 from tests.sampler.engine.test_images import count_images
-from tests.vision.rendered import render_questions
+from tests.vision.rendered import render_questions, tiny_vlm
 
 QUESTIONS = ((1, "how many shapes?"), (1, "how many shapes?"), (0, "how many shapes?"), (2, "colours, left to right?"))
 
 
-@pytest.fixture(scope="module", params=("tiny-vl", "tiny-idefics3"))
-def shipped(request):
-    """(the shipped tiny VLM in float64, its tower frozen; its processor; (ids, VisionInputs or None, the processor's
-    answer) of each question, each image drawn apart)."""
-    model = AutoModelForImageTextToText.from_pretrained(resolve_model_path(request.param), dtype=torch.float64)
+@pytest.fixture(scope="module", params=("tiny-vl", "tiny-idefics3", "gemma3"))
+def shipped(request, random_vlm_folder):
+    """(the shipped tiny VLM in float64, or a random Gemma 3 (its image blocks: the features' forward passes the token
+    types), its tower frozen; its processor; (ids, VisionInputs or None, the processor's answer) of each question, each
+    image drawn apart)."""
+    model, name = tiny_vlm(request.param, random_vlm_folder)
     freeze_vision(model)  # infgrpo's default: its features are reused within a step
-    processor = load_processor(request.param)
+    processor = load_processor(name)
     rendered = render_questions(processor, QUESTIONS, random.Random(1))
     return model.eval(), processor, rendered
 
@@ -36,7 +35,7 @@ def shipped(request):
 def plain_last_hidden(model, out):
     """The reference: the last hidden state at the prompt's last token of HF's own forward with the pixels (the
     model computes its positions), (d,)."""
-    model.model.rope_deltas = None  # no stale deltas from an earlier call
+    model.model.rope_deltas = None  # no stale deltas from an earlier call (Qwen-VL)
     with torch.no_grad():
         return model(**out, output_hidden_states=True).hidden_states[-1][0, -1]
 

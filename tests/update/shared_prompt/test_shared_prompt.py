@@ -89,6 +89,22 @@ def test_shared_logprobs_and_gradients_equal_the_unshared_rows_float64(arch, tie
             assert (got_grads[k] - g).abs().max() <= 1e-10, k
 
 
+@pytest.mark.parametrize("budget", [10_000, 12])
+def test_a_sliding_window_shorter_than_the_sequences_is_in_both_forwards(budget):
+    """A Qwen3 whose second layer attends within 3 positions: the shared path's own masks close the same keys the
+    unshared rows' (transformers' masks from the 2D padding mask) do, in the prompt and the completion forwards."""
+    model = float64_norms(random_model("qwen3", torch.float64, use_sliding_window=True, sliding_window=3,
+                                       max_window_layers=1).train())  # fmt: skip
+    assert share_prompt_reason(model) is None
+    want, want_grads = logprobs_and_grads(model, unshared(), 0)
+    got, got_grads = logprobs_and_grads(model, prepare_shared_microbatches(PROMPTS, ROW_PROMPT, COMPLETIONS, budget,
+                                                                            pad_id=0), 5)  # fmt: skip
+    assert (got - want).abs().max() <= 1e-10
+    assert want_grads.keys() == got_grads.keys()
+    for k, g in want_grads.items():
+        assert (got_grads[k] - g).abs().max() <= 1e-10, k
+
+
 def test_the_loss_and_the_gradients_of_an_update_equal_the_unshared_ones_with_checkpointing():
     model = float64_norms(random_model("qwen3", torch.float64))
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -205,7 +221,10 @@ def test_split_halves_keep_their_prompts_and_compute_the_same_logprobs():
 def test_auto_turns_sharing_off_with_a_reason_where_it_cannot_be_exact():
     plain = random_model("qwen3")
     assert share_prompt_reason(plain) is None and resolve_share_prompt(plain, "auto") is True
+    carried = random_model("qwen3", use_sliding_window=True, sliding_window=8, max_window_layers=1)
+    assert share_prompt_reason(carried) is None  # full and sliding layer_types: the masks carry the window
     windowed = random_model("qwen3", use_sliding_window=True, sliding_window=8, max_window_layers=1)
+    windowed.config.layer_types = None  # read by the rule only (the probe never runs): a window with no layer types
     assert "sliding-window" in share_prompt_reason(windowed)
     with pytest.warns(InfgrpoWarning, match="share_prompt: off, because the model has sliding-window"):
         assert resolve_share_prompt(windowed, "auto") is False
