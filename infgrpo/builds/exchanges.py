@@ -3,6 +3,7 @@
     ids, labels = labelled_exchange(tokenizer, template, eos_id, prompt, turns)   # labels on the assistant turns
     batch = noisy_batch(rng, rows, lambda row, turns, decide: ..., batch_size=32, p_tool=0.3, tool_share=0.9)
     rates = measure(model, tokenizer, template, rows, seed=0)     # tool-call rate and accuracies, sampled as TRL does
+    ap = tool_build_parser(__doc__, 0.5, 0.9, steps=400, batch_size=8, lr=2e-3, n_train=4000, n_eval=40)  # its CLI
 
 A demonstration is either the whole tool exchange (a call with the operands copied, the tool's sum, the answer copying
 it) or a direct answer that is a plausible guess (the sum with its last digits wrong). Copying digits takes a tiny
@@ -14,6 +15,7 @@ what a build teaches is what a run reads.
 
 from __future__ import annotations
 
+import argparse
 import random
 from collections.abc import Callable
 from typing import Any
@@ -23,10 +25,26 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from infgrpo.agent.chat import parse_turn, tool_suffix_ids
 from infgrpo.agent.tools import tool_schema
+from infgrpo.assets.build import build_parser
 from infgrpo.assets.calculator import add, correct, demonstration
 
 SCHEMAS = [tool_schema(add, "add")]
 """The calculator's one tool, as the prompts render it."""
+
+
+def tool_build_parser(
+    doc: str | None, p_tool: float, tool_share: float, **sizes: int | float
+) -> argparse.ArgumentParser:
+    """The command line of a tool model's build: :func:`~infgrpo.assets.build.build_parser`'s (``sizes``: its
+    ``steps``, ``batch_size``, ``lr``, ``n_train``, ``n_eval``) with the demonstrations' ``--p-tool`` and
+    ``--tool-share`` (defaults ``p_tool``, ``tool_share``) and ``--measure-only``."""
+    ap = build_parser(doc, **sizes)
+    ap.add_argument("--p-tool", type=float, default=p_tool, help="share of the supervised decisions that call the tool")
+    ap.add_argument(
+        "--tool-share", type=float, default=tool_share, help="share of demonstrations that are tool exchanges"
+    )
+    ap.add_argument("--measure-only", action="store_true", help="only sample the built model on held-out prompts")
+    return ap
 
 
 def render(

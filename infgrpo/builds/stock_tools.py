@@ -46,10 +46,17 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 from infgrpo.agent.formats import FORMATS
 from infgrpo.agent.shipped import shipped_template
 from infgrpo.assets import TINY_STOCK_TOOLS_MODEL_DIR, TINY_TOOLS_MODEL_DIR
-from infgrpo.assets.build import build_parser, supervised_steps
+from infgrpo.assets.build import supervised_steps
 from infgrpo.assets.calculator import make_split
 from infgrpo.assets.tokenizer import build_tokenizer
-from infgrpo.builds.exchanges import decision_offset, labelled_exchange, measure, noisy_demonstrations, render
+from infgrpo.builds.exchanges import (
+    decision_offset,
+    labelled_exchange,
+    measure,
+    noisy_demonstrations,
+    render,
+    tool_build_parser,
+)
 
 LLAMA_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 """Llama 3's special tokens that its template writes (``<|begin_of_text|>`` is its BOS, ``<|eot_id|>`` its EOS)."""
@@ -182,11 +189,8 @@ def rates(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, rows: list
 
 def main(argv: list[str] | None = None) -> None:
     """Builds the stock-format tool model (see the module docstring)."""
-    ap = build_parser(__doc__, steps=400, batch_size=8, lr=2e-3, n_train=4000, n_eval=40)
-    ap.add_argument("--p-tool", type=float, default=0.5, help="share of the supervised decisions that call the tool")
-    ap.add_argument("--tool-share", type=float, default=0.9, help="share of demonstrations that are tool exchanges")
+    ap = tool_build_parser(__doc__, 0.5, 0.9, steps=400, batch_size=8, lr=2e-3, n_train=4000, n_eval=40)
     ap.add_argument("--ramp", type=float, default=0.6, help="share of the steps over which the prompt grows to full")
-    ap.add_argument("--measure-only", action="store_true", help="only sample the built model on the held-out split")
     args = ap.parse_args(argv)
     model_dir = args.out / "tiny-qwen3-stock-tools" if args.out else TINY_STOCK_TOOLS_MODEL_DIR
     held = make_split(args.n_eval, seed=args.seed + 1, split="eval")  # the calculator's splits, as tools.py draws

@@ -27,10 +27,10 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast, Qwen3
 from infgrpo.agent.formats import FORMATS
 from infgrpo.agent.shipped import shipped_template
 from infgrpo.assets import TINY_DATA_DIR, TINY_TOOLS_MODEL_DIR
-from infgrpo.assets.build import build_parser, fit_supervised, pad_batch, save_model, tiny_config, write_jsonl
+from infgrpo.assets.build import fit_supervised, pad_batch, save_model, tiny_config, write_jsonl
 from infgrpo.assets.calculator import make_split, parse_tool_call
 from infgrpo.assets.tokenizer import build_tokenizer
-from infgrpo.builds.exchanges import labelled_exchange, measure, noisy_demonstrations
+from infgrpo.builds.exchanges import labelled_exchange, measure, noisy_demonstrations, tool_build_parser
 
 
 def tools_tokenizer() -> PreTrainedTokenizerFast:
@@ -80,10 +80,7 @@ def rates(model: Qwen3ForCausalLM, tokenizer: PreTrainedTokenizerBase, rows: lis
 
 def main(argv: list[str] | None = None) -> None:
     """Builds the tool tokenizer, the calculator splits and the warm-started model (see the module docstring)."""
-    ap = build_parser(__doc__, steps=1000, batch_size=32, lr=8e-3, n_train=4000, n_eval=200)
-    ap.add_argument("--p-tool", type=float, default=0.3, help="share of the supervised decisions that call the tool")
-    ap.add_argument("--tool-share", type=float, default=0.9, help="share of demonstrations that are tool exchanges")
-    ap.add_argument("--measure-only", action="store_true", help="only sample the built model on the held-out split")
+    ap = tool_build_parser(__doc__, 0.3, 0.9, steps=1000, batch_size=32, lr=8e-3, n_train=4000, n_eval=200)
     args = ap.parse_args(argv)
     model_dir = args.out / "tiny-qwen3-tools" if args.out else TINY_TOOLS_MODEL_DIR
     data_dir = args.out / "tiny-data" if args.out else TINY_DATA_DIR

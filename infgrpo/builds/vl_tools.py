@@ -41,11 +41,11 @@ from transformers import AutoModelForImageTextToText, PreTrainedModel
 from infgrpo.agent.chat import parse_turn
 from infgrpo.agent.formats import FORMATS
 from infgrpo.assets import TINY_STOCK_TOOLS_MODEL_DIR, TINY_VL_TOOLS_MODEL_DIR
-from infgrpo.assets.build import build_parser, supervised_steps
+from infgrpo.assets.build import supervised_steps
 from infgrpo.assets.calculator import make_split
 from infgrpo.assets.shapes import draw, sample_scene
 from infgrpo.assets.tiny_vlm import IMAGE_SIDE, tiny_vlm_config, vlm_tokenizer, write_processor_files
-from infgrpo.builds.exchanges import SCHEMAS, noisy_demonstrations
+from infgrpo.builds.exchanges import SCHEMAS, noisy_demonstrations, tool_build_parser
 from infgrpo.vision.processor import load_processor
 
 FAMILY = "qwen3_vl"
@@ -179,10 +179,7 @@ def greedy_calls(model: PreTrainedModel, processor: Any, rows: list[dict[str, An
 
 def main(argv: list[str] | None = None) -> None:
     """Builds the image tool model (see the module docstring)."""
-    ap = build_parser(__doc__, steps=200, batch_size=4, lr=2e-3, n_train=4000, n_eval=20)
-    ap.add_argument("--p-tool", type=float, default=0.5, help="share of the supervised decisions that call the tool")
-    ap.add_argument("--tool-share", type=float, default=0.5, help="share of demonstrations that are tool exchanges")
-    ap.add_argument("--measure-only", action="store_true", help="only run the shipped model on held-out prompts")
+    ap = tool_build_parser(__doc__, 0.5, 0.5, steps=200, batch_size=4, lr=2e-3, n_train=4000, n_eval=20)
     args = ap.parse_args(argv)
     folder = Path(args.out / "tiny-qwen3-vl-tools" if args.out else TINY_VL_TOOLS_MODEL_DIR)
     held = make_split(args.n_eval, seed=args.seed + 1, split="eval")
