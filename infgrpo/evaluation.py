@@ -103,7 +103,8 @@ def score_heldout(
         i = next(i for i, it in enumerate(items) if it.get("images") and it.get("vision") is None)
         raise ConfigError(
             f"items[{i}] holds images but no vision inputs: pass the data module's batches (data.collate(items) "
-            "or data.val_dataloader()), which process each prompt's images"
+            "or data.val_dataloader()), which process each prompt's images, or with model.agent the visions of "
+            "rollout_inputs(agent, items, data)"
         )
     adapt_threads(sampler.model, rows=min(batch_size, len(items)))  # CPU threads: work size, free cores
     prompts = [it["prompt_ids"] for it in items] if prompt_ids is None else prompt_ids

@@ -187,8 +187,8 @@ class GRPOModule(L.LightningModule):
             sampler.disable_cuda_graphs()
 
     def setup(self, stage: str) -> None:
-        """With ``model.agent`` the data module renders its prompts with the tool schemas; image prompts with tools are
-        refused (:meth:`~infgrpo.training.step_rollout.StepRollout.use_data`)."""
+        """With ``model.agent`` the data module renders its prompts with the tool schemas and the agent renders image
+        prompts through its processor (:meth:`~infgrpo.training.step_rollout.StepRollout.use_data`)."""
         self.rollouts.use_data(self.trainer.datamodule)
 
     def teardown(self, stage: str) -> None:

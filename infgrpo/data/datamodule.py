@@ -23,7 +23,8 @@ data: ``path`` may be one file (``train.jsonl``, ``.json``, ``.csv``, ``.parquet
 
 Rows with images (TRL's ``image`` or ``images`` column beside a conversational prompt) are rendered by the model's
 processor (:mod:`infgrpo.data.vision_prompts`): the item's ``prompt`` is TRL's rewrite (image blocks holding the
-images) and it keeps ``images`` and ``image_tokens``; each batch drawn gets ``vision`` per item
+images) and it keeps ``images``, ``image_tokens`` and ``conversation`` (the prompt before the rewrite: an
+environment's ``reset`` gets it, as in TRL); each batch drawn gets ``vision`` per item
 (:class:`~infgrpo.vision.inputs.VisionInputs`, processed once per prompt as the batch is collated, not held for every
 row; with tools the agent's rollout does it, rendering the tool schemas too). ``data.processor_kwargs`` are the
 processor's settings (e.g. ``{max_pixels: 200704}``).

@@ -63,7 +63,7 @@ def encode_rows(
             item["prompt"], images = image_prompt(row, prompt, split, i, image_root(hp["path"]))
         if processor is not None and images:
             ids, vision = encode_image_prompt(processor, item["prompt"], hp["system_prompt"], kwargs, schemas, template)
-            item |= {"images": images, "image_tokens": vision.image_tokens}
+            item |= {"images": images, "image_tokens": vision.image_tokens, "conversation": prompt}
         else:
             ids = fmt.encode(tokenizer, prompt, schemas, template)
         if len(ids) > hp["max_prompt_length"]:

@@ -100,6 +100,15 @@ def find_image_file(path: Path, root: Path | None) -> Path | None:
     return next((p for p in candidates if p.is_file()), None)
 
 
+def holds_images(messages: Any) -> bool:
+    """Whether ``messages`` (a conversation) hold an image block with its image (TRL's rewrite already happened)."""
+    return isinstance(messages, list) and any(
+        isinstance(m.get("content"), list) and any(b.get("type") == "image" and "image" in b for b in m["content"])
+        for m in messages
+        if isinstance(m, dict)
+    )
+
+
 def inject_images(messages: list[dict[str, Any]], images: list[Any] | None) -> list[dict[str, Any]]:
     """``messages`` in content blocks with ``images`` placed as TRL places them (module docstring); new dicts, the
     input untouched. A ConfigError when the conversation's empty image placeholders do not match the images."""

@@ -38,6 +38,7 @@ from infgrpo.agent.chat import prepare_template
 from infgrpo.agent.tool_watch import ToolWatch
 from infgrpo.agent.tools import load_factories, load_tools, tool_box
 from infgrpo.data.conversation import PromptFormat
+from infgrpo.data.images import holds_images, inject_images
 from infgrpo.data.vision_prompts import encode_image_prompt
 from infgrpo.runtime.ranks import Ranks
 from infgrpo.sampler import MicroGroupSampler, Rollouts
@@ -96,6 +97,9 @@ class AgentRollout:
         self.rendered_visions: list[VisionInputs | None] = []
         """This rollout's vision inputs by render position (each prompt's as :meth:`render` rendered it, None for a
         prompt without images): a list that grows as prompts are drawn (:meth:`add`); :attr:`visions` reads it."""
+        self.rendered_images: list[list[Any] | None] = []
+        """This rollout's images by render position (an image prompt's, else None): what :meth:`with_images` injects
+        into a prompt with an environment's observation."""
 
     @property
     def workers(self) -> ToolWorkers:
@@ -130,6 +134,12 @@ class AgentRollout:
         self.envs.start([self.row(item) for item in items], g)
         per_sample = [self.render_samples(i, item) for i, item in enumerate(items)]
         if any(len({id(p) for p in row}) > 1 for row in per_sample):
+            if self.visions is not None:
+                raise ConfigError(
+                    "model.agent.environment: a batch holds image prompts and a prompt whose samples got different "
+                    "observations from reset(); with image prompts every row's samples must share its observation "
+                    "(one drawn from the row or its seed)"
+                )
             self.sample_prompts = per_sample
         return [row[0] for row in per_sample]  # sample 0's: the row's prompt (rewards, the table, the predictor)
 
@@ -138,10 +148,12 @@ class AgentRollout:
         rendered once, one list object for the samples that got it. A ConfigError for an image prompt whose samples
         got different observations (one prompt's images a group, prefilled once: its samples share the prompt)."""
         observations = self.one_image_prompt(i, item)
+        self.rendered_images.append(item.get("images") if self.is_image(item) else None)
         rendered: dict[str | None, list[int]] = {}
         for j, observation in enumerate(observations):
             if observation not in rendered:
-                rendered[observation], vision = self.encode(item, self.envs.prompt(i, j), self.envs.schemas(i))
+                prompt = self.with_images(i, self.envs.prompt(i, j))
+                rendered[observation], vision = self.encode(item, prompt, self.envs.schemas(i))
                 if j == 0:
                     self.rendered_visions.append(vision)  # the row's (an image prompt has one observation)
         return [rendered[observation] for observation in observations]
@@ -168,23 +180,40 @@ class AgentRollout:
         inputs: through the processor for an image prompt, else through the tokenizer (None); either way by the data
         module's rule (:attr:`format`) and the agent's template."""
         if not self.is_image(item):
+            if item.get("images"):
+                raise ConfigError(
+                    "an image prompt reached model.agent's rollout without the model's processor: pass the data "
+                    "module (rollout_inputs(agent, items, datamodule)) or set AgentRollout.processor"
+                )
             return self.format.encode(self.tokenizer, prompt, schemas, self.template), None
         fmt = self.format
+        template = self.template or self.tokenizer.chat_template  # the one the agent checked (and renders results by)
         return encode_image_prompt(
-            self.processor, prompt, fmt.system_prompt, fmt.chat_template_kwargs, schemas, self.template
+            self.processor, prompt, fmt.system_prompt, fmt.chat_template_kwargs, schemas, template
         )
 
     @staticmethod
     def row(item: dict) -> dict:
-        """What ``reset(**row)`` gets of an item: every column, the prompt as the dataset gave it included (TRL)."""
-        return {**item["meta"], "prompt": item.get("prompt", item["meta"].get("prompt"))}
+        """What ``reset(**row)`` gets of an item: every column, the prompt as the dataset gave it included (TRL; an
+        image prompt's before its images are injected)."""
+        prompt = item.get("conversation", item.get("prompt", item["meta"].get("prompt")))
+        return {**item["meta"], "prompt": prompt}
+
+    def with_images(self, i: int, prompt: Any) -> Any:
+        """Prompt ``i`` of this rollout with an environment's observation (``prompt``), its images injected as TRL
+        injects them after the observation (the prompt as rendered, and as the rewards get it)."""
+        images = self.rendered_images[i] if i < len(self.rendered_images) else None
+        if not images or holds_images(prompt):  # an item without its conversation: the rewrite already holds them
+            return prompt
+        return inject_images(prompt, images)
 
     def render(self, i: int, item: dict) -> list[int]:
         """Prompt ``i`` of this rollout (``item``) rendered with its tools (and its environment's observation)."""
+        self.rendered_images.append(item.get("images") if self.is_image(item) else None)
         if self.envs is None:
             ids, vision = self.encode(item, item.get("prompt", item["meta"].get("prompt")), self.box.schemas)
         else:
-            ids, vision = self.encode(item, self.envs.prompt(i), self.envs.schemas(i))
+            ids, vision = self.encode(item, self.with_images(i, self.envs.prompt(i)), self.envs.schemas(i))
         self.rendered_visions.append(vision)  # by render position: the sampler's vision
         return ids
 
@@ -194,6 +223,7 @@ class AgentRollout:
         self.format = fmt if fmt is not None else PromptFormat()
         self.sample_prompts = None
         self.rendered_visions = []
+        self.rendered_images = []
         self._runs = 0  # engine runs of this rollout: a second one is an out-of-memory retry
         if self.envs is not None:
             self.envs.start([])
@@ -217,7 +247,8 @@ class AgentRollout:
         boxes = envs.box if envs is not None else (lambda i, j: self.box)
         return ToolTurns(
             self.tokenizer, boxes, self.template, self.format.chat_template_kwargs, self.cfg.max_turns, self.workers,
-            envs.instance if envs is not None else None, envs.prompt if envs is not None else None,
+            envs.instance if envs is not None else None,
+            (lambda i, j: self.with_images(i, envs.prompt(i, j))) if envs is not None else None,
         )  # fmt: skip
 
     def decode(
@@ -263,6 +294,7 @@ def rollout_inputs(
     inputs are None when no prompt holds images."""
     if agent is None:
         return [item["prompt_ids"] for item in items], None, batch_visions(items)
+    agent.processor = agent.processor or getattr(datamodule, "processor", None)  # image prompts: rendered by it
     prompts = agent.prompt_ids(items, prompt_format(datamodule), group_size)
     return prompts, agent.turns, agent.visions
 

@@ -80,7 +80,8 @@ def image_items(n: int, seed: int) -> list[dict]:
     items = []
     for k, row in enumerate(make_split(n, seed=seed, split="eval")):
         image = picture(rng, blank=k % 2 == 1)
-        items.append({"prompt": inject_images(row["prompt"], [image]), "images": [image], "meta": row})
+        prompt = inject_images(row["prompt"], [image])  # what the data module's item holds (and the conversation)
+        items.append({"prompt": prompt, "images": [image], "meta": row, "conversation": row["prompt"]})
     return items
 
 
@@ -209,9 +210,23 @@ def test_an_image_prompt_whose_samples_observe_apart_is_one_line():
         agent.prompt_ids(image_items(1, seed=2))
     same = AgentRollout(AgentConfig(environment="tests.agent.toolbox:Counter"), processor.tokenizer, group_size=2)
     same.processor = processor
-    ids = same.prompt_ids([{**item, "meta": {**item["meta"], "start": 4}} for item in image_items(1, seed=2)])
+    item = image_items(1, seed=2)[0]
+    ids = same.prompt_ids([{**item, "meta": {**item["meta"], "start": 4}}])
     assert same.visions is not None and same.visions[0].num_images == 1 and same.sample_prompts is None
-    assert processor.tokenizer.decode(ids[0]).count("(start at 4)") == 1
+    # TRL's order: the observation joins the dataset's text, then the images are injected (one text block)
+    text = item["conversation"][0]["content"] + " (start at 4)"
+    trl_order = [
+        {"role": "user", "content": [{"type": "image", "image": item["images"][0]}, {"type": "text", "text": text}]}
+    ]
+    want = processor.apply_chat_template(trl_order, tools=same.schemas({}), add_generation_prompt=True, tokenize=True,
+                                         return_dict=True)["input_ids"][0]  # fmt: skip
+    assert ids[0] == list(want)
+
+
+def test_an_image_prompt_without_the_processor_is_one_line():
+    agent = AgentRollout(AgentConfig(tools=TOOLS), stock_processor().tokenizer)
+    with pytest.raises(ConfigError, match=r"^an image prompt reached model\.agent's rollout without the model's proc"):
+        agent.prompt_ids(image_items(1, seed=2))
 
 
 def test_a_tool_result_holding_an_image_is_one_line():

@@ -134,22 +134,33 @@ def check_before_loading(
     tools = (agent.schemas, agent.template) if agent is not None else (None, None)
     prompts = check_first_rows(data, tokenizer, *tools)  # with model.agent: rendered with the tool schemas
     check_context(
-        model_config, settings.sampler.max_new_tokens, prompts, lambda split, i: row_image_tokens(data, split, i)
+        model_config,
+        settings.sampler.max_new_tokens,
+        prompts,
+        lambda split, i: row_image_tokens(data, split, i, *tools),
     )
     if data.get("train_dataset") is None:
         check_reward_splits(settings.rewards.functions, data)
 
 
-def row_image_tokens(data: Mapping[str, Any], split: str, index: int) -> int:
+def row_image_tokens(
+    data: Mapping[str, Any],
+    split: str,
+    index: int,
+    tools: Callable[[dict], list[dict]] | None = None,
+    template: str | None = None,
+) -> int:
     """The image tokens of row ``index`` of ``split`` of the data settings ``data`` as its model's processor renders
-    them (0 for a row without images): what a message about a prompt too long says of its pixels."""
+    them (0 for a row without images), with the agent's ``tools`` and ``template`` as the first rows were rendered:
+    what a message about a prompt too long says of its pixels."""
     where = split_rows(data, index + 1).get(split)
     rows = where[1] if where is not None else None
     if not rows or len(rows) <= index:
         return 0
     _, prompt = row_prompt(rows[index], data, split, index)
     root = image_root(data["path"]) if data.get("path") else None
-    measured = first_rows_image_tokens(dict(data), split, [rows[index]], [prompt], root)
+    schemas = [tools(rows[index])] if tools is not None else None
+    measured = first_rows_image_tokens(dict(data), split, [rows[index]], [prompt], root, schemas, template)
     return measured[0][1] if measured and measured[0] else 0
 
 
