@@ -118,20 +118,30 @@ def calculator_rows(n: int) -> list[dict]:
     return [{**row, "image": picture(rng, blank=k % 2 == 1)} for k, row in enumerate(calculator_split(n, seed=3))]
 
 
-@pytest.mark.slow  # a fit of a VLM on 800-token tool prompts
-def test_image_prompts_with_tools_train_through_the_processor(tmp_path):
-    template = tmp_path / "qwen3_vl.jinja"  # Qwen3-VL's stock template (the shipped model's does not render tools)
+def tool_module(tmp_path, **more) -> GRPOModule:
+    """``tiny-vl-tools`` with the calculator's tool and Qwen3-VL's stock template (the shipped model's own renders no
+    tool calls), 2 samples a prompt."""
+    template = tmp_path / "qwen3_vl.jinja"
     template.write_text(stock_template("qwen3_vl"))
     agent = {"tools": ["infgrpo.assets.calculator:add"], "chat_template": str(template), "max_turns": 2}
-    module = GRPOModule(
+    return GRPOModule(
         policy={"model_name_or_path": "tiny-vl-tools"}, lora={"r": 4}, group_size=2, agent=agent,
         sampler=SamplerConfig(num_slots=4, max_new_tokens=160), update={"skip_zero_advantage": "off"},
-        rewards={"functions": {CORRECT: 1.0, f"{__name__}:shorter": 0.1}, "accuracy": CORRECT},
+        rewards={"functions": {CORRECT: 1.0, f"{__name__}:shorter": 0.1}, "accuracy": CORRECT}, **more,
     )  # fmt: skip
-    data = PromptDataModule(
-        train_dataset=calculator_rows(4), tokenizer="tiny-vl-tools", batch_size=2, eval_split=None,
-        max_prompt_length=1024,
+
+
+def tool_data(n: int, eval_rows: int = 0) -> PromptDataModule:
+    rows = calculator_rows(n + eval_rows)
+    return PromptDataModule(
+        train_dataset=rows[:n], eval_dataset=rows[n:] or None, tokenizer="tiny-vl-tools", batch_size=2,
+        eval_split=None, max_prompt_length=1024,
     )  # fmt: skip
+
+
+@pytest.mark.slow  # a fit of a VLM on 800-token tool prompts
+def test_image_prompts_with_tools_train_through_the_processor(tmp_path):
+    module, data = tool_module(tmp_path), tool_data(4)
     before = {k: v.clone() for k, v in module.policy.state_dict().items()}
     seen, hook = count_images(module.policy)
     try:
@@ -148,6 +158,26 @@ def test_image_prompts_with_tools_train_through_the_processor(tmp_path):
     assert rollouts.tools.calls >= 1 and any(0 in m for m in rollouts.tool_masks)  # tools ran, results masked
     moved = [k for k, v in before.items() if not torch.equal(v, module.policy.state_dict()[k])]
     assert moved and all("lora" in k for k in moved)
+
+
+@pytest.mark.slow  # a fit of a VLM on 800-token tool prompts, and held-out scoring
+def test_image_prompts_with_tools_under_dynamic_sampling_and_held_out_scoring(tmp_path):
+    L.seed_everything(0)
+    module, data = tool_module(tmp_path, dynamic_sampling={"enabled": True, "max_prompts": 4}), tool_data(6, 2)
+    seen, hook = count_images(module.policy)
+    try:
+        trainer(tmp_path, 1).fit(module, data)
+        step = module.last_step
+        drawn = step.rollouts.stats["dynamic/prompts_drawn"]
+        assert sum(seen) == drawn and len(step.rollouts.vision) == len(step.batch) >= 1  # each drawn image once
+        assert [list(p) for p in step.rollouts.prompt_ids] == [item["prompt_ids"] for item in step.batch]
+        seen.clear()
+        held_out = next(iter(data.val_dataloader()))  # the items as they are: the agent processes their images
+        assert all("vision" not in item for item in held_out)
+        scores = module.rollouts.heldout(module.eval_sampler, held_out, data)
+    finally:
+        hook.remove()
+    assert sum(seen) == len(held_out) == 2 and len(scores.total) == 2  # each held-out image through the tower
 
 
 def test_an_agent_template_that_cannot_place_an_image_is_one_line(tmp_path):
