@@ -46,7 +46,7 @@ from infgrpo.update.shared_prompt.prefix_cache import PromptCapture, PromptPrefi
 from infgrpo.vision.families import family_of
 from infgrpo.vision.forward_inputs import forward_inputs
 from infgrpo.vision.inputs import token_types
-from infgrpo.vision.masks import additive, image_blocks, layer_masks
+from infgrpo.vision.masks import additive, attention_window, image_blocks, layer_masks
 from infgrpo.vision.positions import completion_positions
 
 
@@ -70,17 +70,17 @@ def attention_masks(
     own = torch.ones(c_len, c_len, dtype=torch.bool, device=device).tril()  # (C, C)
     keys = real.index_select(0, mb.row_prompt)[:, None, :].expand(-1, c_len, -1)  # (n, C, P)
     completion = torch.cat([keys, own.expand(len(mb.rows), -1, -1)], dim=2)  # (n, C, P + C)
-    if config is None:
+    family = family_of(config) if config is not None else None
+    blocks = None
+    if family is not None and family.image_blocks and mb.visions is not None:
+        blocks = image_blocks(token_types(mb.visions, p_len).to(device))  # (n_p, P)
+    if blocks is None and (config is None or attention_window(config) is None):  # neither rule: the plain masks
         masks = (prompt[:, None], completion[:, None])
     else:
         p_pos = (mb.prompt_mask.cumsum(dim=1) - 1).clamp(min=0)  # (n_p, P): each token's place in its prompt
         lengths = mb.prompt_mask.sum(dim=1, keepdim=True)  # (n_p, 1)
         c_pos = lengths.index_select(0, mb.row_prompt) + torch.arange(c_len, device=device)  # (n, C)
         k_pos = torch.cat([p_pos.index_select(0, mb.row_prompt), c_pos], dim=1)  # (n, P + C)
-        family = family_of(config)
-        blocks = None
-        if family is not None and family.image_blocks and mb.visions is not None:
-            blocks = image_blocks(token_types(mb.visions, p_len).to(device))  # (n_p, P)
         prompt_masks = layer_masks(config, prompt, p_pos, p_pos, blocks, blocks)
         masks = (prompt_masks, layer_masks(config, completion, c_pos, k_pos))
     if additive_dtype is None:
