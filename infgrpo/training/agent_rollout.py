@@ -232,8 +232,7 @@ class AgentRollout:
         """Prompt ``index`` of this rollout, drawn now (dynamic sampling), rendered as :meth:`prompt_ids` renders
         them; with an environment its row's ``group_size`` instances are dealt and reset first."""
         if self.envs is not None:
-            self.envs.add(self.row(item), self.group_size)
-            self.one_image_prompt(index, item)
+            self.envs.add(self.row(item), self.group_size)  # its samples must agree (shared): one prompt a row
         return self.render(index, item)
 
     def turns(self) -> ToolTurns:

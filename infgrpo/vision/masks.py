@@ -53,8 +53,8 @@ def image_blocks(types: torch.Tensor) -> torch.Tensor:
 def layer_masks(
     config,  # noqa: ANN001 - a transformers PretrainedConfig
     visible: torch.Tensor,
-    q_positions: torch.Tensor,
-    k_positions: torch.Tensor,
+    q_positions: torch.Tensor | None,
+    k_positions: torch.Tensor | None,
     q_blocks: torch.Tensor | None = None,
     k_blocks: torch.Tensor | None = None,
 ) -> torch.Tensor | dict[str, torch.Tensor]:
@@ -63,7 +63,8 @@ def layer_masks(
     Args:
         config: the model's config (its sliding window and layer types: :func:`attention_window`).
         visible: (B, Q, K) what each query sees without the two rules (causal over real tokens).
-        q_positions, k_positions: (B, Q) and (B, K) each query's and key's position in its own sequence.
+        q_positions, k_positions: (B, Q) and (B, K) each query's and key's position in its own sequence (read only
+            with a carried window: None without one).
         q_blocks, k_blocks: (B, Q) and (B, K) image blocks (:func:`image_blocks`; -1 on text), or None: no image
             block (text, or a family whose image tokens attend causally).
 

@@ -208,8 +208,10 @@ def prefill_after(
     in_rows = (keys.unsqueeze(0) >= wp) & (row_key.unsqueeze(0) >= pads.unsqueeze(1))  # (P, K): not padding
     causal = row_key.unsqueeze(0) <= cols.unsqueeze(1)  # (wr, K): prefix columns pass (row_key < 0)
     visible = (in_prefix | in_rows).unsqueeze(1) & causal.unsqueeze(0)  # (P, wr, K)
-    prefix_positions = (keys[:wp].unsqueeze(0) - starts.unsqueeze(1)).clamp(min=0)  # (P, wp): 0 .. L_i - 1
-    key_positions = torch.cat([prefix_positions, text_positions], dim=1)  # (P, K): for a sliding window
+    key_positions = None  # (P, K): each key's position in its sequence, for a sliding window only
+    if attention_window(model.config) is not None:
+        prefix_positions = (keys[:wp].unsqueeze(0) - starts.unsqueeze(1)).clamp(min=0)  # (P, wp): 0 .. L_i - 1
+        key_positions = torch.cat([prefix_positions, text_positions], dim=1)
     mask = additive(layer_masks(model.config, visible, text_positions, key_positions), dtype)  # (P, 1, wr, K) or dict
     out = model(
         input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache, use_cache=True, logits_to_keep=1
